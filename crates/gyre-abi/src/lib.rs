@@ -1,0 +1,362 @@
+//! The shared-memory ABI of gyre: every byte that both the host and a ring kernel touch.
+//!
+//! This crate is the single source of truth for the layout. Its C mirror is
+//! `cuda/include/gyre/abi.h`; both sides assert every size and alignment at compile time,
+//! and the `c_probe` test compiles the header with the host C compiler and compares
+//! `sizeof` / `alignof` / `offsetof` of every field with [`core::mem::offset_of!`].
+//!
+//! # The three structures
+//!
+//! * [`ControlBlock`] — 128 bytes, two 64-byte cache lines. Line 0 is written **only by
+//!   the host**, line 1 **only by the kernel**. No field is written by both sides, which
+//!   is what lets the protocol work across PCIe without read-modify-write atomics between
+//!   host and device.
+//! * [`SlotHeader`] — the first [`SLOT_HEADER_SIZE`] bytes of every message slot; the
+//!   payload follows it. A slot is `slot_size` bytes, a multiple of [`SLOT_ALIGN`].
+//! * [`TelemetryBuffer`] — 64 bytes, one cache line, written only by the kernel under a
+//!   sequence lock, read by any number of consumers.
+//!
+//! Fields that the other side reads concurrently are atomics; `AtomicU32` / `AtomicU64`
+//! have the size and alignment of `u32` / `u64` (asserted below), so the layout is the
+//! plain C layout of the header.
+//!
+//! # Examples
+//!
+//! ```
+//! use gyre_abi::{ControlBlock, SlotHeader, TelemetryBuffer};
+//! assert_eq!(core::mem::size_of::<ControlBlock>(), 128);
+//! assert_eq!(core::mem::align_of::<ControlBlock>(), 128);
+//! assert_eq!(core::mem::size_of::<SlotHeader>(), 64);
+//! assert_eq!(core::mem::size_of::<TelemetryBuffer>(), 64);
+//! ```
+#![no_std]
+#![warn(missing_docs)]
+
+use core::sync::atomic::{AtomicU32, AtomicU64};
+
+use static_assertions::{const_assert, const_assert_eq};
+
+/// `"GYRE"` in little-endian ASCII; the first word of every [`ControlBlock`].
+pub const MAGIC: u32 = u32::from_le_bytes(*b"GYRE");
+/// Version of this ABI. Bumped on any layout or protocol change; checked at launch.
+pub const ABI_VERSION: u32 = 1;
+
+/// Alignment (and size granularity) of a message slot, in bytes.
+pub const SLOT_ALIGN: usize = 128;
+/// Size of [`SlotHeader`]; the payload of a slot starts at this offset.
+pub const SLOT_HEADER_SIZE: usize = 64;
+/// Smallest legal slot size.
+pub const MIN_SLOT_SIZE: usize = SLOT_ALIGN;
+/// Largest legal slot size (1 MiB). Larger messages belong in buffers, not rings.
+pub const MAX_SLOT_SIZE: usize = 1 << 20;
+/// Smallest legal ring capacity.
+pub const MIN_CAPACITY: u32 = 2;
+/// Largest legal ring capacity (2^24 slots).
+pub const MAX_CAPACITY: u32 = 1 << 24;
+
+/// Host commands, written to [`ControlBlock::command`] (host line).
+pub mod command {
+    /// Process requests (the initial command).
+    pub const RUN: u32 = 1;
+    /// Stop consuming requests until [`RUN`] is written again.
+    pub const PAUSE: u32 = 2;
+    /// Drain every published request, then terminate.
+    pub const TERMINATE: u32 = 3;
+}
+
+/// Kernel states, written to [`ControlBlock::state`] (kernel line).
+///
+/// `Launching -> Active <-> Paused -> Draining -> Terminated`, and `Faulted` from any
+/// state. Zeroed memory reads as [`UNINIT`](state::UNINIT): the kernel has not started.
+pub mod state {
+    /// The kernel has not written its state yet.
+    pub const UNINIT: u32 = 0;
+    /// The kernel is validating the control block.
+    pub const LAUNCHING: u32 = 1;
+    /// The kernel is polling for and processing requests.
+    pub const ACTIVE: u32 = 2;
+    /// The kernel is alive but consumes no requests.
+    pub const PAUSED: u32 = 3;
+    /// Terminate was commanded; the kernel is answering the requests already published.
+    pub const DRAINING: u32 = 4;
+    /// The kernel loop has exited normally (or because the host heartbeat went stale;
+    /// see [`ControlBlock::error_code`]).
+    pub const TERMINATED: u32 = 5;
+    /// The kernel loop has exited because of the error in [`ControlBlock::error_code`].
+    pub const FAULTED: u32 = 6;
+
+    /// Whether `s` is a state the kernel never leaves.
+    pub const fn is_final(s: u32) -> bool {
+        s == TERMINATED || s == FAULTED
+    }
+}
+
+/// Error codes in [`ControlBlock::error_code`] (kernel line) and reply statuses in
+/// [`SlotHeader::status`].
+pub mod error {
+    /// No error / the reply is a success.
+    pub const NONE: u32 = 0;
+    /// The handler panicked (CPU) or trapped (device) while processing a request.
+    pub const HANDLER_PANIC: u32 = 1;
+    /// A request slot's sequence number did not match its index.
+    pub const BAD_SEQUENCE: u32 = 2;
+    /// A request slot's payload length exceeded the slot's payload capacity.
+    pub const BAD_LENGTH: u32 = 3;
+    /// The control block's magic did not match [`MAGIC`](crate::MAGIC).
+    pub const BAD_MAGIC: u32 = 4;
+    /// The control block's ABI version did not match [`ABI_VERSION`](crate::ABI_VERSION).
+    pub const BAD_ABI_VERSION: u32 = 5;
+    /// The control block's ring geometry is invalid.
+    pub const BAD_GEOMETRY: u32 = 6;
+    /// The kernel stopped because the host heartbeat went stale.
+    pub const HOST_HEARTBEAT_STALE: u32 = 7;
+    /// The handler rejected the request (bad arguments); the kernel keeps serving.
+    pub const HANDLER_REJECTED: u32 = 8;
+    /// The handler does not know the message type; the kernel keeps serving.
+    pub const UNKNOWN_TYPE: u32 = 9;
+    /// The kernel failed before answering (reported by the host for requests that
+    /// never received a reply).
+    pub const KERNEL_GONE: u32 = 10;
+    /// First code available to user handlers.
+    pub const USER_BASE: u32 = 0x1000;
+
+    /// A short, stable name for an error code.
+    pub const fn name(code: u32) -> &'static str {
+        match code {
+            NONE => "none",
+            HANDLER_PANIC => "handler panic",
+            BAD_SEQUENCE => "bad slot sequence",
+            BAD_LENGTH => "payload length beyond slot",
+            BAD_MAGIC => "bad control-block magic",
+            BAD_ABI_VERSION => "ABI version mismatch",
+            BAD_GEOMETRY => "bad ring geometry",
+            HOST_HEARTBEAT_STALE => "host heartbeat stale",
+            HANDLER_REJECTED => "handler rejected request",
+            UNKNOWN_TYPE => "unknown message type",
+            KERNEL_GONE => "kernel stopped before replying",
+            c if c >= USER_BASE => "user error",
+            _ => "unknown error",
+        }
+    }
+}
+
+/// Slot header flags ([`SlotHeader::flags`]).
+pub mod flags {
+    /// The request came from `call` (its reply completes a waiting caller) rather than
+    /// `send` (its reply goes to `recv`). The kernel copies it into the reply.
+    pub const CALL: u32 = 1 << 0;
+}
+
+/// The 128-byte control block of one ring kernel.
+///
+/// Line 0 (bytes 0..64) is written only by the host; line 1 (bytes 64..128) only by the
+/// kernel. Ring indices are free-running `u64` counters; the slot of index `i` is
+/// `i & (capacity - 1)`. Request index `i` is answered by reply index `i`: the kernel
+/// consumes requests in order and publishes exactly one reply per request, in order.
+#[repr(C, align(128))]
+#[derive(Debug)]
+pub struct ControlBlock {
+    // ---- line 0: host-written ----
+    /// [`MAGIC`]; written by the host before launch.
+    pub magic: AtomicU32,
+    /// [`ABI_VERSION`]; written by the host before launch.
+    pub abi_version: AtomicU32,
+    /// The current [`command`]; host-written, kernel-read.
+    pub command: AtomicU32,
+    /// Capacity of both rings, in slots: a power of two in
+    /// [`MIN_CAPACITY`]..=[`MAX_CAPACITY`].
+    pub capacity: AtomicU32,
+    /// Slot size of both rings, in bytes: a multiple of [`SLOT_ALIGN`] in
+    /// [`MIN_SLOT_SIZE`]..=[`MAX_SLOT_SIZE`].
+    pub slot_size: AtomicU32,
+    /// Most requests the kernel takes in one batch (>= 1).
+    pub batch_size: AtomicU32,
+    /// The kernel terminates itself when the host heartbeat has not changed for this
+    /// many milliseconds (0 = never).
+    pub host_timeout_ms: AtomicU32,
+    /// Reserved, zero.
+    pub _reserved0: u32,
+    /// Requests published: every request index below it is fully written.
+    pub h2k_head: AtomicU64,
+    /// Replies consumed: every reply slot below it may be reused by the kernel.
+    pub k2h_tail: AtomicU64,
+    /// Host heartbeat: any value that changes while the host is alive (host clock, ns).
+    pub host_heartbeat: AtomicU64,
+    /// Reserved, zero.
+    pub _reserved1: u64,
+    // ---- line 1: kernel-written ----
+    /// The kernel's [`state`].
+    pub state: AtomicU32,
+    /// The kernel's [`error`] code when it faulted or terminated itself, else 0.
+    pub error_code: AtomicU32,
+    /// Requests consumed: every request index below it has been read by the kernel.
+    pub h2k_tail: AtomicU64,
+    /// Replies published: every reply index below it is fully written.
+    pub k2h_head: AtomicU64,
+    /// Kernel heartbeat: changes while the kernel loop runs (kernel clock, ns).
+    pub kernel_heartbeat: AtomicU64,
+    /// Requests processed (successfully or with an error reply).
+    pub processed: AtomicU64,
+    /// Reserved, zero.
+    pub _reserved2: [u64; 3],
+}
+
+/// The header at the start of every slot; the payload follows at [`SLOT_HEADER_SIZE`].
+///
+/// The producer writes every field, then the payload, then `sequence` **last** with
+/// release semantics. A consumer expecting index `i` accepts the slot only when
+/// `sequence == i + 1` (so zeroed memory is never a message); any other value under a
+/// published head is a protocol error.
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub struct SlotHeader {
+    /// `index + 1` of the message in this slot; written last, with release.
+    pub sequence: AtomicU64,
+    /// Correlation id chosen by the requester; the kernel copies it into the reply.
+    pub correlation_id: u64,
+    /// When the request was enqueued (host clock, ns); copied into the reply.
+    pub enqueue_ns: u64,
+    /// Message type; for built-in kernels, the kernel's id (see `gyre_core::kernels`).
+    pub msg_type: u32,
+    /// Payload length in bytes (<= `slot_size - SLOT_HEADER_SIZE`).
+    pub len: u32,
+    /// [`flags`].
+    pub flags: u32,
+    /// Reply status: [`error::NONE`] or an [`error`] code. Zero in requests.
+    pub status: u32,
+    /// Reserved, zero.
+    pub _reserved: [u64; 3],
+}
+
+/// The 64-byte telemetry line, written only by the kernel under a sequence lock.
+///
+/// Writer: `seq += 1` (odd), write fields, `seq += 1` (even) with release. Reader: load
+/// `seq` (acquire); if odd, retry; read the fields; acquire fence; reload `seq`; if it
+/// changed, retry. Counters are cumulative since launch.
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub struct TelemetryBuffer {
+    /// Sequence lock: odd while a write is in progress.
+    pub seq: AtomicU32,
+    /// The kernel [`state`] at the time of the write.
+    pub state: AtomicU32,
+    /// Requests taken from the request ring.
+    pub messages_in: AtomicU64,
+    /// Replies published to the reply ring.
+    pub messages_out: AtomicU64,
+    /// Error replies (handler errors, protocol errors).
+    pub errors: AtomicU64,
+    /// Polls that found work.
+    pub busy_polls: AtomicU64,
+    /// Polls that found no work.
+    pub idle_polls: AtomicU64,
+    /// Total handler time, ns.
+    pub handler_ns_total: AtomicU64,
+    /// Longest single handler invocation, ns (saturating at `u32::MAX`).
+    pub handler_ns_max: AtomicU32,
+    /// Kernel clock at the last write, in ms (wrapping); compare for change, not value.
+    pub heartbeat_ms: AtomicU32,
+}
+
+/// A plain copy of a [`TelemetryBuffer`] taken by a consistent read.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct TelemetrySnapshot {
+    /// The writer's sequence number of this snapshot (even).
+    pub seq: u32,
+    /// Kernel [`state`].
+    pub state: u32,
+    /// Requests taken.
+    pub messages_in: u64,
+    /// Replies published.
+    pub messages_out: u64,
+    /// Error replies.
+    pub errors: u64,
+    /// Polls that found work.
+    pub busy_polls: u64,
+    /// Polls that found nothing.
+    pub idle_polls: u64,
+    /// Total handler time, ns.
+    pub handler_ns_total: u64,
+    /// Longest handler invocation, ns.
+    pub handler_ns_max: u32,
+    /// Kernel clock at the write, ms (wrapping).
+    pub heartbeat_ms: u32,
+}
+
+// ---- compile-time layout checks (mirrored by static_assert in abi.h) ----
+const_assert_eq!(core::mem::size_of::<AtomicU32>(), 4);
+const_assert_eq!(core::mem::align_of::<AtomicU32>(), 4);
+const_assert_eq!(core::mem::size_of::<AtomicU64>(), 8);
+const_assert_eq!(core::mem::align_of::<AtomicU64>(), 8);
+
+const_assert_eq!(core::mem::size_of::<ControlBlock>(), 128);
+const_assert_eq!(core::mem::align_of::<ControlBlock>(), 128);
+const_assert_eq!(core::mem::offset_of!(ControlBlock, h2k_head), 32);
+const_assert_eq!(core::mem::offset_of!(ControlBlock, host_heartbeat), 48);
+// Line 1 starts exactly at byte 64: nothing host-written shares a line with the kernel.
+const_assert_eq!(core::mem::offset_of!(ControlBlock, state), 64);
+const_assert_eq!(core::mem::offset_of!(ControlBlock, processed), 96);
+
+const_assert_eq!(core::mem::size_of::<SlotHeader>(), SLOT_HEADER_SIZE);
+const_assert_eq!(core::mem::align_of::<SlotHeader>(), 64);
+const_assert_eq!(core::mem::offset_of!(SlotHeader, sequence), 0);
+const_assert_eq!(core::mem::offset_of!(SlotHeader, status), 36);
+
+const_assert_eq!(core::mem::size_of::<TelemetryBuffer>(), 64);
+const_assert_eq!(core::mem::align_of::<TelemetryBuffer>(), 64);
+const_assert_eq!(core::mem::offset_of!(TelemetryBuffer, heartbeat_ms), 60);
+const_assert_eq!(core::mem::size_of::<TelemetrySnapshot>(), 64);
+
+const_assert!(SLOT_HEADER_SIZE < MIN_SLOT_SIZE);
+const_assert!(MAX_SLOT_SIZE % SLOT_ALIGN == 0);
+const_assert!(MAX_CAPACITY.is_power_of_two());
+
+impl ControlBlock {
+    /// Whether the magic and ABI version match this build.
+    pub fn identity_ok(&self) -> bool {
+        use core::sync::atomic::Ordering::Acquire;
+        self.magic.load(Acquire) == MAGIC && self.abi_version.load(Acquire) == ABI_VERSION
+    }
+}
+
+/// Validates a ring geometry as the host does at launch and the kernel does at start.
+///
+/// Returns the first offending field and value.
+///
+/// # Examples
+///
+/// ```
+/// use gyre_abi::{check_geometry, GeometryFault};
+/// assert_eq!(check_geometry(1024, 128, 32), Ok(()));
+/// assert_eq!(check_geometry(1000, 128, 32), Err(GeometryFault::Capacity(1000)));
+/// assert_eq!(check_geometry(1024, 100, 32), Err(GeometryFault::SlotSize(100)));
+/// ```
+pub const fn check_geometry(
+    capacity: u32,
+    slot_size: u32,
+    batch: u32,
+) -> Result<(), GeometryFault> {
+    if capacity < MIN_CAPACITY || capacity > MAX_CAPACITY || !capacity.is_power_of_two() {
+        return Err(GeometryFault::Capacity(capacity));
+    }
+    let s = slot_size as usize;
+    if s < MIN_SLOT_SIZE || s > MAX_SLOT_SIZE || s % SLOT_ALIGN != 0 {
+        return Err(GeometryFault::SlotSize(slot_size));
+    }
+    if batch == 0 || batch > capacity {
+        return Err(GeometryFault::BatchSize(batch));
+    }
+    Ok(())
+}
+
+/// Which geometry field is invalid, with its value. See [`check_geometry`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GeometryFault {
+    /// Capacity is not a power of two in `MIN_CAPACITY..=MAX_CAPACITY`.
+    Capacity(u32),
+    /// Slot size is not a multiple of `SLOT_ALIGN` in `MIN_SLOT_SIZE..=MAX_SLOT_SIZE`.
+    SlotSize(u32),
+    /// Batch size is 0 or larger than the capacity.
+    BatchSize(u32),
+}

@@ -1,0 +1,60 @@
+//! What a backend provides: somewhere to put a kernel's shared region, and a way to run
+//! the device loop over it.
+
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::handler::Handler;
+use crate::idle::IdleStrategy;
+use crate::region::{HostMemory, RegionMemory, SharedRegion};
+
+/// Everything a backend needs to launch one ring kernel.
+#[derive(Clone)]
+pub struct LaunchSpec {
+    /// Kernel name (for logs, telemetry and thread names).
+    pub name: String,
+    /// The request handler (CPU backend) — device backends map a built-in id instead.
+    pub handler: Arc<dyn Handler>,
+    /// Built-in kernel id (`crate::kernels::ids`), if the handler is a built-in.
+    pub builtin: Option<u32>,
+    /// What the kernel loop does when idle.
+    pub idle: IdleStrategy,
+}
+
+impl core::fmt::Debug for LaunchSpec {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("LaunchSpec")
+            .field("name", &self.name)
+            .field("builtin", &self.builtin)
+            .field("idle", &self.idle)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A running ring kernel.
+pub trait KernelInstance: Send + Sync {
+    /// Whether the kernel loop has exited.
+    fn is_finished(&self) -> bool;
+    /// Waits for the loop to exit (call after it reached a final state) and releases its
+    /// resources. Idempotent.
+    fn join(&self) -> Result<()>;
+}
+
+/// A place where ring kernels run.
+pub trait Backend: Send + Sync {
+    /// Short name (`cpu`, `cuda`, `opencl`).
+    fn name(&self) -> &'static str;
+
+    /// Memory for a shared region of `bytes` bytes, zeroed, 128-aligned, that both the
+    /// host and the kernel address. The default is a host allocation.
+    fn alloc_region(&self, bytes: usize) -> Result<Box<dyn RegionMemory>> {
+        Ok(Box::new(HostMemory::zeroed(bytes)?))
+    }
+
+    /// Starts the device loop over `region`, which the host has initialised.
+    fn launch(
+        &self,
+        region: Arc<SharedRegion>,
+        spec: &LaunchSpec,
+    ) -> Result<Box<dyn KernelInstance>>;
+}

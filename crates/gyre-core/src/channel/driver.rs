@@ -1,0 +1,126 @@
+//! The completion driver: one host thread per kernel that wakes async waiters.
+//!
+//! Async futures first spin for their reply on the task's own thread (a bounded,
+//! configurable budget) and register with the driver only when that budget is spent. The
+//! driver parks while nobody is registered; otherwise it scans the outstanding reply
+//! slots, wakes the waiter of each published reply, discards replies of abandoned calls,
+//! wakes futures waiting for free space, `send` replies or the kernel's end, and notices
+//! when the kernel stops. Between scans it follows its idle strategy (spin, yield, park
+//! with a bounded timeout), so it never blocks a tokio worker and costs nothing when idle.
+//! It also writes the host heartbeat.
+
+use core::sync::atomic::Ordering::{Acquire, Release};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::idle::IdleStrategy;
+
+use super::{Channel, Probe, ST_ABANDONED, ST_WAITING};
+
+/// Handle of a running completion driver; stops and joins it on drop.
+#[derive(Debug)]
+pub struct Driver {
+    ch: Arc<Channel>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Driver {
+    /// Starts the driver of `ch`. It writes the host heartbeat every `heartbeat` and uses
+    /// `idle` between scans while someone waits.
+    pub fn start(ch: Arc<Channel>, idle: IdleStrategy, heartbeat: Duration) -> Result<Self> {
+        let c = ch.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("gyre-driver-{}", ch.name()))
+            .spawn(move || run(&c, idle, heartbeat))
+            .map_err(|e| Error::Launch {
+                backend: "host",
+                kernel: ch.name().to_owned(),
+                reason: format!("spawning the completion driver thread: {e}"),
+            })?;
+        // `set` fails only if already set, which cannot happen: one driver per channel.
+        let _ = ch.driver.set(thread.thread().clone());
+        Ok(Self {
+            ch,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.ch.driver_stop.store(true, Release);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
+}
+
+fn run(ch: &Channel, idle: IdleStrategy, heartbeat: Duration) {
+    let _span = tracing::debug_span!("gyre_driver", kernel = %ch.name()).entered();
+    let mut idler = idle.idler();
+    let mut last_hb = Instant::now();
+    let mut last = (u64::MAX, u64::MAX);
+    ch.heartbeat();
+    while !ch.driver_stop.load(Acquire) {
+        if last_hb.elapsed() >= heartbeat {
+            ch.heartbeat();
+            last_hb = Instant::now();
+        }
+        if ch.interest.load(Acquire) == 0 {
+            std::thread::park_timeout(heartbeat);
+            idler.reset();
+            continue;
+        }
+        let worked = service(ch, &mut last);
+        idler.idle(worked);
+    }
+    tracing::debug!("completion driver stopped");
+}
+
+/// One scan. Returns whether anything happened.
+fn service(ch: &Channel, last: &mut (u64, u64)) -> bool {
+    let cb = ch.region.control();
+    let tail = cb.k2h_tail.load(Acquire);
+    let head = cb.k2h_head.load(Acquire);
+    let claimed = ch.claimed();
+    let mut worked = false;
+    let mut i = tail;
+    while i < claimed && i - tail < ch.capacity {
+        match ch.probe(i) {
+            Probe::Pending => break,
+            Probe::Gone => {}
+            Probe::Ready => {
+                let (owned, st) = ch.cell_state(i);
+                if owned && st == ST_WAITING {
+                    ch.wake_index(i);
+                    worked = true;
+                } else if owned && st == ST_ABANDONED {
+                    worked |= ch.try_finalize(i);
+                }
+            }
+        }
+        i += 1;
+    }
+    if (head, tail) != *last {
+        *last = (head, tail);
+        ch.space_waiters.wake_all(ch);
+        ch.recv_waiters.wake_all(ch);
+        worked = true;
+    }
+    if ch.check_stopped().is_some() {
+        // Nothing more will be answered: finish abandoned calls, wake everyone.
+        for j in tail..claimed.min(tail + ch.capacity) {
+            let (owned, st) = ch.cell_state(j);
+            if owned && st == ST_ABANDONED {
+                ch.try_finalize(j);
+            } else if owned && st == ST_WAITING {
+                ch.wake_index(j);
+            }
+        }
+        ch.wake_all();
+    }
+    worked
+}

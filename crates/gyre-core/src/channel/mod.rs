@@ -1,0 +1,406 @@
+//! The host side of one ring kernel: many producers publishing requests, and the
+//! delivery of each reply to whoever waits for it.
+//!
+//! A [`Channel`] owns the host-only state that goes with a [`SharedRegion`]: the claim
+//! word of the multi-producer request ring, one [`Cell`] per slot that records who waits
+//! for the reply of that index, the receive cursor for `send`/`recv`, and the waker sets
+//! used by the completion driver ([`driver`]).
+//!
+//! Request index `i` is answered by reply index `i` (the kernel replies once per request,
+//! in order), so a caller waits on the reply slot of its own index and no demultiplexing
+//! thread is needed on the blocking path. Reply slots are released out of order by
+//! whoever consumed them and `k2h_tail` advances over the released prefix
+//! ([`prefix::advance_prefix`]). A producer may claim index `i + capacity` only once
+//! reply `i` was released, which bounds everything in flight (requests queued, being
+//! processed, replies unread) by the capacity: back-pressure reaches producers and
+//! nothing is ever overwritten.
+
+pub mod driver;
+mod reply;
+mod wakers;
+
+use core::sync::atomic::Ordering::{Acquire, Release};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
+use std::sync::{Arc, OnceLock};
+
+use crossbeam_utils::CachePadded;
+use gyre_abi::{command, flags, state, SLOT_HEADER_SIZE};
+use parking_lot::Mutex;
+
+use crate::error::Error;
+use crate::region::{RingId, SharedRegion};
+use crate::ring::prefix::{self, ClaimError};
+use crate::ring::slot::SlotMeta;
+
+pub use reply::{Probe, ReplyView};
+pub use wakers::WakerSet;
+
+/// Whether a request's reply completes a caller or goes to `recv`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// From `call`: a caller waits on this index.
+    Call,
+    /// From `send`: the reply is delivered by `recv`, in order.
+    Send,
+}
+
+/// Why a publish did not happen. Nothing was written in any case.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PublishError {
+    /// No free slot.
+    Full,
+    /// Closed to new requests.
+    Closed,
+    /// A message exceeds the payload.
+    TooLarge {
+        /// Message length.
+        len: usize,
+        /// Payload capacity.
+        payload: usize,
+    },
+    /// More messages in one batch than the ring holds.
+    BatchTooLarge {
+        /// Messages in the batch.
+        len: usize,
+        /// Ring capacity.
+        capacity: u64,
+    },
+}
+
+// Cell word: (index << 3) | (is_send << 2) | state.
+const ST_IDLE: u64 = 0;
+const ST_WAITING: u64 = 1;
+const ST_ABANDONED: u64 = 2;
+const ST_DONE: u64 = 3;
+const ST_MASK: u64 = 3;
+const SEND_BIT: u64 = 4;
+
+#[inline(always)]
+const fn word(index: u64, kind: Kind, st: u64) -> u64 {
+    (index << 3)
+        | match kind {
+            Kind::Send => SEND_BIT,
+            Kind::Call => 0,
+        }
+        | st
+}
+
+/// Host-only bookkeeping for one slot index.
+///
+/// Invariant: `word` names the index that currently owns the cell; every transition is a
+/// compare-and-swap on the whole word, so a cell reused by a later lap is never mistaken
+/// for the earlier one.
+#[derive(Debug, Default)]
+pub(crate) struct Cell {
+    /// `(index << 3) | send bit | state`, written by the producer before it publishes.
+    word: AtomicU64,
+    /// `index + 1` once the reply slot of `index` is released (the `k2h_tail` marker).
+    freed: AtomicU64,
+    /// The waker of an async waiter, if one registered.
+    waker: Mutex<Option<core::task::Waker>>,
+}
+
+/// Host side of one kernel's rings. See the [module documentation](self).
+pub struct Channel {
+    region: Arc<SharedRegion>,
+    name: String,
+    capacity: u64,
+    mask: u64,
+    payload: usize,
+    /// Claim word of the request ring: indices claimed, plus [`prefix::CLOSED`].
+    claim: CachePadded<AtomicU64>,
+    /// Next index `recv` examines.
+    recv_cursor: CachePadded<AtomicU64>,
+    cells: Box<[Cell]>,
+    /// Async waiters, abandoned calls and waker-set entries the driver must serve.
+    interest: CachePadded<AtomicUsize>,
+    /// Final kernel state seen by the host (0 while running), and its error code.
+    stopped: AtomicU32,
+    stopped_code: AtomicU32,
+    /// Replies that failed the protocol checks.
+    protocol_errors: AtomicU64,
+    space_waiters: WakerSet,
+    recv_waiters: WakerSet,
+    state_waiters: WakerSet,
+    driver: OnceLock<std::thread::Thread>,
+    driver_stop: AtomicBool,
+}
+
+impl core::fmt::Debug for Channel {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Channel")
+            .field("name", &self.name)
+            .field("capacity", &self.capacity)
+            .field("claimed", &self.claimed())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Channel {
+    /// A channel over `region`, which must be freshly initialised (all indices 0).
+    pub fn new(region: Arc<SharedRegion>, name: impl Into<String>) -> Self {
+        let g = *region.geometry();
+        Self {
+            name: name.into(),
+            capacity: u64::from(g.capacity()),
+            mask: g.mask(),
+            payload: g.payload(),
+            claim: CachePadded::new(AtomicU64::new(0)),
+            recv_cursor: CachePadded::new(AtomicU64::new(0)),
+            cells: (0..g.capacity()).map(|_| Cell::default()).collect(),
+            interest: CachePadded::new(AtomicUsize::new(0)),
+            stopped: AtomicU32::new(0),
+            stopped_code: AtomicU32::new(0),
+            protocol_errors: AtomicU64::new(0),
+            space_waiters: WakerSet::default(),
+            recv_waiters: WakerSet::default(),
+            state_waiters: WakerSet::default(),
+            driver: OnceLock::new(),
+            driver_stop: AtomicBool::new(false),
+            region,
+        }
+    }
+
+    /// The kernel name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// The shared region.
+    pub fn region(&self) -> &Arc<SharedRegion> {
+        &self.region
+    }
+    /// Slots per ring.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+    /// Payload bytes per slot.
+    pub fn payload(&self) -> usize {
+        self.payload
+    }
+    /// Indices claimed so far (accepted requests, including ones being written).
+    pub fn claimed(&self) -> u64 {
+        prefix::claimed(&*self.claim)
+    }
+    /// Futures waiting for a free slot.
+    pub fn space_waiters(&self) -> &WakerSet {
+        &self.space_waiters
+    }
+    /// Futures waiting for a `send` reply.
+    pub fn recv_waiters(&self) -> &WakerSet {
+        &self.recv_waiters
+    }
+    /// Futures waiting for the kernel's end.
+    pub fn state_waiters(&self) -> &WakerSet {
+        &self.state_waiters
+    }
+    /// Replies that failed the host's protocol checks.
+    pub fn protocol_errors(&self) -> u64 {
+        self.protocol_errors.load(Acquire)
+    }
+
+    #[inline(always)]
+    fn cell(&self, index: u64) -> &Cell {
+        let i = (index & self.mask) as usize;
+        debug_assert!(i < self.cells.len());
+        // SAFETY: i <= mask = cells.len() - 1.
+        unsafe { self.cells.get_unchecked(i) }
+    }
+
+    /// Publishes one request with payload `bytes`; returns its index.
+    #[inline]
+    pub fn try_publish(
+        &self,
+        kind: Kind,
+        msg_type: u32,
+        bytes: &[u8],
+    ) -> Result<u64, PublishError> {
+        self.try_publish_batch(kind, msg_type, core::slice::from_ref(&bytes))
+    }
+
+    /// Publishes `msgs` as consecutive requests with one claim and one head store; returns
+    /// the first index. All or nothing: on error nothing was written.
+    pub fn try_publish_batch<B: AsRef<[u8]>>(
+        &self,
+        kind: Kind,
+        msg_type: u32,
+        msgs: &[B],
+    ) -> Result<u64, PublishError> {
+        let n = msgs.len() as u64;
+        if n == 0 {
+            return Ok(self.claimed());
+        }
+        if n > self.capacity {
+            return Err(PublishError::BatchTooLarge {
+                len: msgs.len(),
+                capacity: self.capacity,
+            });
+        }
+        if let Some(m) = msgs.iter().find(|m| m.as_ref().len() > self.payload) {
+            return Err(PublishError::TooLarge {
+                len: m.as_ref().len(),
+                payload: self.payload,
+            });
+        }
+        let cb = self.region.control();
+        let first = match prefix::try_claim(&*self.claim, &cb.k2h_tail, self.capacity, n) {
+            Ok(i) => i,
+            Err(ClaimError::Full) => return Err(PublishError::Full),
+            Err(ClaimError::Closed) => return Err(PublishError::Closed),
+        };
+        let now = crate::clock::now_ns();
+        let fl = if kind == Kind::Call { flags::CALL } else { 0 };
+        for (k, m) in msgs.iter().enumerate() {
+            let idx = first + k as u64;
+            let m = m.as_ref();
+            self.cell(idx).word.store(word(idx, kind, ST_IDLE), Release);
+            let slot = self.region.slot(RingId::Request, idx);
+            // SAFETY: we claimed `idx` and have not published it, so we own the slot;
+            // m.len() <= payload was checked above.
+            unsafe {
+                slot.write_meta(&SlotMeta {
+                    correlation_id: idx,
+                    enqueue_ns: now,
+                    msg_type,
+                    len: m.len() as u32,
+                    flags: fl,
+                    status: 0,
+                });
+                core::ptr::copy_nonoverlapping(m.as_ptr(), slot.payload_ptr(), m.len());
+            }
+            // The sequence is the last thing written, with release (DESIGN §2, step P3).
+            slot.sequence().store(idx + 1, Release);
+        }
+        prefix::advance_prefix(&cb.h2k_head, first + n, self.capacity, |i| {
+            self.region.slot(RingId::Request, i).sequence()
+        });
+        Ok(first)
+    }
+
+    /// Releases the reply slot of `index` (its reply was consumed or discarded).
+    #[inline]
+    pub(crate) fn free(&self, index: u64) {
+        self.cell(index).freed.store(index + 1, Release);
+        let cb = self.region.control();
+        prefix::advance_prefix(&cb.k2h_tail, index + 1, self.capacity, |i| {
+            &self.cell(i).freed
+        });
+    }
+
+    /// Writes a host command into the control block.
+    pub fn command(&self, cmd: u32) {
+        self.region.control().command.store(cmd, Release);
+    }
+
+    /// The kernel's state and error code, as written in the control block.
+    pub fn kernel_state(&self) -> (u32, u32) {
+        let cb = self.region.control();
+        let s = cb.state.load(Acquire);
+        (s, cb.error_code.load(Acquire))
+    }
+
+    /// Writes the host heartbeat.
+    pub fn heartbeat(&self) {
+        self.region
+            .control()
+            .host_heartbeat
+            .store(crate::clock::now_ns(), Release);
+    }
+
+    /// Closes the request ring to new claims and returns how many were ever accepted.
+    pub fn close(&self) -> u64 {
+        prefix::close(&*self.claim)
+    }
+
+    /// Whether the request ring is closed.
+    pub fn is_closed(&self) -> bool {
+        self.claim.load(Acquire) & prefix::CLOSED != 0
+    }
+
+    /// Whether every claimed request has been published (no producer is mid-write).
+    pub fn all_published(&self) -> bool {
+        self.region.control().h2k_head.load(Acquire) >= self.claimed()
+    }
+
+    /// Begins shutdown: closes the ring; once every claimed request is published the
+    /// caller writes [`command::TERMINATE`] with [`Channel::terminate_when_published`].
+    pub fn terminate_when_published(&self) -> bool {
+        if self.all_published() {
+            self.command(command::TERMINATE);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// If the kernel reached a final state, records it, closes the ring and wakes every
+    /// async waiter so it can observe the end. Returns the error to report for requests
+    /// that will never be answered.
+    pub fn check_stopped(&self) -> Option<Error> {
+        let s = self.stopped.load(Acquire);
+        if s != 0 {
+            return Some(self.stopped_error(s, self.stopped_code.load(Acquire)));
+        }
+        let (st, code) = self.kernel_state();
+        if !state::is_final(st) {
+            return None;
+        }
+        self.stopped_code.store(code, Release);
+        self.stopped.store(st, Release);
+        self.close();
+        tracing::debug!(kernel = %self.name, state = st, code, "kernel stopped");
+        self.wake_all();
+        Some(self.stopped_error(st, code))
+    }
+
+    fn stopped_error(&self, st: u32, code: u32) -> Error {
+        if st == state::FAULTED {
+            Error::KernelFaulted {
+                kernel: self.name.clone(),
+                code,
+                name: gyre_abi::error::name(code),
+            }
+        } else {
+            Error::KernelTerminated {
+                kernel: self.name.clone(),
+                code,
+            }
+        }
+    }
+
+    /// The error for a request refused because the ring is closed.
+    pub fn closed_error(&self) -> Error {
+        self.check_stopped().unwrap_or_else(|| Error::Closed {
+            kernel: self.name.clone(),
+        })
+    }
+
+    /// Registers interest in the completion driver and wakes it.
+    pub(crate) fn add_interest(&self) {
+        self.interest.fetch_add(1, Release);
+        if let Some(t) = self.driver.get() {
+            t.unpark();
+        }
+    }
+
+    pub(crate) fn remove_interest(&self, n: usize) {
+        if n > 0 {
+            self.interest.fetch_sub(n, Release);
+        }
+    }
+
+    fn wake_all(&self) {
+        self.space_waiters.wake_all(self);
+        self.recv_waiters.wake_all(self);
+        self.state_waiters.wake_all(self);
+        for c in self.cells.iter() {
+            if let Some(w) = c.waker.lock().take() {
+                w.wake();
+            }
+        }
+    }
+
+    /// Bytes of header plus payload of one slot.
+    pub fn slot_size(&self) -> usize {
+        self.payload + SLOT_HEADER_SIZE
+    }
+}

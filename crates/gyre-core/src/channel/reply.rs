@@ -1,0 +1,420 @@
+//! Taking replies: probing a reply slot, consuming it, waiting for it (blocking or
+//! async), receiving `send` replies in order, and abandoning a call whose caller left.
+
+use core::sync::atomic::Ordering::{AcqRel, Acquire};
+use core::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::idle::IdleStrategy;
+use crate::region::RingId;
+use crate::ring::slot::SlotMeta;
+
+use super::{word, Channel, Kind, SEND_BIT, ST_ABANDONED, ST_DONE, ST_IDLE, ST_MASK, ST_WAITING};
+
+/// What a reply slot holds for an index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Probe {
+    /// The reply for the index is published.
+    Ready,
+    /// Not yet.
+    Pending,
+    /// The slot holds a later index: this index was consumed already.
+    Gone,
+}
+
+/// A published reply, borrowed from its slot while the consumer owns it.
+#[derive(Debug)]
+pub struct ReplyView<'a> {
+    /// Header fields of the reply.
+    pub meta: SlotMeta,
+    /// The reply payload (`meta.len` bytes).
+    pub payload: &'a [u8],
+}
+
+/// Outcome of a waiter's slow-path check.
+enum Slow {
+    Wait,
+    Take,
+    Fail(Error),
+}
+
+/// How often (in polls) a blocking waiter checks the slow-path conditions.
+const SLOW_CHECK_EVERY: u32 = 256;
+
+impl Channel {
+    /// Where the reply of `index` stands.
+    #[inline(always)]
+    pub fn probe(&self, index: u64) -> Probe {
+        let s = self
+            .region
+            .slot(RingId::Reply, index)
+            .sequence()
+            .load(Acquire);
+        if s == index + 1 {
+            Probe::Ready
+        } else if s > index + 1 {
+            Probe::Gone
+        } else {
+            Probe::Pending
+        }
+    }
+
+    /// Consumes the published reply of `index`, which the caller owns, passes it to `f`,
+    /// and releases the slot. A reply failing the protocol checks is counted and
+    /// reported instead.
+    #[inline]
+    pub(crate) fn take<R>(
+        &self,
+        index: u64,
+        f: impl FnOnce(ReplyView<'_>) -> Result<R>,
+    ) -> Result<R> {
+        let slot = self.region.slot(RingId::Reply, index);
+        // SAFETY: probe(index) was Ready and the caller owns `index` (its own call, or won
+        // through the recv cursor / abandon CAS), so nobody writes the slot until `free`.
+        let meta = unsafe { slot.read_meta() };
+        let out = if meta.len as usize > self.payload {
+            Err(self.protocol_error(
+                index,
+                "reply length",
+                self.payload as u64,
+                u64::from(meta.len),
+            ))
+        } else if meta.correlation_id != index {
+            Err(self.protocol_error(index, "reply correlation id", index, meta.correlation_id))
+        } else {
+            // SAFETY: as above; len <= payload checked.
+            let payload = unsafe { slot.payload(meta.len as usize) };
+            f(ReplyView { meta, payload })
+        };
+        self.free(index);
+        out
+    }
+
+    fn protocol_error(&self, index: u64, what: &'static str, expected: u64, found: u64) -> Error {
+        self.protocol_errors.fetch_add(1, AcqRel);
+        tracing::warn!(kernel = %self.name, index, what, expected, found, "reply protocol error");
+        Error::Protocol {
+            ring: "reply",
+            index,
+            what,
+            expected,
+            found,
+        }
+    }
+
+    /// The slow-path conditions of a waiter on `index` (owned by the caller): a reply slot
+    /// that is corrupt under the published head, or a kernel that stopped. On `Fail` the
+    /// index has been released.
+    fn slow_check(&self, index: u64) -> Slow {
+        let head = self.region.control().k2h_head.load(Acquire);
+        if head > index {
+            // The kernel published it: the slot must say so by now.
+            if self.probe(index) == Probe::Ready {
+                return Slow::Take;
+            }
+            let seq = self
+                .region
+                .slot(RingId::Reply, index)
+                .sequence()
+                .load(Acquire);
+            let e = self.protocol_error(index, "reply sequence", index + 1, seq);
+            self.free(index);
+            return Slow::Fail(e);
+        }
+        let Some(err) = self.check_stopped() else {
+            return Slow::Wait;
+        };
+        // The kernel publishes its last replies before its final state: look once more.
+        if self.probe(index) == Probe::Ready {
+            return Slow::Take;
+        }
+        self.free(index);
+        Slow::Fail(err)
+    }
+
+    /// Waits on the calling thread for the reply of `index` (owned by the caller), for at
+    /// most `timeout` (`None`: until the reply or the kernel's end).
+    ///
+    /// On timeout the call is abandoned: its reply is discarded when it arrives.
+    pub fn wait_blocking<R>(
+        &self,
+        index: u64,
+        idle: &IdleStrategy,
+        timeout: Option<Duration>,
+        f: impl FnOnce(ReplyView<'_>) -> Result<R>,
+    ) -> Result<R> {
+        let mut idler = idle.idler();
+        let mut polls: u32 = 0;
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            if self.probe(index) == Probe::Ready {
+                return self.take(index, f);
+            }
+            polls = polls.wrapping_add(1);
+            if polls % SLOW_CHECK_EVERY == 0 {
+                match self.slow_check(index) {
+                    Slow::Wait => {}
+                    Slow::Take => return self.take(index, f),
+                    Slow::Fail(e) => return Err(e),
+                }
+                if let (Some(d), Some(t)) = (deadline, timeout) {
+                    if Instant::now() >= d {
+                        self.abandon(index, false);
+                        return Err(Error::Timeout {
+                            op: "call",
+                            after: t,
+                        });
+                    }
+                }
+            }
+            idler.idle(false);
+        }
+    }
+
+    /// Polls for the reply of `index` (owned by the caller) from an async task.
+    ///
+    /// `registered` must start `false` and be kept by the future: it records whether the
+    /// future holds a registration with the completion driver, which [`Channel::abandon`]
+    /// and completion hand back. On the first poll (`spin` non-zero) the task spins up
+    /// to `spin` for the reply before registering its waker.
+    pub fn poll_reply<R>(
+        &self,
+        index: u64,
+        cx: &mut Context<'_>,
+        registered: &mut bool,
+        spin: Duration,
+        f: impl FnOnce(ReplyView<'_>) -> Result<R>,
+    ) -> Poll<Result<R>> {
+        if self.probe(index) == Probe::Ready || self.spin_for(index, spin) {
+            self.unregister(index, registered);
+            return Poll::Ready(self.take(index, f));
+        }
+        match self.slow_check(index) {
+            Slow::Wait => {}
+            Slow::Take => {
+                self.unregister(index, registered);
+                return Poll::Ready(self.take(index, f));
+            }
+            Slow::Fail(e) => {
+                self.unregister(index, registered);
+                return Poll::Ready(Err(e));
+            }
+        }
+        let cell = self.cell(index);
+        {
+            let mut w = cell.waker.lock();
+            match w.as_ref() {
+                Some(old) if old.will_wake(cx.waker()) => {}
+                _ => *w = Some(cx.waker().clone()),
+            }
+        }
+        let _ = cell.word.compare_exchange(
+            word(index, Kind::Call, ST_IDLE),
+            word(index, Kind::Call, ST_WAITING),
+            AcqRel,
+            Acquire,
+        );
+        if !*registered {
+            *registered = true;
+            self.add_interest();
+        }
+        // Re-check after registering: the driver may have looked before we registered.
+        if self.probe(index) == Probe::Ready {
+            self.unregister(index, registered);
+            return Poll::Ready(self.take(index, f));
+        }
+        Poll::Pending
+    }
+
+    fn spin_for(&self, index: u64, spin: Duration) -> bool {
+        if spin.is_zero() {
+            return false;
+        }
+        let start = Instant::now();
+        loop {
+            for _ in 0..64 {
+                if self.probe(index) == Probe::Ready {
+                    return true;
+                }
+                core::hint::spin_loop();
+            }
+            if start.elapsed() >= spin {
+                return false;
+            }
+        }
+    }
+
+    fn unregister(&self, index: u64, registered: &mut bool) {
+        if *registered {
+            *registered = false;
+            self.cell(index).waker.lock().take();
+            self.remove_interest(1);
+        }
+    }
+
+    /// Gives up waiting for the reply of `index` (a dropped future, a timed-out call).
+    ///
+    /// The index stays accepted: the kernel still answers it, and the reply is discarded
+    /// and its slot released by whoever sees it first (this call, or the completion
+    /// driver). `registered` is the waiter's registration state (see
+    /// [`Channel::poll_reply`]).
+    pub fn abandon(&self, index: u64, registered: bool) {
+        let cell = self.cell(index);
+        let to = word(index, Kind::Call, ST_ABANDONED);
+        for from in [ST_IDLE, ST_WAITING] {
+            if cell
+                .word
+                .compare_exchange(word(index, Kind::Call, from), to, AcqRel, Acquire)
+                .is_ok()
+            {
+                break;
+            }
+        }
+        cell.waker.lock().take();
+        // The abandoned cell now holds one unit of driver interest until finalised.
+        if !registered {
+            self.add_interest();
+        }
+        self.try_finalize(index);
+    }
+
+    /// Discards the reply of abandoned `index` if it has arrived (or never will).
+    pub(crate) fn try_finalize(&self, index: u64) -> bool {
+        let ready = match self.probe(index) {
+            Probe::Ready => true,
+            Probe::Gone => return false,
+            Probe::Pending => {
+                if self.check_stopped().is_none() {
+                    return false;
+                }
+                self.probe(index) == Probe::Ready
+            }
+        };
+        let cell = self.cell(index);
+        if cell
+            .word
+            .compare_exchange(
+                word(index, Kind::Call, ST_ABANDONED),
+                word(index, Kind::Call, ST_DONE),
+                AcqRel,
+                Acquire,
+            )
+            .is_err()
+        {
+            return false;
+        }
+        if ready {
+            // Validate and discard; a protocol error is counted by `take`.
+            let _ = self.take(index, |_| Ok(()));
+        } else {
+            self.free(index);
+        }
+        self.remove_interest(1);
+        true
+    }
+
+    /// Takes the next `send` reply if one is ready, in request order.
+    ///
+    /// `Ok(None)`: nothing ready now. An error is returned for a `send` request the
+    /// kernel will never answer (it stopped), and once the kernel stopped and nothing is
+    /// outstanding.
+    pub fn try_recv<R>(&self, f: impl FnOnce(ReplyView<'_>) -> Result<R>) -> Result<Option<R>> {
+        let tail_of = || self.region.control().k2h_tail.load(Acquire);
+        loop {
+            let r = self.recv_cursor.load(Acquire);
+            // Every index below the released prefix was consumed; sends only by recv.
+            let tail = tail_of();
+            if r < tail {
+                let _ = self.recv_cursor.compare_exchange(r, tail, AcqRel, Acquire);
+                continue;
+            }
+            if r >= self.claimed() {
+                return match self.check_stopped() {
+                    Some(e) if r >= self.claimed() => Err(e),
+                    _ => Ok(None),
+                };
+            }
+            let advance = |to: u64| {
+                self.recv_cursor
+                    .compare_exchange(r, to, AcqRel, Acquire)
+                    .is_ok()
+            };
+            match self.probe(r) {
+                Probe::Gone => {
+                    advance(r + 1);
+                }
+                Probe::Ready => {
+                    let w = self.cell(r).word.load(Acquire);
+                    if w >> 3 == r && w & SEND_BIT != 0 {
+                        if advance(r + 1) {
+                            return self.take(r, f).map(Some);
+                        }
+                    } else {
+                        advance(r + 1);
+                    }
+                }
+                Probe::Pending => {
+                    let Some(err) = self.check_stopped() else {
+                        return Ok(None);
+                    };
+                    if self.probe(r) != Probe::Pending {
+                        continue;
+                    }
+                    // Never answered. A send gets its error here; a call's owner gets its own.
+                    let w = self.cell(r).word.load(Acquire);
+                    let is_send = w >> 3 == r && w & SEND_BIT != 0;
+                    if advance(r + 1) && is_send {
+                        self.free(r);
+                        return Err(err);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether `recv` can never return another reply: the kernel stopped and every
+    /// accepted request is accounted for.
+    pub fn recv_exhausted(&self) -> bool {
+        if self.check_stopped().is_none() {
+            return false;
+        }
+        let tail = self.region.control().k2h_tail.load(Acquire);
+        self.recv_cursor.load(Acquire).max(tail) >= self.claimed()
+    }
+
+    /// Async form of [`Channel::try_recv`]: registers `cx` with the driver when nothing is
+    /// ready. `id` identifies the waiting future (see [`super::WakerSet`]).
+    pub fn poll_recv<R>(
+        &self,
+        cx: &mut Context<'_>,
+        id: u64,
+        mut f: impl FnMut(ReplyView<'_>) -> Result<R>,
+    ) -> Poll<Result<R>> {
+        match self.try_recv(&mut f) {
+            Ok(Some(r)) => return Poll::Ready(Ok(r)),
+            Err(e) => return Poll::Ready(Err(e)),
+            Ok(None) => {}
+        }
+        self.recv_waiters.register(self, id, cx.waker());
+        match self.try_recv(&mut f) {
+            Ok(Some(r)) => Poll::Ready(Ok(r)),
+            Err(e) => Poll::Ready(Err(e)),
+            Ok(None) => Poll::Pending,
+        }
+    }
+
+    /// Whether the state word of `index` says it is owned by an abandoned call or is
+    /// waiting, for the driver. Returns `(owned_by_index, state)`.
+    pub(crate) fn cell_state(&self, index: u64) -> (bool, u64) {
+        let w = self.cell(index).word.load(Acquire);
+        (w >> 3 == index, w & ST_MASK)
+    }
+
+    /// Wakes the async waiter of `index`, if any.
+    pub(crate) fn wake_index(&self, index: u64) {
+        if let Some(w) = self.cell(index).waker.lock().take() {
+            w.wake();
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! The error type of gyre's host side.
+
+use std::time::Duration;
+
+/// Everything that can fail on the host side of a ring kernel.
+///
+/// Each variant names the operation or value that failed, so a caller can act on it.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Error {
+    /// The ring capacity is not a power of two in the legal range.
+    #[error("invalid ring capacity {capacity}: must be a power of two in {min}..={max}")]
+    InvalidCapacity {
+        /// The value given.
+        capacity: u32,
+        /// Smallest legal value.
+        min: u32,
+        /// Largest legal value.
+        max: u32,
+    },
+    /// The slot size is not a multiple of 128 in the legal range.
+    #[error("invalid slot size {slot_size} bytes: must be a multiple of {align} in {min}..={max}")]
+    InvalidSlotSize {
+        /// The value given.
+        slot_size: u32,
+        /// Required multiple.
+        align: usize,
+        /// Smallest legal value.
+        min: usize,
+        /// Largest legal value.
+        max: usize,
+    },
+    /// The batch size is 0 or larger than the capacity.
+    #[error("invalid batch size {batch}: must be in 1..={capacity} (the ring capacity)")]
+    InvalidBatchSize {
+        /// The value given.
+        batch: u32,
+        /// The ring capacity.
+        capacity: u32,
+    },
+    /// A configuration value is out of range.
+    #[error("invalid {name} {value}: {reason}")]
+    InvalidArgument {
+        /// Which setting.
+        name: &'static str,
+        /// The value given, formatted.
+        value: String,
+        /// What a legal value looks like.
+        reason: &'static str,
+    },
+    /// A message does not fit the slot payload; nothing was written.
+    #[error("message of {len} bytes exceeds the slot payload of {payload} bytes")]
+    MessageTooLarge {
+        /// Size of the message.
+        len: usize,
+        /// Payload capacity of a slot (`slot_size - 64`).
+        payload: usize,
+    },
+    /// A message type of a typed kernel does not fit the slot payload.
+    #[error("{role} type {type_name} is {size} bytes, more than the slot payload of {payload} bytes (raise slot_size)")]
+    TypeTooLarge {
+        /// `request` or `reply`.
+        role: &'static str,
+        /// `core::any::type_name` of the type.
+        type_name: &'static str,
+        /// Its size.
+        size: usize,
+        /// Payload capacity of a slot.
+        payload: usize,
+    },
+    /// The kernel stopped because of an error; requests it did not answer fail with this.
+    #[error("kernel '{kernel}' faulted: {name} (code {code})")]
+    KernelFaulted {
+        /// Kernel name.
+        kernel: String,
+        /// Error code from the control block.
+        code: u32,
+        /// `gyre_abi::error::name(code)`.
+        name: &'static str,
+    },
+    /// The kernel has terminated; no more requests are accepted or answered.
+    #[error("kernel '{kernel}' has terminated{}", if *.code != 0 { format!(" ({})", gyre_abi::error::name(*.code)) } else { String::new() })]
+    KernelTerminated {
+        /// Kernel name.
+        kernel: String,
+        /// Error code (0 for a commanded shutdown).
+        code: u32,
+    },
+    /// The handler answered with an error status.
+    #[error("handler of kernel '{kernel}' failed: {name} (status {status})")]
+    Handler {
+        /// Kernel name.
+        kernel: String,
+        /// Reply status.
+        status: u32,
+        /// `gyre_abi::error::name(status)`.
+        name: &'static str,
+    },
+    /// A slot failed the protocol checks (sequence, length, correlation).
+    #[error("protocol error on {ring} ring at index {index}: {what} (expected {expected}, found {found})")]
+    Protocol {
+        /// `request` or `reply`.
+        ring: &'static str,
+        /// The ring index.
+        index: u64,
+        /// What was wrong.
+        what: &'static str,
+        /// The expected value.
+        expected: u64,
+        /// The value found.
+        found: u64,
+    },
+    /// A reply's length does not match the reply type.
+    #[error("reply of {actual} bytes where {expected} were expected")]
+    ReplySize {
+        /// `size_of` the reply type.
+        expected: usize,
+        /// Payload length of the reply slot.
+        actual: usize,
+    },
+    /// Memory for the shared region could not be allocated.
+    #[error("allocation of {size} bytes aligned to {align} failed")]
+    Alloc {
+        /// Bytes requested.
+        size: usize,
+        /// Alignment requested.
+        align: usize,
+    },
+    /// A backend could not launch the kernel.
+    #[error("{backend} backend could not launch kernel '{kernel}': {reason}")]
+    Launch {
+        /// Backend name.
+        backend: &'static str,
+        /// Kernel name.
+        kernel: String,
+        /// Why.
+        reason: String,
+    },
+    /// The requested backend is not available on this machine.
+    #[error("{backend} backend unavailable: {reason}")]
+    BackendUnavailable {
+        /// Backend name.
+        backend: &'static str,
+        /// What is missing.
+        reason: String,
+    },
+    /// An operation did not complete in time.
+    #[error("{op} timed out after {after:?}")]
+    Timeout {
+        /// The operation.
+        op: &'static str,
+        /// The limit that was reached.
+        after: Duration,
+    },
+    /// No consistent telemetry snapshot could be read (the writer stopped mid-write or
+    /// writes faster than the reader can follow).
+    #[error("no consistent telemetry snapshot after {attempts} attempts")]
+    TornTelemetry {
+        /// Reads tried.
+        attempts: u32,
+    },
+    /// The kernel accepts no more requests (shutdown started).
+    #[error("kernel '{kernel}' is closed to new requests")]
+    Closed {
+        /// Kernel name.
+        kernel: String,
+    },
+}
+
+/// Result alias for [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why `try_send` did not accept a message. The message is handed back unharmed.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum TrySendError<T> {
+    /// The ring has no free slot (back-pressure): retry later.
+    #[error("ring full")]
+    Full(T),
+    /// The kernel accepts no more requests.
+    #[error("ring closed")]
+    Closed(T),
+}
+
+impl<T> TrySendError<T> {
+    /// The message that was not sent.
+    pub fn into_inner(self) -> T {
+        match self {
+            TrySendError::Full(t) | TrySendError::Closed(t) => t,
+        }
+    }
+}

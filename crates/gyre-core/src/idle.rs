@@ -1,0 +1,132 @@
+//! Idle strategies, as in Aeron: what a polling loop does when it found no work.
+
+use std::time::Duration;
+
+/// What a polling thread (a CPU kernel, a blocking waiter, the completion driver) does
+/// between polls that found nothing.
+///
+/// # Examples
+///
+/// ```
+/// use gyre_core::IdleStrategy;
+/// use std::time::Duration;
+/// let s = IdleStrategy::Backoff { spins: 1000, yields: 50, max_park: Duration::from_micros(100) };
+/// assert!(s.validate().is_ok());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdleStrategy {
+    /// Spin with a pause hint: lowest latency, one core fully used.
+    BusySpin,
+    /// Spin `spins` times, then yield `yields` times, then park for up to `max_park`
+    /// (doubling from 1 µs), restarting from spinning as soon as work is found.
+    Backoff {
+        /// Polls with a spin hint before yielding.
+        spins: u32,
+        /// Polls with `yield_now` before parking.
+        yields: u32,
+        /// Longest single park. Bounds the added latency when idle.
+        max_park: Duration,
+    },
+    /// Sleep a fixed duration after every empty poll.
+    Sleep(Duration),
+}
+
+impl Default for IdleStrategy {
+    /// `Backoff { spins: 2000, yields: 64, max_park: 100 µs }`.
+    fn default() -> Self {
+        IdleStrategy::Backoff {
+            spins: 2000,
+            yields: 64,
+            max_park: Duration::from_micros(100),
+        }
+    }
+}
+
+impl IdleStrategy {
+    /// Longest park or sleep accepted (1 s): a kernel must keep answering commands.
+    pub const MAX_PARK: Duration = Duration::from_secs(1);
+
+    /// Rejects a zero or over-long park / sleep.
+    pub fn validate(&self) -> crate::Result<()> {
+        let d = match self {
+            IdleStrategy::BusySpin => return Ok(()),
+            IdleStrategy::Backoff { max_park, .. } => *max_park,
+            IdleStrategy::Sleep(d) => *d,
+        };
+        if d.is_zero() || d > Self::MAX_PARK {
+            return Err(crate::Error::InvalidArgument {
+                name: "idle park/sleep duration",
+                value: format!("{d:?}"),
+                reason: "must be in 1ns..=1s",
+            });
+        }
+        Ok(())
+    }
+
+    /// A fresh idler for one polling loop.
+    pub fn idler(&self) -> Idler {
+        Idler {
+            strategy: *self,
+            step: 0,
+            park: Duration::from_micros(1),
+        }
+    }
+}
+
+/// The state of one polling loop's idle strategy.
+#[derive(Debug, Clone)]
+pub struct Idler {
+    strategy: IdleStrategy,
+    step: u32,
+    park: Duration,
+}
+
+impl Idler {
+    /// Call after every poll; `worked` says whether the poll found work.
+    #[inline]
+    pub fn idle(&mut self, worked: bool) {
+        if worked {
+            self.reset();
+            return;
+        }
+        match self.strategy {
+            IdleStrategy::BusySpin => core::hint::spin_loop(),
+            IdleStrategy::Sleep(d) => std::thread::sleep(d),
+            IdleStrategy::Backoff {
+                spins,
+                yields,
+                max_park,
+            } => {
+                if self.step < spins {
+                    self.step += 1;
+                    core::hint::spin_loop();
+                } else if self.step < spins.saturating_add(yields) {
+                    self.step += 1;
+                    std::thread::yield_now();
+                } else {
+                    std::thread::park_timeout(self.park);
+                    self.park = (self.park * 2).min(max_park);
+                }
+            }
+        }
+    }
+
+    /// Back to the first (spinning) phase.
+    #[inline]
+    pub fn reset(&mut self) {
+        self.step = 0;
+        self.park = Duration::from_micros(1);
+    }
+
+    /// Whether the loop has reached the parking phase (the completion driver uses it to
+    /// decide that a spin budget is spent).
+    pub fn is_parking(&self) -> bool {
+        match self.strategy {
+            IdleStrategy::Backoff { spins, yields, .. } => {
+                self.step >= spins.saturating_add(yields)
+            }
+            IdleStrategy::Sleep(_) => true,
+            IdleStrategy::BusySpin => false,
+        }
+    }
+}

@@ -1,0 +1,35 @@
+//! gyre's host side: the ring protocol, shared regions, the completion driver, telemetry
+//! readers, the built-in kernels' definitions and the [`Backend`] trait.
+//!
+//! Most users want the `gyre` facade crate; this crate is what backends are built on.
+//!
+//! # Map
+//!
+//! * [`ring`] — index algorithms (claim, publish the written prefix), geometry, raw slots.
+//! * [`region`] — the shared region: control block, telemetry line, both rings.
+//! * [`channel`] — the host side of one kernel: producers, reply delivery, the driver.
+//! * [`telemetry`] — the seqlock writer and consistent reader.
+//! * [`kernels`] — built-in kernels: layouts, CPU handlers, reference results.
+//! * [`backend`] — what a backend implements.
+
+#![warn(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod backend;
+pub mod channel;
+pub mod clock;
+mod error;
+pub mod handler;
+pub mod idle;
+pub mod kernels;
+pub mod region;
+pub mod ring;
+pub mod sync;
+pub mod telemetry;
+
+pub use backend::{Backend, KernelInstance, LaunchSpec};
+pub use channel::{Channel, Kind, PublishError};
+pub use error::{Error, Result, TrySendError};
+pub use handler::Handler;
+pub use idle::{IdleStrategy, Idler};
+pub use region::SharedRegion;

@@ -1,0 +1,119 @@
+//! The index algorithms of the multi-producer request ring: claim, and publication of the
+//! contiguous written prefix.
+//!
+//! # Algorithm
+//!
+//! This is the multi-producer sequencer of the LMAX Disruptor, adapted so that the device
+//! side still sees a single, gap-free published head:
+//!
+//! 1. **Claim.** A producer reserves `n` consecutive indices with one compare-and-swap on
+//!    a host-side claim counter, after checking that `claim + n - tail <= capacity`
+//!    ([`try_claim`]). The top bit of the claim word is the *closed* flag: once set, no
+//!    claim succeeds, so shutdown knows exactly which indices were accepted.
+//! 2. **Write.** The producer fills its slots, then stores each slot's marker (the slot
+//!    header's `sequence = index + 1`) with release ordering, last.
+//! 3. **Publish.** [`advance_prefix`] moves the published head forward over every index
+//!    whose marker is set, starting from the current head. Producers finish out of order,
+//!    so whoever completes the oldest missing index publishes everything written after
+//!    it too. A SeqCst fence between the marker stores and the scan (the Dekker pattern)
+//!    guarantees that of two producers finishing concurrently at least one sees the
+//!    other's marker, so no written index is left unpublished.
+//!
+//! The same [`advance_prefix`] releases reply slots that host consumers finish out of
+//! order: the marker is a per-index "freed" word and the head is `k2h_tail`.
+//!
+//! Indices are free-running `u64`s; a marker for index `i` holds `i + 1`, a value that
+//! is unique per lap, so a stale marker from an earlier lap never matches.
+
+use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, SeqCst};
+
+use crate::sync::IndexAtomic;
+
+/// Top bit of the claim word: the ring accepts no more claims.
+pub const CLOSED: u64 = 1 << 63;
+
+/// Why [`try_claim`] reserved nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimError {
+    /// Fewer than `n` slots are free.
+    Full,
+    /// The ring was closed.
+    Closed,
+}
+
+/// Reserves `n` consecutive indices and returns the first.
+///
+/// `tail` is the index below which slots may be reused. Succeeds only while
+/// `claim + n - tail <= capacity`; `n` must be in `1..=capacity`.
+#[inline]
+pub fn try_claim<A: IndexAtomic>(
+    claim: &A,
+    tail: &A,
+    capacity: u64,
+    n: u64,
+) -> Result<u64, ClaimError> {
+    debug_assert!(n >= 1 && n <= capacity);
+    let mut cur = claim.load(Relaxed);
+    loop {
+        if cur & CLOSED != 0 {
+            return Err(ClaimError::Closed);
+        }
+        // Acquire: the consumer's reads of the slots we are about to overwrite happen
+        // before its release of `tail`.
+        let t = tail.load(Acquire);
+        // A corrupt tail beyond the claim wraps to a huge value and reads as Full.
+        if cur.wrapping_add(n).wrapping_sub(t) > capacity {
+            return Err(ClaimError::Full);
+        }
+        match claim.compare_exchange(cur, cur + n, Relaxed, Relaxed) {
+            Ok(_) => return Ok(cur),
+            Err(actual) => cur = actual,
+        }
+    }
+}
+
+/// Closes the claim word and returns the number of indices ever claimed.
+pub fn close<A: IndexAtomic>(claim: &A) -> u64 {
+    claim.fetch_or(CLOSED, AcqRel) & !CLOSED
+}
+
+/// Number of indices claimed so far (the claim word without the closed bit).
+pub fn claimed<A: IndexAtomic>(claim: &A) -> u64 {
+    claim.load(Acquire) & !CLOSED
+}
+
+/// Advances `head` over the contiguous prefix of indices whose marker equals `index + 1`.
+///
+/// Call after storing (with release) the markers of every index below `until` that this
+/// thread owns. Returns once `head >= until`, or once the prefix stops at an index some
+/// other thread has not finished — that thread will then publish ours. `limit` bounds
+/// one scan (the ring capacity): a corrupt marker can never make it run away.
+#[inline]
+pub fn advance_prefix<'a, A, F>(head: &A, until: u64, limit: u64, marker: F)
+where
+    A: IndexAtomic + 'a,
+    F: Fn(u64) -> &'a A,
+{
+    // Dekker: our marker stores are ordered before the loads below for every thread
+    // doing the same, so two finishing producers never both miss each other.
+    A::fence(SeqCst);
+    let mut h = head.load(Acquire);
+    loop {
+        if h >= until {
+            return;
+        }
+        let mut n = h;
+        while n - h < limit && marker(n).load(Acquire) == n + 1 {
+            n += 1;
+        }
+        if n == h {
+            return;
+        }
+        // Release: everything the markers covered (slot contents, via the acquire loads
+        // above) happens before a consumer's acquire load of the head.
+        match head.compare_exchange(h, n, AcqRel, Acquire) {
+            Ok(_) => h = n,
+            Err(actual) => h = actual,
+        }
+    }
+}

@@ -1,0 +1,323 @@
+//! The device loop, run on a host thread. Steps are named as in `docs/protocol.md`.
+
+use core::sync::atomic::Ordering::{Acquire, Release};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Instant;
+
+use gyre_abi::{command, error, state, ControlBlock};
+use gyre_core::region::RingId;
+use gyre_core::ring::slot::SlotMeta;
+use gyre_core::telemetry::TelemetryWriter;
+use gyre_core::{Handler, IdleStrategy, SharedRegion};
+
+/// Loop iterations between slow-path checks (command, host heartbeat, telemetry
+/// heartbeat, protocol errors under the head).
+const SLOW_EVERY: u32 = 128;
+
+/// Runs the ring-kernel loop over `region` until it terminates or faults.
+///
+/// Never panics: a handler panic faults the kernel with [`error::HANDLER_PANIC`], and
+/// anything else escaping the loop faults it too.
+pub fn kernel_loop(region: &SharedRegion, handler: &dyn Handler, idle: IdleStrategy) {
+    let cb = region.control();
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        Loop::start(region, handler, idle).map(|mut l| l.run())
+    }));
+    if r.is_err() {
+        fault(cb, error::HANDLER_PANIC);
+    }
+}
+
+fn fault(cb: &ControlBlock, code: u32) {
+    cb.error_code.store(code, Release);
+    cb.state.store(state::FAULTED, Release);
+}
+
+struct Loop<'a> {
+    region: &'a SharedRegion,
+    cb: &'a ControlBlock,
+    handler: &'a dyn Handler,
+    idle: IdleStrategy,
+    cap: u64,
+    batch: u64,
+    payload: usize,
+    /// Next request index to consume (our copy of `h2k_tail`).
+    tail: u64,
+    /// Reply slots released by the host, as last read.
+    k2h_tail: u64,
+    tel: TelemetryWriter,
+    epoch: Instant,
+    host_hb: u64,
+    host_hb_changed: Instant,
+    host_timeout_ms: u64,
+    processed: u64,
+}
+
+enum Flow {
+    Continue,
+    Stop,
+}
+
+impl<'a> Loop<'a> {
+    /// K0: validate the control block and become Active.
+    fn start(
+        region: &'a SharedRegion,
+        handler: &'a dyn Handler,
+        idle: IdleStrategy,
+    ) -> Option<Self> {
+        let cb = region.control();
+        cb.state.store(state::LAUNCHING, Release);
+        if cb.magic.load(Acquire) != gyre_abi::MAGIC {
+            fault(cb, error::BAD_MAGIC);
+            return None;
+        }
+        if cb.abi_version.load(Acquire) != gyre_abi::ABI_VERSION {
+            fault(cb, error::BAD_ABI_VERSION);
+            return None;
+        }
+        let g = region.geometry();
+        let (cap, slot, batch) = (
+            cb.capacity.load(Acquire),
+            cb.slot_size.load(Acquire),
+            cb.batch_size.load(Acquire),
+        );
+        if gyre_abi::check_geometry(cap, slot, batch).is_err()
+            || (cap, slot) != (g.capacity(), g.slot_size())
+        {
+            fault(cb, error::BAD_GEOMETRY);
+            return None;
+        }
+        let now = Instant::now();
+        let l = Self {
+            region,
+            cb,
+            handler,
+            idle,
+            cap: u64::from(cap),
+            batch: u64::from(batch),
+            payload: g.payload(),
+            tail: cb.h2k_tail.load(Acquire),
+            k2h_tail: cb.k2h_tail.load(Acquire),
+            tel: TelemetryWriter::default(),
+            epoch: now,
+            host_hb: cb.host_heartbeat.load(Acquire),
+            host_hb_changed: now,
+            host_timeout_ms: u64::from(cb.host_timeout_ms.load(Acquire)),
+            processed: cb.processed.load(Acquire),
+        };
+        cb.state.store(state::ACTIVE, Release);
+        Some(l)
+    }
+
+    fn run(&mut self) {
+        let mut idler = self.idle.idler();
+        let mut st = state::ACTIVE;
+        let mut iter: u32 = 0;
+        self.publish_telemetry(st);
+        loop {
+            iter = iter.wrapping_add(1);
+            // K1: commands and heartbeats, on the slow path.
+            if iter % SLOW_EVERY == 0 || st != state::ACTIVE {
+                match self.slow_tick(&mut st) {
+                    Flow::Stop => return,
+                    Flow::Continue => {}
+                }
+                if st == state::PAUSED {
+                    idler.idle(false);
+                    continue;
+                }
+            }
+            // K2..K7: take and answer a batch.
+            let n = match self.take_batch(iter % SLOW_EVERY == 0) {
+                Ok(n) => n,
+                Err(()) => return,
+            };
+            if n > 0 {
+                self.tel.acc.busy_polls += 1;
+                self.publish_telemetry(st);
+            } else {
+                self.tel.acc.idle_polls += 1;
+                if st == state::DRAINING && self.cb.h2k_head.load(Acquire) <= self.tail {
+                    // Everything published before Terminate is answered.
+                    self.publish_telemetry(state::TERMINATED);
+                    self.cb.state.store(state::TERMINATED, Release);
+                    return;
+                }
+            }
+            idler.idle(n > 0);
+        }
+    }
+
+    /// K1 + K9: read the command, write the heartbeat, check the host heartbeat.
+    fn slow_tick(&mut self, st: &mut u32) -> Flow {
+        let now = Instant::now();
+        self.cb.kernel_heartbeat.store(
+            now.duration_since(self.epoch).as_nanos() as u64 + 1,
+            Release,
+        );
+        let hb = self.cb.host_heartbeat.load(Acquire);
+        if hb != self.host_hb {
+            self.host_hb = hb;
+            self.host_hb_changed = now;
+        } else if self.host_timeout_ms != 0
+            && now.duration_since(self.host_hb_changed).as_millis() as u64 > self.host_timeout_ms
+        {
+            tracing::warn!(
+                timeout_ms = self.host_timeout_ms,
+                "host heartbeat stale: terminating"
+            );
+            self.cb
+                .error_code
+                .store(error::HOST_HEARTBEAT_STALE, Release);
+            self.publish_telemetry(state::TERMINATED);
+            self.cb.state.store(state::TERMINATED, Release);
+            return Flow::Stop;
+        }
+        let cmd = self.cb.command.load(Acquire);
+        let next = match (cmd, *st) {
+            (command::TERMINATE, _) => state::DRAINING,
+            (command::PAUSE, state::ACTIVE) => state::PAUSED,
+            (command::RUN, state::PAUSED) => state::ACTIVE,
+            (_, s) => s,
+        };
+        if next != *st {
+            *st = next;
+            self.cb.state.store(next, Release);
+            self.publish_telemetry(next);
+        } else {
+            self.publish_telemetry(*st);
+        }
+        Flow::Continue
+    }
+
+    /// K2..K7. Returns how many requests were answered; `Err` after a fault.
+    fn take_batch(&mut self, check_head: bool) -> Result<u64, ()> {
+        let region = self.region;
+        // K2/K3: the contiguous run of published requests, bounded by the batch size and
+        // by the reply slots the host has released.
+        let mut n = 0;
+        while n < self.batch {
+            let idx = self.tail + n;
+            if region.slot(RingId::Request, idx).sequence().load(Acquire) != idx + 1 {
+                break;
+            }
+            if idx - self.k2h_tail >= self.cap {
+                self.k2h_tail = self.cb.k2h_tail.load(Acquire);
+                if idx - self.k2h_tail >= self.cap {
+                    break;
+                }
+            }
+            n += 1;
+        }
+        let mut bad_seq = false;
+        if n == 0 {
+            if !check_head {
+                return Ok(0);
+            }
+            // K4 (slow path): a published head beyond a slot whose sequence is wrong.
+            let head = self.cb.h2k_head.load(Acquire);
+            if head <= self.tail || self.tail - self.k2h_tail >= self.cap {
+                return Ok(0);
+            }
+            n = 1;
+            bad_seq = true;
+        }
+        let t0 = Instant::now();
+        for k in 0..n {
+            let idx = self.tail + k;
+            if let Err(code) = self.answer(idx, bad_seq) {
+                // K6/K7 for what was answered, including the failed request's error reply.
+                self.publish_indices(k + 1);
+                self.publish_telemetry(state::FAULTED);
+                fault(self.cb, code);
+                return Err(());
+            }
+        }
+        let dt = t0.elapsed().as_nanos() as u64;
+        self.tel.acc.handler_ns_total += dt;
+        self.tel.acc.handler_ns_max = self
+            .tel
+            .acc
+            .handler_ns_max
+            .max(dt.min(u64::from(u32::MAX)) as u32);
+        self.publish_indices(n);
+        Ok(n)
+    }
+
+    /// K4..K6 for one request: validate, handle, write and stamp the reply. `Err(code)`
+    /// when the handler panicked (its error reply is written and stamped).
+    fn answer(&mut self, idx: u64, bad_seq: bool) -> Result<(), u32> {
+        let rq = self.region.slot(RingId::Request, idx);
+        let rs = self.region.slot(RingId::Reply, idx);
+        // SAFETY: the request is published (sequence == idx + 1, or we only read it to
+        // report an error) and not yet released: the host does not write it. The reply
+        // slot idx is free (idx - k2h_tail < capacity) and unpublished: we own it.
+        let meta = unsafe { rq.read_meta() };
+        let mut out = SlotMeta {
+            correlation_id: meta.correlation_id,
+            enqueue_ns: meta.enqueue_ns,
+            msg_type: meta.msg_type,
+            len: 0,
+            flags: meta.flags,
+            status: error::NONE,
+        };
+        let mut panicked = false;
+        if bad_seq {
+            out.correlation_id = idx;
+            out.status = error::BAD_SEQUENCE;
+        } else if meta.len as usize > self.payload {
+            out.status = error::BAD_LENGTH;
+        } else {
+            // SAFETY: see above; len <= payload checked.
+            let (req, reply) = unsafe { (rq.payload(meta.len as usize), rs.payload_mut()) };
+            // K5: the handler.
+            match catch_unwind(AssertUnwindSafe(|| {
+                self.handler.handle(meta.msg_type, req, reply)
+            })) {
+                Ok(Ok(len)) if len <= self.payload => out.len = len as u32,
+                Ok(Ok(_)) => out.status = error::BAD_LENGTH,
+                Ok(Err(code)) => {
+                    out.status = if code == 0 {
+                        error::HANDLER_REJECTED
+                    } else {
+                        code
+                    }
+                }
+                Err(_) => {
+                    out.status = error::HANDLER_PANIC;
+                    panicked = true;
+                }
+            }
+        }
+        if out.status != error::NONE {
+            self.tel.acc.errors += 1;
+        }
+        // SAFETY: we own the unpublished reply slot (see above).
+        unsafe { rs.write_meta(&out) };
+        // K6: the reply's sequence last, with release.
+        rs.sequence().store(idx + 1, Release);
+        if panicked {
+            Err(error::HANDLER_PANIC)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// K7: release `n` requests and publish `n` replies (one store per index per batch).
+    fn publish_indices(&mut self, n: u64) {
+        self.tail += n;
+        self.processed += n;
+        self.tel.acc.messages_in += n;
+        self.tel.acc.messages_out += n;
+        self.cb.h2k_tail.store(self.tail, Release);
+        self.cb.k2h_head.store(self.tail, Release);
+        self.cb.processed.store(self.processed, Release);
+    }
+
+    /// K8: telemetry under the seqlock.
+    fn publish_telemetry(&mut self, st: u32) {
+        self.tel.acc.state = st;
+        self.tel.acc.heartbeat_ms = self.epoch.elapsed().as_millis() as u32;
+        self.tel.publish(self.region.telemetry());
+    }
+}

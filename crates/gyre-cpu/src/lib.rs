@@ -1,0 +1,127 @@
+//! gyre's CPU backend: the ring-kernel device loop, run by one host thread per kernel.
+//!
+//! [`CpuBackend`] runs [`kernel_loop`] — the same steps, in the same order, as
+//! `cuda/ring_kernel.cu` — over the same shared-memory ABI, with Rust closures as
+//! handlers. It is the embedded default (no GPU needed) and the test bed of the
+//! protocol: every strategy and conformance test runs on it.
+//!
+//! # Examples
+//!
+//! ```
+//! use std::sync::Arc;
+//! use gyre_core::{Backend, LaunchSpec, IdleStrategy, SharedRegion, Channel, Kind};
+//! use gyre_core::ring::Geometry;
+//!
+//! let backend = gyre_cpu::CpuBackend::new();
+//! let region = Arc::new(SharedRegion::new_host(Geometry::new(8, 128, 4)?, 0)?);
+//! let spec = LaunchSpec {
+//!     name: "echo".into(),
+//!     handler: Arc::new(gyre_core::kernels::echo),
+//!     builtin: None,
+//!     idle: IdleStrategy::default(),
+//! };
+//! let kernel = backend.launch(region.clone(), &spec)?;
+//! let ch = Channel::new(region, "echo");
+//! let i = ch.try_publish(Kind::Call, 1, b"hi").unwrap();
+//! let reply = ch.wait_blocking(i, &IdleStrategy::default(), None, |r| Ok(r.payload.to_vec()))?;
+//! assert_eq!(reply, b"hi");
+//! ch.close();
+//! ch.command(gyre_abi::command::TERMINATE);
+//! while !kernel.is_finished() { std::thread::yield_now(); }
+//! kernel.join()?;
+//! # Ok::<(), gyre_core::Error>(())
+//! ```
+
+#![warn(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod kernel;
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use gyre_core::{Backend, Error, KernelInstance, LaunchSpec, Result, SharedRegion};
+use std::sync::Mutex;
+
+pub use kernel::kernel_loop;
+
+/// The CPU backend. Always available.
+#[derive(Debug, Default, Clone)]
+pub struct CpuBackend {
+    _priv: (),
+}
+
+impl CpuBackend {
+    /// The CPU backend.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn launch(
+        &self,
+        region: Arc<SharedRegion>,
+        spec: &LaunchSpec,
+    ) -> Result<Box<dyn KernelInstance>> {
+        spec.idle.validate()?;
+        let handler = spec.handler.clone();
+        let idle = spec.idle;
+        let name = spec.name.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("gyre-cpu-{}", spec.name))
+            .spawn(move || {
+                let _span = tracing::info_span!("gyre_cpu_kernel", kernel = %name).entered();
+                tracing::info!("ring kernel started");
+                kernel_loop(&region, &*handler, idle);
+                let (s, c) = {
+                    let cb = region.control();
+                    (
+                        cb.state.load(std::sync::atomic::Ordering::Acquire),
+                        cb.error_code.load(std::sync::atomic::Ordering::Acquire),
+                    )
+                };
+                tracing::info!(state = s, error = c, "ring kernel stopped");
+            })
+            .map_err(|e| Error::Launch {
+                backend: "cpu",
+                kernel: spec.name.clone(),
+                reason: format!("spawning the kernel thread: {e}"),
+            })?;
+        Ok(Box::new(CpuKernel {
+            thread: Mutex::new(Some(thread)),
+        }))
+    }
+}
+
+/// A ring kernel running on a host thread.
+#[derive(Debug)]
+struct CpuKernel {
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl KernelInstance for CpuKernel {
+    fn is_finished(&self) -> bool {
+        match self.thread.lock() {
+            Ok(g) => g.as_ref().is_none_or(|t| t.is_finished()),
+            Err(_) => true,
+        }
+    }
+
+    fn join(&self) -> Result<()> {
+        let t = match self.thread.lock() {
+            Ok(mut g) => g.take(),
+            Err(p) => p.into_inner().take(),
+        };
+        if let Some(t) = t {
+            // The loop catches handler panics itself; a panic escaping it is a bug that
+            // kernel_loop already turned into a Faulted state.
+            let _ = t.join();
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,265 @@
+/*
+ * gyre/abi.h -- the shared-memory ABI of gyre, for C, C++ and CUDA (nvcc / NVRTC).
+ *
+ * This header is a MIRROR of crates/gyre-abi/src/lib.rs, which is the single source of
+ * truth. Do not change a layout or a value here without changing it there first (and
+ * bumping ABI_VERSION when the layout or protocol changes).
+ *
+ * Agreement is checked twice:
+ *   - at compile time, by the GYRE_STATIC_ASSERTs at the end of this file (sizeof,
+ *     alignof and the offsetof of every field), which mirror the const_asserts in
+ *     lib.rs;
+ *   - by the test crates/gyre-abi/tests/c_probe.rs, which compiles a probe program
+ *     against this header with the host C compiler (and the header alone as C++17),
+ *     and compares every size, alignment, field offset, field size and constant with
+ *     the Rust definitions.
+ *
+ * Single-writer-per-line rule: gyre_control_block is two 64-byte cache lines.
+ * Line 0 (bytes 0..64) is written ONLY by the host, line 1 (bytes 64..128) ONLY by the
+ * kernel. No field is written by both sides, so the protocol needs no read-modify-write
+ * atomics across PCIe. gyre_telemetry_buffer is written only by the kernel (under a
+ * sequence lock). In a slot, the producer writes `sequence` last, with release.
+ *
+ * Fields that are atomics in Rust (AtomicU32 / AtomicU64) are plain uint32_t /
+ * uint64_t here, with the same size and alignment; device code accesses them through
+ * cuda::atomic_ref (or volatile / atomic intrinsics) with the orderings documented in
+ * lib.rs.
+ *
+ * Compiles as C11, C++11 and later, CUDA C++ (nvcc) and NVRTC (no host headers: the
+ * fixed-width types are defined here from unsigned int / unsigned long long).
+ */
+#ifndef GYRE_ABI_H
+#define GYRE_ABI_H
+
+/* ---- fixed-width types and offsetof ---------------------------------------------- */
+#if defined(__CUDACC_RTC__)
+/* NVRTC provides no <stdint.h> / <stddef.h>. Define GYRE_NO_STDINT_TYPEDEFS when the
+ * program already has uint32_t / uint64_t in the global namespace. */
+#ifndef GYRE_NO_STDINT_TYPEDEFS
+typedef unsigned int uint32_t;
+typedef unsigned long long uint64_t;
+#endif
+/* NVRTC's front end (EDG, not in GNU mode) has no __builtin_offsetof; __INTADDR__ is
+ * its offsetof primitive and yields an integral constant expression. Overridable. */
+#ifndef GYRE_OFFSETOF
+#define GYRE_OFFSETOF(type, field) ((unsigned long long)__INTADDR__(&(((type *)0)->field)))
+#endif
+#else
+#include <stddef.h>
+#include <stdint.h>
+#define GYRE_OFFSETOF(type, field) offsetof(type, field)
+#endif
+
+/* ---- alignment and static assertions (C11, C++11, CUDA) -------------------------- */
+/* GYRE_ALIGN(n) is placed on the FIRST member of a struct: that raises the struct's
+ * alignment to n (C11 _Alignas cannot be applied to a struct type itself). */
+#if defined(__cplusplus)
+#define GYRE_ALIGN(n) alignas(n)
+#define GYRE_ALIGNOF(type) alignof(type)
+#define GYRE_STATIC_ASSERT(cond, msg) static_assert(cond, msg)
+#else
+#define GYRE_ALIGN(n) _Alignas(n)
+#define GYRE_ALIGNOF(type) _Alignof(type)
+#define GYRE_STATIC_ASSERT(cond, msg) _Static_assert(cond, msg)
+#endif
+
+/* ---- constants (gyre_abi::*) ------------------------------------------------------ */
+/** "GYRE" in little-endian ASCII; the first word of every control block. */
+#define GYRE_MAGIC 0x45525947u
+/** Version of this ABI; bumped on any layout or protocol change, checked at launch. */
+#define GYRE_ABI_VERSION 1u
+
+/** Alignment (and size granularity) of a message slot, in bytes. */
+#define GYRE_SLOT_ALIGN 128u
+/** sizeof(gyre_slot_header); the payload of a slot starts at this offset. */
+#define GYRE_SLOT_HEADER_SIZE 64u
+/** Smallest legal slot size (= GYRE_SLOT_ALIGN). */
+#define GYRE_MIN_SLOT_SIZE 128u
+/** Largest legal slot size (1 MiB). */
+#define GYRE_MAX_SLOT_SIZE 0x100000u
+/** Smallest legal ring capacity. */
+#define GYRE_MIN_CAPACITY 2u
+/** Largest legal ring capacity (2^24 slots). */
+#define GYRE_MAX_CAPACITY 0x1000000u
+
+/* Host commands (gyre_abi::command), written to gyre_control_block.command. */
+#define GYRE_CMD_RUN 1u
+#define GYRE_CMD_PAUSE 2u
+#define GYRE_CMD_TERMINATE 3u
+
+/* Kernel states (gyre_abi::state), written to gyre_control_block.state.
+ * LAUNCHING -> ACTIVE <-> PAUSED -> DRAINING -> TERMINATED, FAULTED from any state;
+ * zeroed memory reads as UNINIT. */
+#define GYRE_STATE_UNINIT 0u
+#define GYRE_STATE_LAUNCHING 1u
+#define GYRE_STATE_ACTIVE 2u
+#define GYRE_STATE_PAUSED 3u
+#define GYRE_STATE_DRAINING 4u
+#define GYRE_STATE_TERMINATED 5u
+#define GYRE_STATE_FAULTED 6u
+/** Whether state `s` is one the kernel never leaves (gyre_abi::state::is_final). */
+#define GYRE_STATE_IS_FINAL(s) ((s) == GYRE_STATE_TERMINATED || (s) == GYRE_STATE_FAULTED)
+
+/* Error codes (gyre_abi::error): gyre_control_block.error_code and
+ * gyre_slot_header.status. */
+#define GYRE_ERR_NONE 0u
+#define GYRE_ERR_HANDLER_PANIC 1u
+#define GYRE_ERR_BAD_SEQUENCE 2u
+#define GYRE_ERR_BAD_LENGTH 3u
+#define GYRE_ERR_BAD_MAGIC 4u
+#define GYRE_ERR_BAD_ABI_VERSION 5u
+#define GYRE_ERR_BAD_GEOMETRY 6u
+#define GYRE_ERR_HOST_HEARTBEAT_STALE 7u
+#define GYRE_ERR_HANDLER_REJECTED 8u
+#define GYRE_ERR_UNKNOWN_TYPE 9u
+#define GYRE_ERR_KERNEL_GONE 10u
+/** First code available to user handlers. */
+#define GYRE_ERR_USER_BASE 0x1000u
+
+/* Slot header flags (gyre_abi::flags), gyre_slot_header.flags. */
+/** The request came from `call` (not `send`); the kernel copies it into the reply. */
+#define GYRE_FLAG_CALL 1u
+
+/* ---- structures ------------------------------------------------------------------- */
+
+/** The 128-byte control block of one ring kernel (gyre_abi::ControlBlock). */
+typedef struct gyre_control_block {
+    /* ---- line 0 (bytes 0..64): host-written ---- */
+    GYRE_ALIGN(128) uint32_t magic; /* GYRE_MAGIC */
+    uint32_t abi_version;           /* GYRE_ABI_VERSION */
+    uint32_t command;               /* GYRE_CMD_* */
+    uint32_t capacity;              /* power of two, MIN..=MAX_CAPACITY */
+    uint32_t slot_size;             /* multiple of SLOT_ALIGN, MIN..=MAX_SLOT_SIZE */
+    uint32_t batch_size;            /* >= 1 */
+    uint32_t host_timeout_ms;       /* 0 = never */
+    uint32_t _reserved0;
+    uint64_t h2k_head;       /* requests published */
+    uint64_t k2h_tail;       /* replies consumed */
+    uint64_t host_heartbeat; /* changes while the host is alive (host ns) */
+    uint64_t _reserved1;
+    /* ---- line 1 (bytes 64..128): kernel-written ---- */
+    uint32_t state;            /* GYRE_STATE_* */
+    uint32_t error_code;       /* GYRE_ERR_* */
+    uint64_t h2k_tail;         /* requests consumed */
+    uint64_t k2h_head;         /* replies published */
+    uint64_t kernel_heartbeat; /* changes while the kernel loop runs (kernel ns) */
+    uint64_t processed;        /* requests processed */
+    uint64_t _reserved2[3];
+} gyre_control_block;
+
+/** The header at the start of every slot (gyre_abi::SlotHeader); the payload follows at
+ *  GYRE_SLOT_HEADER_SIZE. `sequence` (= index + 1) is written last, with release. */
+typedef struct gyre_slot_header {
+    GYRE_ALIGN(64) uint64_t sequence;
+    uint64_t correlation_id;
+    uint64_t enqueue_ns;
+    uint32_t msg_type;
+    uint32_t len; /* <= slot_size - GYRE_SLOT_HEADER_SIZE */
+    uint32_t flags; /* GYRE_FLAG_* */
+    uint32_t status; /* GYRE_ERR_*; zero in requests */
+    uint64_t _reserved[3];
+} gyre_slot_header;
+
+/** The 64-byte telemetry line (gyre_abi::TelemetryBuffer), kernel-written under a
+ *  sequence lock: seq odd while a write is in progress. */
+typedef struct gyre_telemetry_buffer {
+    GYRE_ALIGN(64) uint32_t seq;
+    uint32_t state;
+    uint64_t messages_in;
+    uint64_t messages_out;
+    uint64_t errors;
+    uint64_t busy_polls;
+    uint64_t idle_polls;
+    uint64_t handler_ns_total;
+    uint32_t handler_ns_max;
+    uint32_t heartbeat_ms;
+} gyre_telemetry_buffer;
+
+/* ---- compile-time layout checks (mirror the const_asserts in lib.rs) ------------- */
+GYRE_STATIC_ASSERT(sizeof(uint32_t) == 4 && GYRE_ALIGNOF(uint32_t) == 4, "uint32_t");
+GYRE_STATIC_ASSERT(sizeof(uint64_t) == 8 && GYRE_ALIGNOF(uint64_t) == 8, "uint64_t");
+GYRE_STATIC_ASSERT(GYRE_MAGIC == ((uint32_t)'G' | ((uint32_t)'Y' << 8) | ((uint32_t)'R' << 16) |
+                                  ((uint32_t)'E' << 24)),
+                   "GYRE_MAGIC is \"GYRE\" little-endian");
+GYRE_STATIC_ASSERT(GYRE_MIN_SLOT_SIZE == GYRE_SLOT_ALIGN, "GYRE_MIN_SLOT_SIZE");
+GYRE_STATIC_ASSERT(GYRE_SLOT_HEADER_SIZE < GYRE_MIN_SLOT_SIZE, "GYRE_SLOT_HEADER_SIZE");
+GYRE_STATIC_ASSERT(GYRE_MAX_SLOT_SIZE % GYRE_SLOT_ALIGN == 0, "GYRE_MAX_SLOT_SIZE");
+GYRE_STATIC_ASSERT((GYRE_MAX_CAPACITY & (GYRE_MAX_CAPACITY - 1)) == 0, "GYRE_MAX_CAPACITY");
+
+GYRE_STATIC_ASSERT(sizeof(gyre_control_block) == 128, "sizeof(gyre_control_block)");
+GYRE_STATIC_ASSERT(GYRE_ALIGNOF(gyre_control_block) == 128, "alignof(gyre_control_block)");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_control_block, magic) == 0, "gyre_control_block.magic");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_control_block, abi_version) == 4,
+                   "gyre_control_block.abi_version");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_control_block, command) == 8,
+                   "gyre_control_block.command");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_control_block, capacity) == 12,
+                   "gyre_control_block.capacity");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_control_block, slot_size) == 16,
+                   "gyre_control_block.slot_size");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_control_block, batch_size) == 20,
+                   "gyre_control_block.batch_size");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_control_block, host_timeout_ms) == 24,
+                   "gyre_control_block.host_timeout_ms");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_control_block, _reserved0) == 28,
+                   "gyre_control_block._reserved0");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_control_block, h2k_head) == 32,
+                   "gyre_control_block.h2k_head");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_control_block, k2h_tail) == 40,
+                   "gyre_control_block.k2h_tail");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_control_block, host_heartbeat) == 48,
+                   "gyre_control_block.host_heartbeat");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_control_block, _reserved1) == 56,
+                   "gyre_control_block._reserved1");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_control_block, state) == 64,
+                   "gyre_control_block.state: line 1 starts at byte 64");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_control_block, error_code) == 68,
+                   "gyre_control_block.error_code");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_control_block, h2k_tail) == 72,
+                   "gyre_control_block.h2k_tail");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_control_block, k2h_head) == 80,
+                   "gyre_control_block.k2h_head");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_control_block, kernel_heartbeat) == 88,
+                   "gyre_control_block.kernel_heartbeat");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_control_block, processed) == 96,
+                   "gyre_control_block.processed");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_control_block, _reserved2) == 104,
+                   "gyre_control_block._reserved2");
+
+GYRE_STATIC_ASSERT(sizeof(gyre_slot_header) == GYRE_SLOT_HEADER_SIZE, "sizeof(gyre_slot_header)");
+GYRE_STATIC_ASSERT(GYRE_ALIGNOF(gyre_slot_header) == 64, "alignof(gyre_slot_header)");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_slot_header, sequence) == 0, "gyre_slot_header.sequence");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_slot_header, correlation_id) == 8,
+                   "gyre_slot_header.correlation_id");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_slot_header, enqueue_ns) == 16,
+                   "gyre_slot_header.enqueue_ns");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_slot_header, msg_type) == 24, "gyre_slot_header.msg_type");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_slot_header, len) == 28, "gyre_slot_header.len");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_slot_header, flags) == 32, "gyre_slot_header.flags");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_slot_header, status) == 36, "gyre_slot_header.status");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_slot_header, _reserved) == 40,
+                   "gyre_slot_header._reserved");
+
+GYRE_STATIC_ASSERT(sizeof(gyre_telemetry_buffer) == 64, "sizeof(gyre_telemetry_buffer)");
+GYRE_STATIC_ASSERT(GYRE_ALIGNOF(gyre_telemetry_buffer) == 64, "alignof(gyre_telemetry_buffer)");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_telemetry_buffer, seq) == 0, "gyre_telemetry_buffer.seq");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_telemetry_buffer, state) == 4,
+                   "gyre_telemetry_buffer.state");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_telemetry_buffer, messages_in) == 8,
+                   "gyre_telemetry_buffer.messages_in");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_telemetry_buffer, messages_out) == 16,
+                   "gyre_telemetry_buffer.messages_out");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_telemetry_buffer, errors) == 24,
+                   "gyre_telemetry_buffer.errors");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_telemetry_buffer, busy_polls) == 32,
+                   "gyre_telemetry_buffer.busy_polls");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_telemetry_buffer, idle_polls) == 40,
+                   "gyre_telemetry_buffer.idle_polls");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_telemetry_buffer, handler_ns_total) == 48,
+                   "gyre_telemetry_buffer.handler_ns_total");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_telemetry_buffer, handler_ns_max) == 56,
+                   "gyre_telemetry_buffer.handler_ns_max");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_telemetry_buffer, heartbeat_ms) == 60,
+                   "gyre_telemetry_buffer.heartbeat_ms");
+
+#endif /* GYRE_ABI_H */

@@ -1,0 +1,439 @@
+//! [`Kernel`]: the typed handle of a running ring kernel, and its blocking API.
+
+use core::marker::PhantomData;
+use core::sync::atomic::AtomicU64;
+use core::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytemuck::Pod;
+use gyre_abi::{command, error, state};
+use gyre_core::channel::driver::Driver;
+use gyre_core::channel::{Kind, PublishError, ReplyView};
+use gyre_core::telemetry::read_consistent;
+use gyre_core::{Channel, Error, IdleStrategy, KernelInstance, Result, SharedRegion, TrySendError};
+use parking_lot::Mutex;
+
+use crate::futures::{Call, Recv, Replies, Send, Shutdown};
+use crate::spec::KernelSpec;
+
+/// Lifecycle state of a kernel, as it last wrote it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelState {
+    /// Not started yet.
+    Launching,
+    /// Processing requests.
+    Active,
+    /// Alive, consuming nothing.
+    Paused,
+    /// Answering what was published before shutdown.
+    Draining,
+    /// Stopped normally (or, with a non-zero code, because the host heartbeat went stale).
+    Terminated {
+        /// `gyre_abi::error` code, 0 for a commanded shutdown.
+        code: u32,
+    },
+    /// Stopped on an error.
+    Faulted {
+        /// `gyre_abi::error` code.
+        code: u32,
+    },
+}
+
+impl KernelState {
+    fn from_raw(s: u32, code: u32) -> Self {
+        match s {
+            state::ACTIVE => KernelState::Active,
+            state::PAUSED => KernelState::Paused,
+            state::DRAINING => KernelState::Draining,
+            state::TERMINATED => KernelState::Terminated { code },
+            state::FAULTED => KernelState::Faulted { code },
+            _ => KernelState::Launching,
+        }
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) ch: Arc<Channel>,
+    instance: Box<dyn KernelInstance>,
+    driver: Mutex<Option<Driver>>,
+    pub(crate) host_idle: IdleStrategy,
+    pub(crate) async_spin: Duration,
+    pub(crate) msg_type: u32,
+    next_id: AtomicU64,
+}
+
+impl Inner {
+    pub(crate) fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Relaxed)
+    }
+
+    /// Joins the kernel once it reached a final state; reports a fault.
+    pub(crate) fn finish(&self) -> Result<()> {
+        let _ = self.instance.join();
+        match self.ch.kernel_state() {
+            (state::FAULTED, code) => Err(Error::KernelFaulted {
+                kernel: self.ch.name().to_owned(),
+                code,
+                name: error::name(code),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    pub(crate) fn is_final(&self) -> bool {
+        self.ch.check_stopped().is_some() || self.instance.is_finished()
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The last handle is gone: stop the kernel if nobody shut it down.
+        self.ch.close();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !self.ch.all_published() && Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        self.ch.command(command::TERMINATE);
+        while !self.is_final() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        if self.is_final() {
+            let _ = self.instance.join();
+        } else {
+            tracing::warn!(kernel = %self.ch.name(), "kernel did not stop within 5 s of its last handle dropping; detaching it");
+        }
+        self.driver.lock().take();
+    }
+}
+
+/// A running ring kernel taking `Req` and answering `Resp`.
+///
+/// Cheap to clone; all clones drive the same kernel and may be used from many threads
+/// (many producers share the request ring). When the last clone is dropped without
+/// [`Kernel::shutdown`], the kernel is told to terminate and joined (bounded to 5 s).
+///
+/// Every accepted request gets exactly one reply or one error: a reply through the
+/// `call` that sent it, or through `recv` / [`Kernel::replies`] for `send`, in order.
+pub struct Kernel<Req, Resp> {
+    pub(crate) inner: Arc<Inner>,
+    _types: PhantomData<fn(Req) -> Resp>,
+}
+
+impl<Req, Resp> Clone for Kernel<Req, Resp> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            _types: PhantomData,
+        }
+    }
+}
+
+impl<Req, Resp> core::fmt::Debug for Kernel<Req, Resp> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Kernel")
+            .field("channel", &self.inner.ch)
+            .finish()
+    }
+}
+
+/// Decodes a reply into `Resp`, turning an error status into a typed error.
+pub(crate) fn decode<Resp: Pod>(kernel: &str, v: ReplyView<'_>) -> Result<Resp> {
+    match v.meta.status {
+        error::NONE => {}
+        s @ (error::BAD_SEQUENCE | error::BAD_LENGTH) => {
+            return Err(Error::Protocol {
+                ring: "request",
+                index: v.meta.correlation_id,
+                what: error::name(s),
+                expected: 0,
+                found: u64::from(s),
+            })
+        }
+        s => {
+            return Err(Error::Handler {
+                kernel: kernel.to_owned(),
+                status: s,
+                name: error::name(s),
+            })
+        }
+    }
+    if v.payload.len() != core::mem::size_of::<Resp>() {
+        return Err(Error::ReplySize {
+            expected: core::mem::size_of::<Resp>(),
+            actual: v.payload.len(),
+        });
+    }
+    Ok(bytemuck::pod_read_unaligned(v.payload))
+}
+
+impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
+    pub(crate) fn start(
+        region: Arc<SharedRegion>,
+        instance: Box<dyn KernelInstance>,
+        spec: &KernelSpec<Req, Resp>,
+    ) -> Result<Self> {
+        let ch = Arc::new(Channel::new(region, spec.name.clone()));
+        let hb = if spec.host_timeout.is_zero() {
+            Duration::from_secs(1)
+        } else {
+            (spec.host_timeout / 4).max(Duration::from_millis(1))
+        };
+        let driver_idle = IdleStrategy::Backoff {
+            spins: 256,
+            yields: 16,
+            max_park: Duration::from_micros(50),
+        };
+        let driver = Driver::start(ch.clone(), driver_idle, hb)?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                ch,
+                instance,
+                driver: Mutex::new(Some(driver)),
+                host_idle: spec.host_idle,
+                async_spin: spec.async_spin,
+                msg_type: spec.msg_type,
+                next_id: AtomicU64::new(0),
+            }),
+            _types: PhantomData,
+        })
+    }
+
+    /// Kernel name.
+    pub fn name(&self) -> &str {
+        self.inner.ch.name()
+    }
+
+    /// Slots per ring: at most this many requests are in flight (queued, being
+    /// processed, or answered but not yet taken).
+    pub fn capacity(&self) -> u64 {
+        self.inner.ch.capacity()
+    }
+
+    /// Payload bytes per slot.
+    pub fn payload(&self) -> usize {
+        self.inner.ch.payload()
+    }
+
+    fn publish(&self, kind: Kind, req: &Req) -> core::result::Result<u64, PublishError> {
+        self.inner
+            .ch
+            .try_publish(kind, self.inner.msg_type, bytemuck::bytes_of(req))
+    }
+
+    /// Sends `req` if a slot is free, without waiting. Its reply is delivered by `recv`.
+    ///
+    /// # Errors
+    ///
+    /// [`TrySendError::Full`] when the ring is full, [`TrySendError::Closed`] after
+    /// shutdown or a kernel fault; either way the message is handed back.
+    pub fn try_send(&self, req: Req) -> core::result::Result<(), TrySendError<Req>> {
+        match self.publish(Kind::Send, &req) {
+            Ok(_) => Ok(()),
+            Err(PublishError::Full) => Err(TrySendError::Full(req)),
+            // TooLarge / BatchTooLarge cannot happen: sizes were checked at launch.
+            Err(_) => Err(TrySendError::Closed(req)),
+        }
+    }
+
+    /// Publishes, waiting on this thread while the ring is full.
+    fn publish_blocking(&self, kind: Kind, req: &Req) -> Result<u64> {
+        let mut idler = self.inner.host_idle.idler();
+        let mut polls: u32 = 0;
+        loop {
+            match self.publish(kind, req) {
+                Ok(i) => return Ok(i),
+                Err(PublishError::Full) => {
+                    polls = polls.wrapping_add(1);
+                    if polls % 256 == 0 {
+                        if let Some(e) = self.inner.ch.check_stopped() {
+                            return Err(e);
+                        }
+                    }
+                    idler.idle(false);
+                }
+                Err(PublishError::Closed) => return Err(self.inner.ch.closed_error()),
+                Err(PublishError::TooLarge { len, payload }) => {
+                    return Err(Error::MessageTooLarge { len, payload })
+                }
+                Err(PublishError::BatchTooLarge { len, capacity }) => {
+                    return Err(Error::InvalidArgument {
+                        name: "batch length",
+                        value: format!("{len} (capacity {capacity})"),
+                        reason: "a batch must fit the ring",
+                    })
+                }
+            }
+        }
+    }
+
+    /// Sends `req`, waiting on this thread while the ring is full. Its reply is delivered
+    /// by `recv`.
+    pub fn send_blocking(&self, req: Req) -> Result<()> {
+        self.publish_blocking(Kind::Send, &req).map(|_| ())
+    }
+
+    /// Sends `req` and waits on this thread for its reply.
+    pub fn call_blocking(&self, req: Req) -> Result<Resp> {
+        let idx = self.publish_blocking(Kind::Call, &req)?;
+        let name = self.inner.ch.name();
+        self.inner
+            .ch
+            .wait_blocking(idx, &self.inner.host_idle, None, |v| decode(name, v))
+    }
+
+    /// [`Kernel::call_blocking`] giving up after `timeout` ([`Error::Timeout`]). A request
+    /// already sent stays accepted; its late reply is discarded.
+    pub fn call_timeout(&self, req: Req, timeout: Duration) -> Result<Resp> {
+        let idx = self.publish_blocking(Kind::Call, &req)?;
+        let name = self.inner.ch.name();
+        self.inner
+            .ch
+            .wait_blocking(idx, &self.inner.host_idle, Some(timeout), |v| {
+                decode(name, v)
+            })
+    }
+
+    /// Sends a batch of requests with one claim and one publication; their replies are
+    /// delivered by `recv`, in order. All or nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`TrySendError::Full`] when fewer than `reqs.len()` slots are free (or the batch is
+    /// larger than the ring), [`TrySendError::Closed`] after shutdown.
+    pub fn try_send_batch<'a>(
+        &self,
+        reqs: &'a [Req],
+    ) -> core::result::Result<(), TrySendError<&'a [Req]>> {
+        let bytes: &[u8] = bytemuck::cast_slice(reqs);
+        let size = core::mem::size_of::<Req>().max(1);
+        let chunks: Vec<&[u8]> = if core::mem::size_of::<Req>() == 0 {
+            reqs.iter().map(|_| &bytes[..0]).collect()
+        } else {
+            bytes.chunks_exact(size).collect()
+        };
+        match self
+            .inner
+            .ch
+            .try_publish_batch(Kind::Send, self.inner.msg_type, &chunks)
+        {
+            Ok(_) => Ok(()),
+            Err(PublishError::Full | PublishError::BatchTooLarge { .. }) => {
+                Err(TrySendError::Full(reqs))
+            }
+            Err(_) => Err(TrySendError::Closed(reqs)),
+        }
+    }
+
+    /// Takes the next `send` reply if one is ready.
+    ///
+    /// `Ok(None)`: nothing ready yet. Errors: the reply was an error, or the kernel
+    /// stopped and will answer nothing more.
+    pub fn try_recv(&self) -> Result<Option<Resp>> {
+        let name = self.inner.ch.name();
+        self.inner.ch.try_recv(|v| decode(name, v))
+    }
+
+    /// Waits on this thread for the next `send` reply.
+    pub fn recv_blocking(&self) -> Result<Resp> {
+        self.recv_deadline(None)
+    }
+
+    /// [`Kernel::recv_blocking`] giving up after `timeout` ([`Error::Timeout`]).
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<Resp> {
+        self.recv_deadline(Some(timeout))
+    }
+
+    fn recv_deadline(&self, timeout: Option<Duration>) -> Result<Resp> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut idler = self.inner.host_idle.idler();
+        loop {
+            if let Some(r) = self.try_recv()? {
+                return Ok(r);
+            }
+            if let (Some(d), Some(t)) = (deadline, timeout) {
+                if Instant::now() >= d {
+                    return Err(Error::Timeout {
+                        op: "recv",
+                        after: t,
+                    });
+                }
+            }
+            idler.idle(false);
+        }
+    }
+
+    /// Sends `req` and resolves to its reply. See [`Call`] for cancel safety.
+    pub fn call(&self, req: Req) -> Call<Req, Resp> {
+        Call::new(self.inner.clone(), req)
+    }
+
+    /// Sends `req`, waiting for a free slot. See [`Send`] for cancel safety.
+    pub fn send(&self, req: Req) -> Send<Req> {
+        Send::new(self.inner.clone(), req)
+    }
+
+    /// Resolves to the next `send` reply. See [`Recv`] for cancel safety.
+    pub fn recv(&self) -> Recv<Resp> {
+        Recv::new(self.inner.clone())
+    }
+
+    /// A stream of `send` replies, in order; it ends once the kernel stopped and every
+    /// reply was delivered.
+    pub fn replies(&self) -> Replies<Resp> {
+        Replies::new(self.inner.clone())
+    }
+
+    /// Stops accepting requests, lets the kernel answer everything already accepted,
+    /// and joins it. See [`Shutdown`] for cancel safety.
+    pub fn shutdown(&self) -> Shutdown {
+        Shutdown::new(self.inner.clone())
+    }
+
+    /// [`Kernel::shutdown`] on this thread.
+    pub fn shutdown_blocking(&self) -> Result<()> {
+        let ch = &self.inner.ch;
+        ch.close();
+        let mut idler = self.inner.host_idle.idler();
+        while !ch.all_published() {
+            idler.idle(false);
+        }
+        ch.command(command::TERMINATE);
+        idler.reset();
+        while !self.inner.is_final() {
+            idler.idle(false);
+        }
+        self.inner.finish()
+    }
+
+    /// Asks the kernel to stop consuming requests (they queue up; `try_send` reports
+    /// `Full` once the ring is full). Returns at once; see [`Kernel::state`].
+    pub fn pause(&self) {
+        self.inner.ch.command(command::PAUSE);
+    }
+
+    /// Undoes [`Kernel::pause`].
+    pub fn resume(&self) {
+        self.inner.ch.command(command::RUN);
+    }
+
+    /// The kernel's state as it last wrote it.
+    pub fn state(&self) -> KernelState {
+        let (s, c) = self.inner.ch.kernel_state();
+        KernelState::from_raw(s, c)
+    }
+
+    /// A consistent snapshot of the kernel's telemetry (retrying a torn read).
+    pub fn telemetry(&self) -> Result<crate::TelemetrySnapshot> {
+        read_consistent(self.inner.ch.region().telemetry(), 1024).map_err(|e| {
+            Error::TornTelemetry {
+                attempts: e.attempts,
+            }
+        })
+    }
+
+    /// Replies that failed the host's protocol checks so far.
+    pub fn protocol_errors(&self) -> u64 {
+        self.inner.ch.protocol_errors()
+    }
+}

@@ -1,0 +1,210 @@
+//! What to launch: [`KernelSpec`].
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytemuck::Pod;
+use gyre_core::kernels::{self, ids, ReduceSum, Sum, VecF32, VecScale};
+use gyre_core::{Handler, IdleStrategy};
+
+/// Describes a ring kernel: its handler, ring geometry and polling behaviour.
+///
+/// `Req` and `Resp` are the request and reply types: plain-old-data
+/// ([`bytemuck::Pod`]) whose size must fit the slot payload (`slot_size - 64` bytes),
+/// checked at launch.
+///
+/// # Examples
+///
+/// ```
+/// use gyre::KernelSpec;
+/// let spec = KernelSpec::from_fn("double", |x: u32| x * 2)
+///     .capacity(256)
+///     .batch_size(16);
+/// assert_eq!(spec.name(), "double");
+/// ```
+pub struct KernelSpec<Req, Resp> {
+    pub(crate) name: String,
+    pub(crate) capacity: u32,
+    pub(crate) slot_size: u32,
+    pub(crate) batch: u32,
+    pub(crate) idle: IdleStrategy,
+    pub(crate) host_idle: IdleStrategy,
+    pub(crate) async_spin: Duration,
+    pub(crate) host_timeout: Duration,
+    pub(crate) handler: Arc<dyn Handler>,
+    pub(crate) builtin: Option<u32>,
+    pub(crate) msg_type: u32,
+    _types: PhantomData<fn(Req) -> Resp>,
+}
+
+impl<Req, Resp> Clone for KernelSpec<Req, Resp> {
+    fn clone(&self) -> Self {
+        Self {
+            name: self.name.clone(),
+            handler: self.handler.clone(),
+            _types: PhantomData,
+            ..*self
+        }
+    }
+}
+
+impl<Req, Resp> core::fmt::Debug for KernelSpec<Req, Resp> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("KernelSpec")
+            .field("name", &self.name)
+            .field("capacity", &self.capacity)
+            .field("slot_size", &self.slot_size)
+            .field("batch", &self.batch)
+            .field("idle", &self.idle)
+            .field("host_idle", &self.host_idle)
+            .field("async_spin", &self.async_spin)
+            .field("host_timeout", &self.host_timeout)
+            .field("builtin", &self.builtin)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<Req: Pod, Resp: Pod> KernelSpec<Req, Resp> {
+    /// A kernel running `handler` on raw payload bytes (see [`Handler`]).
+    pub fn raw(name: impl Into<String>, handler: impl Handler) -> Self {
+        Self::with_handler(name.into(), Arc::new(handler), None, 0)
+    }
+
+    /// A kernel answering each request with `f(request)`.
+    pub fn from_fn<F>(name: impl Into<String>, f: F) -> Self
+    where
+        F: Fn(Req) -> Resp + Send + Sync + 'static,
+    {
+        Self::try_from_fn(name, move |r| Ok(f(r)))
+    }
+
+    /// A kernel answering each request with `f(request)`; `Err(status)` is returned to
+    /// the caller as [`Error::Handler`](crate::Error::Handler) (use codes from
+    /// `gyre_abi::error::USER_BASE` up) and the kernel keeps serving.
+    pub fn try_from_fn<F>(name: impl Into<String>, f: F) -> Self
+    where
+        F: Fn(Req) -> Result<Resp, u32> + Send + Sync + 'static,
+    {
+        let h = move |_ty: u32, req: &[u8], reply: &mut [u8]| -> Result<usize, u32> {
+            if req.len() != core::mem::size_of::<Req>() {
+                return Err(gyre_abi::error::BAD_LENGTH);
+            }
+            let r: Req = bytemuck::pod_read_unaligned(req);
+            let out = f(r)?;
+            let bytes = bytemuck::bytes_of(&out);
+            reply
+                .get_mut(..bytes.len())
+                .ok_or(gyre_abi::error::BAD_LENGTH)?
+                .copy_from_slice(bytes);
+            Ok(bytes.len())
+        };
+        Self::with_handler(name.into(), Arc::new(h), None, 0)
+    }
+
+    fn with_handler(
+        name: String,
+        handler: Arc<dyn Handler>,
+        builtin: Option<u32>,
+        msg_type: u32,
+    ) -> Self {
+        Self {
+            name,
+            capacity: 1024,
+            slot_size: 128,
+            batch: 32,
+            idle: IdleStrategy::default(),
+            host_idle: IdleStrategy::default(),
+            async_spin: Duration::from_micros(20),
+            host_timeout: Duration::from_secs(10),
+            handler,
+            builtin,
+            msg_type,
+            _types: PhantomData,
+        }
+    }
+
+    /// Kernel name, for logs and telemetry. Default: the built-in's or the given name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// Renames the kernel.
+    pub fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+    /// Slots per ring: a power of two in `2..=2^24` (default 1024).
+    pub fn capacity(mut self, capacity: u32) -> Self {
+        self.capacity = capacity;
+        self
+    }
+    /// Bytes per slot: a multiple of 128, `128..=1 MiB` (default 128, a 64-byte payload).
+    pub fn slot_size(mut self, slot_size: u32) -> Self {
+        self.slot_size = slot_size;
+        self
+    }
+    /// Most requests the kernel takes per batch, `1..=capacity` (default 32).
+    pub fn batch_size(mut self, batch: u32) -> Self {
+        self.batch = batch;
+        self
+    }
+    /// What the kernel loop does when idle (default: spin, yield, then park <= 100 µs).
+    pub fn idle(mut self, idle: IdleStrategy) -> Self {
+        self.idle = idle;
+        self
+    }
+    /// What blocking host calls do while waiting (default as [`KernelSpec::idle`]).
+    pub fn host_idle(mut self, idle: IdleStrategy) -> Self {
+        self.host_idle = idle;
+        self
+    }
+    /// How long an async call spins on its task for the reply before registering with
+    /// the completion driver (default 20 µs; zero disables spinning). Bounds how long one
+    /// poll may hold a tokio worker.
+    pub fn async_spin(mut self, spin: Duration) -> Self {
+        self.async_spin = spin;
+        self
+    }
+    /// The kernel terminates itself when the host heartbeat stops changing for this long
+    /// (default 10 s; zero disables). The completion driver writes the heartbeat.
+    pub fn host_timeout(mut self, timeout: Duration) -> Self {
+        self.host_timeout = timeout;
+        self
+    }
+}
+
+impl<T: Pod> KernelSpec<T, T> {
+    /// The built-in echo kernel: each reply is its request.
+    pub fn echo() -> Self {
+        Self::with_handler(
+            "echo".into(),
+            Arc::new(kernels::echo),
+            Some(ids::ECHO),
+            ids::ECHO,
+        )
+    }
+}
+
+impl<const N: usize> KernelSpec<VecScale<N>, VecF32<N>> {
+    /// The built-in vector-scale kernel (see [`gyre_core::kernels`]).
+    pub fn vec_scale() -> Self {
+        Self::with_handler(
+            "vec_scale".into(),
+            Arc::new(kernels::vec_scale),
+            Some(ids::VEC_SCALE),
+            ids::VEC_SCALE,
+        )
+    }
+}
+
+impl<const N: usize> KernelSpec<ReduceSum<N>, Sum> {
+    /// The built-in reduce-sum kernel (see [`gyre_core::kernels`]).
+    pub fn reduce_sum() -> Self {
+        Self::with_handler(
+            "reduce_sum".into(),
+            Arc::new(kernels::reduce_sum),
+            Some(ids::REDUCE_SUM),
+            ids::REDUCE_SUM,
+        )
+    }
+}
