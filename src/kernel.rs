@@ -6,7 +6,7 @@ use core::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytemuck::Pod;
+use bytemuck::{Pod, Zeroable};
 use gyre_abi::{command, error, state};
 use gyre_core::channel::driver::Driver;
 use gyre_core::channel::{Kind, PublishError, ReplyView};
@@ -137,7 +137,8 @@ impl<Req, Resp> core::fmt::Debug for Kernel<Req, Resp> {
     }
 }
 
-/// Decodes a reply into `Resp`, turning an error status into a typed error.
+/// Decodes a reply into `Resp`, turning an error status into a typed error. A reply
+/// shorter than `Resp` is zero-extended; a longer one is [`Error::ReplySize`].
 pub(crate) fn decode<Resp: Pod>(kernel: &str, v: ReplyView<'_>) -> Result<Resp> {
     match v.meta.status {
         error::NONE => {}
@@ -158,13 +159,17 @@ pub(crate) fn decode<Resp: Pod>(kernel: &str, v: ReplyView<'_>) -> Result<Resp> 
             })
         }
     }
-    if v.payload.len() != core::mem::size_of::<Resp>() {
+    let size = core::mem::size_of::<Resp>();
+    if v.payload.len() > size {
         return Err(Error::ReplySize {
-            expected: core::mem::size_of::<Resp>(),
+            expected: size,
             actual: v.payload.len(),
         });
     }
-    Ok(bytemuck::pod_read_unaligned(v.payload))
+    // A shorter reply (a built-in answering only the used prefix) is zero-extended.
+    let mut out = Resp::zeroed();
+    bytemuck::bytes_of_mut(&mut out)[..v.payload.len()].copy_from_slice(v.payload);
+    Ok(out)
 }
 
 impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {

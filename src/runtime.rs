@@ -157,7 +157,8 @@ impl Runtime {
         &self,
         spec: KernelSpec<Req, Resp>,
     ) -> Result<Kernel<Req, Resp>> {
-        let g = Geometry::new(spec.capacity, spec.slot_size, spec.batch)?;
+        let batch = spec.batch.unwrap_or(32.min(spec.capacity));
+        let g = Geometry::new(spec.capacity, spec.slot_size, batch)?;
         for (role, type_name, size) in [
             (
                 "request",

@@ -27,7 +27,7 @@ pub struct KernelSpec<Req, Resp> {
     pub(crate) name: String,
     pub(crate) capacity: u32,
     pub(crate) slot_size: u32,
-    pub(crate) batch: u32,
+    pub(crate) batch: Option<u32>,
     pub(crate) idle: IdleStrategy,
     pub(crate) host_idle: IdleStrategy,
     pub(crate) async_spin: Duration,
@@ -112,7 +112,7 @@ impl<Req: Pod, Resp: Pod> KernelSpec<Req, Resp> {
             name,
             capacity: 1024,
             slot_size: 128,
-            batch: 32,
+            batch: None,
             idle: IdleStrategy::default(),
             host_idle: IdleStrategy::default(),
             async_spin: Duration::from_micros(20),
@@ -143,9 +143,10 @@ impl<Req: Pod, Resp: Pod> KernelSpec<Req, Resp> {
         self.slot_size = slot_size;
         self
     }
-    /// Most requests the kernel takes per batch, `1..=capacity` (default 32).
+    /// Most requests the kernel takes per batch, `1..=capacity` (default: 32, or the
+    /// capacity if smaller).
     pub fn batch_size(mut self, batch: u32) -> Self {
-        self.batch = batch;
+        self.batch = Some(batch);
         self
     }
     /// What the kernel loop does when idle (default: spin, yield, then park <= 100 µs).

@@ -219,6 +219,14 @@ impl<'a> Loop<'a> {
             if head <= self.tail || self.tail - self.k2h_tail >= self.cap {
                 return Ok(0);
             }
+            // Re-read after the head: the first read may predate the publication.
+            let seq = region
+                .slot(RingId::Request, self.tail)
+                .sequence()
+                .load(Acquire);
+            if seq == self.tail + 1 {
+                return Ok(0);
+            }
             n = 1;
             bad_seq = true;
         }

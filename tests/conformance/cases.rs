@@ -1,0 +1,601 @@
+//! The conformance cases. Each takes the backend to run on.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gyre::{Backend, Error, KernelSpec, KernelState, Runtime, TrySendError};
+
+fn rt(b: Backend) -> Runtime {
+    Runtime::builder().backend(b).build().expect("runtime")
+}
+
+fn tokio_rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// Waits (bounded) until `f` holds.
+fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+pub fn echo_round_trip(b: Backend) {
+    let k = rt(b)
+        .launch(KernelSpec::<[u8; 64], [u8; 64]>::echo())
+        .unwrap();
+    for i in 0..1000u32 {
+        let mut m = [0u8; 64];
+        m[..4].copy_from_slice(&i.to_le_bytes());
+        m[63] = (i % 251) as u8;
+        assert_eq!(k.call_blocking(m).unwrap(), m);
+    }
+    k.shutdown_blocking().unwrap();
+    assert_eq!(k.state(), KernelState::Terminated { code: 0 });
+}
+
+pub fn builtin_kernels_match_reference(b: Backend) {
+    use gyre::kernels::reference;
+    use gyre::{ReduceSum, VecScale};
+    let r = rt(b);
+    let vs = r
+        .launch(KernelSpec::<VecScale<14>, gyre::VecF32<14>>::vec_scale())
+        .unwrap();
+    let rs = r
+        .launch(KernelSpec::<ReduceSum<14>, gyre::Sum>::reduce_sum())
+        .unwrap();
+    let mut seed = 0x1234_5678u32;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 17;
+        seed ^= seed << 5;
+        (seed % 2000) as f32 / 7.0 - 100.0
+    };
+    for n in 0..=14usize {
+        let vals: Vec<f32> = (0..n).map(|_| next()).collect();
+        let factor = next();
+        let out = vs
+            .call_blocking(VecScale::new(factor, &vals).unwrap())
+            .unwrap();
+        assert_eq!(
+            out.as_slice(),
+            reference::vec_scale(factor, &vals).as_slice()
+        );
+        let s = rs.call_blocking(ReduceSum::new(&vals).unwrap()).unwrap();
+        assert_eq!(s.count as usize, n);
+        assert!(
+            reference::reduce_sum_ok(s.sum, &vals),
+            "sum {} of {vals:?}",
+            s.sum
+        );
+    }
+    // A count beyond the payload is a handler error, and the kernel keeps serving.
+    let mut bad = VecScale::<14>::new(1.0, &[1.0]).unwrap();
+    bad.count = 15;
+    assert!(matches!(
+        vs.call_blocking(bad),
+        Err(Error::Handler {
+            status: gyre_abi::error::HANDLER_REJECTED,
+            ..
+        })
+    ));
+    assert_eq!(
+        vs.call_blocking(VecScale::new(2.0, &[1.5]).unwrap())
+            .unwrap()
+            .as_slice(),
+        &[3.0]
+    );
+    vs.shutdown_blocking().unwrap();
+    rs.shutdown_blocking().unwrap();
+}
+
+/// Per-producer FIFO order, no loss, no duplication: 4 producers x 100 000 sends.
+pub fn fifo_and_no_loss_4x100k_send(b: Backend) {
+    const P: u64 = 4;
+    const N: u64 = 100_000;
+    let k = rt(b)
+        .launch(KernelSpec::<[u64; 2], [u64; 2]>::echo().capacity(1024))
+        .unwrap();
+    let consumer = {
+        let k = k.clone();
+        std::thread::spawn(move || {
+            let mut next = [0u64; P as usize];
+            for _ in 0..P * N {
+                let [p, s] = k.recv_blocking().unwrap();
+                assert_eq!(s, next[p as usize], "producer {p}: out of order or lost");
+                next[p as usize] += 1;
+            }
+            next
+        })
+    };
+    let producers: Vec<_> = (0..P)
+        .map(|p| {
+            let k = k.clone();
+            std::thread::spawn(move || {
+                for s in 0..N {
+                    k.send_blocking([p, s]).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in producers {
+        t.join().unwrap();
+    }
+    assert_eq!(consumer.join().unwrap(), [N; P as usize]);
+    // Nothing left over: no duplicates.
+    assert!(k.try_recv().unwrap().is_none());
+    let t = k.telemetry().unwrap();
+    k.shutdown_blocking().unwrap();
+    assert!(t.messages_in <= P * N);
+}
+
+pub fn no_loss_4_producers_call(b: Backend) {
+    let k = rt(b)
+        .launch(KernelSpec::from_fn("inc", |x: u64| x.wrapping_add(1)).capacity(64))
+        .unwrap();
+    let threads: Vec<_> = (0..4u64)
+        .map(|p| {
+            let k = k.clone();
+            std::thread::spawn(move || {
+                for s in 0..20_000u64 {
+                    let v = (p << 32) | s;
+                    assert_eq!(k.call_blocking(v).unwrap(), v + 1);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    k.shutdown_blocking().unwrap();
+}
+
+pub fn many_wraparounds(b: Backend) {
+    let k = rt(b)
+        .launch(KernelSpec::<u64, u64>::echo().capacity(4).batch_size(2))
+        .unwrap();
+    for i in 0..50_000u64 {
+        assert_eq!(k.call_blocking(i).unwrap(), i);
+    }
+    // Mixed send/call across wraps.
+    for i in 0..10_000u64 {
+        k.send_blocking(i).unwrap();
+        assert_eq!(k.call_blocking(!i).unwrap(), !i);
+        assert_eq!(k.recv_blocking().unwrap(), i);
+    }
+    k.shutdown_blocking().unwrap();
+}
+
+pub fn full_ring_back_pressure(b: Backend) {
+    let k = rt(b)
+        .launch(KernelSpec::<u32, u32>::echo().capacity(8))
+        .unwrap();
+    // Without recv, replies hold their slots: exactly `capacity` requests are accepted.
+    let mut accepted = 0u32;
+    loop {
+        match k.try_send(accepted) {
+            Ok(()) => accepted += 1,
+            Err(TrySendError::Full(m)) => {
+                assert_eq!(m, accepted, "the message comes back");
+                break;
+            }
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+        assert!(accepted <= 8);
+    }
+    assert_eq!(accepted, 8);
+    let trt = tokio_rt();
+    trt.block_on(async {
+        let send = k.send(100);
+        tokio::pin!(send);
+        // It waits while the ring is full...
+        assert!(tokio::time::timeout(Duration::from_millis(50), &mut send)
+            .await
+            .is_err());
+        // ...and completes once a reply is taken.
+        assert_eq!(k.recv().await.unwrap(), 0);
+        tokio::time::timeout(Duration::from_secs(5), &mut send)
+            .await
+            .expect("send completes")
+            .unwrap();
+    });
+    for i in 1..8 {
+        assert_eq!(k.recv_blocking().unwrap(), i);
+    }
+    assert_eq!(k.recv_blocking().unwrap(), 100);
+    k.shutdown_blocking().unwrap();
+}
+
+pub fn oversize_type_rejected_at_launch(b: Backend) {
+    let r = rt(b);
+    let e = r
+        .launch(KernelSpec::<[u8; 65], [u8; 65]>::echo())
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::TypeTooLarge {
+                size: 65,
+                payload: 64,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // Raising the slot size makes it fit.
+    let k = r
+        .launch(KernelSpec::<[u8; 65], [u8; 65]>::echo().slot_size(256))
+        .unwrap();
+    assert_eq!(k.payload(), 192);
+    assert_eq!(k.call_blocking([9; 65]).unwrap(), [9; 65]);
+    k.shutdown_blocking().unwrap();
+}
+
+pub fn bad_geometry_rejected(b: Backend) {
+    let r = rt(b);
+    let spec = || KernelSpec::<u32, u32>::echo();
+    for c in [0u32, 1, 3, 1000, (1 << 24) + 1, u32::MAX] {
+        let e = r.launch(spec().capacity(c)).unwrap_err();
+        assert!(
+            matches!(e, Error::InvalidCapacity { capacity, .. } if capacity == c),
+            "{e}"
+        );
+        assert!(e.to_string().contains(&c.to_string()));
+    }
+    for s in [0u32, 64, 100, 129, 200, (1 << 20) + 128] {
+        let e = r.launch(spec().slot_size(s)).unwrap_err();
+        assert!(
+            matches!(e, Error::InvalidSlotSize { slot_size, .. } if slot_size == s),
+            "{e}"
+        );
+    }
+    for bs in [0u32, 1025] {
+        let e = r.launch(spec().capacity(1024).batch_size(bs)).unwrap_err();
+        assert!(
+            matches!(e, Error::InvalidBatchSize { batch, .. } if batch == bs),
+            "{e}"
+        );
+    }
+    let e = r
+        .launch(spec().idle(gyre::IdleStrategy::Sleep(Duration::ZERO)))
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
+}
+
+pub fn pause_resume(b: Backend) {
+    let k = rt(b)
+        .launch(KernelSpec::<u32, u32>::echo().capacity(16))
+        .unwrap();
+    assert_eq!(k.call_blocking(1).unwrap(), 1);
+    k.pause();
+    eventually("Paused", || k.state() == KernelState::Paused);
+    let before = k.telemetry().unwrap().messages_in;
+    for i in 0..10 {
+        k.try_send(i).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(30));
+    assert!(k.try_recv().unwrap().is_none(), "a paused kernel answered");
+    assert_eq!(k.telemetry().unwrap().messages_in, before);
+    k.resume();
+    for i in 0..10 {
+        assert_eq!(k.recv_timeout(Duration::from_secs(5)).unwrap(), i);
+    }
+    assert_eq!(k.state(), KernelState::Active);
+    k.shutdown_blocking().unwrap();
+}
+
+/// Shutdown with requests in flight: every accepted request gets exactly one reply or one
+/// error.
+pub fn terminate_with_messages_in_flight(b: Backend) {
+    for round in 0..20u64 {
+        let k = rt(b)
+            .launch(KernelSpec::<u64, u64>::echo().capacity(64))
+            .unwrap();
+        let accepted = Arc::new(AtomicU64::new(0));
+        let producers: Vec<_> = (0..2)
+            .map(|p| {
+                let (k, accepted) = (k.clone(), accepted.clone());
+                std::thread::spawn(move || {
+                    let mut calls = (0u64, 0u64);
+                    for s in 0.. {
+                        let v = (p << 40) | s;
+                        if s % 2 == 0 {
+                            match k.call_blocking(v) {
+                                Ok(r) => {
+                                    assert_eq!(r, v);
+                                    calls.0 += 1;
+                                }
+                                Err(Error::Closed { .. }) => break,
+                                Err(Error::KernelTerminated { .. }) => calls.1 += 1,
+                                Err(e) => panic!("call: {e}"),
+                            }
+                        } else {
+                            match k.try_send(v) {
+                                Ok(()) => {
+                                    accepted.fetch_add(1, Ordering::SeqCst);
+                                }
+                                Err(TrySendError::Full(_)) => std::thread::yield_now(),
+                                Err(TrySendError::Closed(_)) => break,
+                            }
+                        }
+                    }
+                    calls
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_micros(200 + round * 150));
+        k.shutdown_blocking().unwrap();
+        for t in producers {
+            t.join().unwrap();
+        }
+        let mut answered = 0;
+        loop {
+            match k.try_recv() {
+                Ok(Some(_)) => answered += 1,
+                Ok(None) => panic!("recv pending after shutdown"),
+                Err(Error::KernelTerminated { .. }) if k.try_recv().is_err() => break,
+                Err(e) => panic!("recv: {e}"),
+            }
+        }
+        assert_eq!(answered, accepted.load(Ordering::SeqCst), "round {round}");
+    }
+}
+
+pub fn handler_panic_faults_kernel(b: Backend) {
+    let k = rt(b)
+        .launch(
+            KernelSpec::from_fn("boom", |x: u32| {
+                if x == 13 {
+                    panic!("handler panic (expected by the test)");
+                }
+                x
+            })
+            .capacity(16),
+        )
+        .unwrap();
+    assert_eq!(k.call_blocking(1).unwrap(), 1);
+    // Queue some sends behind the poisoned request.
+    k.pause();
+    eventually("Paused", || k.state() == KernelState::Paused);
+    k.try_send(2).unwrap();
+    k.try_send(13).unwrap();
+    k.try_send(3).unwrap();
+    k.resume();
+    assert_eq!(k.recv_timeout(Duration::from_secs(5)).unwrap(), 2);
+    let e = k.recv_timeout(Duration::from_secs(5)).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Handler {
+                status: gyre_abi::error::HANDLER_PANIC,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let e = k.recv_timeout(Duration::from_secs(5)).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::KernelFaulted {
+                code: gyre_abi::error::HANDLER_PANIC,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!(
+        k.state(),
+        KernelState::Faulted {
+            code: gyre_abi::error::HANDLER_PANIC
+        }
+    );
+    // Later requests fail at once instead of hanging.
+    assert!(k.call_blocking(4).is_err());
+    assert!(matches!(k.try_send(5), Err(TrySendError::Closed(5))));
+    assert!(matches!(
+        k.shutdown_blocking(),
+        Err(Error::KernelFaulted { .. })
+    ));
+}
+
+pub fn handler_error_keeps_serving(b: Backend) {
+    let k = rt(b)
+        .launch(KernelSpec::try_from_fn("odd", |x: u32| {
+            if x % 2 == 1 {
+                Err(gyre_abi::error::USER_BASE + 1)
+            } else {
+                Ok(x / 2)
+            }
+        }))
+        .unwrap();
+    for x in 0..100u32 {
+        match k.call_blocking(x) {
+            Ok(v) => assert_eq!(v, x / 2),
+            Err(Error::Handler { status, .. }) => {
+                assert_eq!(x % 2, 1);
+                assert_eq!(status, gyre_abi::error::USER_BASE + 1);
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(k.telemetry().unwrap().errors, 50);
+    k.shutdown_blocking().unwrap();
+}
+
+pub fn async_call_send_recv_stream(b: Backend) {
+    use futures_core::Stream;
+    let k = rt(b)
+        .launch(KernelSpec::<u64, u64>::echo().capacity(32))
+        .unwrap();
+    tokio_rt().block_on(async {
+        // Many concurrent tasks calling.
+        let tasks: Vec<_> = (0..8u64)
+            .map(|t| {
+                let k = k.clone();
+                tokio::spawn(async move {
+                    for i in 0..2000u64 {
+                        let v = t * 1_000_000 + i;
+                        assert_eq!(k.call(v).await.unwrap(), v);
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        for i in 0..20u64 {
+            k.send(i).await.unwrap();
+        }
+        for i in 0..10u64 {
+            assert_eq!(k.recv().await.unwrap(), i);
+        }
+        let mut stream = std::pin::pin!(k.replies());
+        let mut got = Vec::new();
+        while got.len() < 10 {
+            let item = std::future::poll_fn(|cx| stream.as_mut().poll_next(cx)).await;
+            got.push(item.expect("stream item").unwrap());
+        }
+        assert_eq!(got, (10..20).collect::<Vec<_>>());
+        k.shutdown().await.unwrap();
+        // After shutdown the stream ends.
+        let end = std::future::poll_fn(|cx| stream.as_mut().poll_next(cx)).await;
+        assert!(end.is_none());
+    });
+}
+
+/// Dropping `call` futures at every await point never loses, corrupts or leaks a slot.
+pub fn dropped_call_futures_release_slots(b: Backend) {
+    let k = rt(b)
+        .launch(
+            KernelSpec::from_fn("slow", |x: u64| {
+                std::thread::sleep(Duration::from_micros(50));
+                x
+            })
+            .capacity(8)
+            .async_spin(Duration::ZERO),
+        )
+        .unwrap();
+    let trt = tokio_rt();
+    trt.block_on(async {
+        for round in 0..200u64 {
+            // Start a call, poll it a few times, drop it.
+            let mut fut = Box::pin(k.call(round));
+            for _ in 0..(round % 4) {
+                let _ = futures_poll_once(fut.as_mut()).await;
+            }
+            drop(fut);
+        }
+        // Ring of 8: if any dropped call leaked its slot, these would stall.
+        for i in 0..100u64 {
+            let r = tokio::time::timeout(Duration::from_secs(5), k.call(i)).await;
+            assert_eq!(r.expect("no leaked slot").unwrap(), i);
+        }
+    });
+    k.shutdown_blocking().unwrap();
+}
+
+async fn futures_poll_once<F: std::future::Future + Unpin>(mut f: F) -> Option<F::Output> {
+    std::future::poll_fn(|cx| match std::pin::Pin::new(&mut f).poll(cx) {
+        std::task::Poll::Ready(v) => std::task::Poll::Ready(Some(v)),
+        std::task::Poll::Pending => std::task::Poll::Ready(None),
+    })
+    .await
+}
+
+pub fn async_shutdown_drains(b: Backend) {
+    let k = rt(b)
+        .launch(
+            KernelSpec::from_fn("slowish", |x: u64| {
+                std::thread::sleep(Duration::from_micros(20));
+                x
+            })
+            .capacity(256),
+        )
+        .unwrap();
+    tokio_rt().block_on(async {
+        for i in 0..200u64 {
+            k.send(i).await.unwrap();
+        }
+        let calls: Vec<_> = (0..20u64).map(|i| tokio::spawn(k.call(1000 + i))).collect();
+        tokio::task::yield_now().await;
+        k.shutdown().await.unwrap();
+        let mut results = HashMap::new();
+        for (i, c) in calls.into_iter().enumerate() {
+            match c.await.unwrap() {
+                Ok(v) => assert_eq!(v, 1000 + i as u64),
+                Err(e) => *results.entry(e.to_string()).or_insert(0) += 1,
+            }
+        }
+        // Every accepted send is answered, in order.
+        for i in 0..200u64 {
+            assert_eq!(k.recv().await.unwrap(), i);
+        }
+        assert!(k.recv().await.is_err());
+        assert!(k.send(1).await.is_err());
+    });
+}
+
+pub fn telemetry_counts(b: Backend) {
+    let k = rt(b).launch(KernelSpec::<u32, u32>::echo()).unwrap();
+    for i in 0..500 {
+        k.call_blocking(i).unwrap();
+    }
+    let t = k.telemetry().unwrap();
+    assert_eq!(t.messages_in, 500);
+    assert_eq!(t.messages_out, 500);
+    assert_eq!(t.errors, 0);
+    assert!(t.busy_polls >= 1 && t.busy_polls <= 500);
+    assert_eq!(t.state, gyre_abi::state::ACTIVE);
+    assert_eq!(t.seq % 2, 0);
+    k.shutdown_blocking().unwrap();
+}
+
+pub fn batch_send_and_recv_order(b: Backend) {
+    let k = rt(b)
+        .launch(KernelSpec::<u32, u32>::echo().capacity(64).batch_size(64))
+        .unwrap();
+    let batch: Vec<u32> = (0..64).collect();
+    for round in 0..100u32 {
+        let msgs: Vec<u32> = batch.iter().map(|x| x + round * 64).collect();
+        k.try_send_batch(&msgs).unwrap();
+        for m in &msgs {
+            assert_eq!(k.recv_blocking().unwrap(), *m);
+        }
+    }
+    let too_big: Vec<u32> = (0..65).collect();
+    assert!(matches!(
+        k.try_send_batch(&too_big),
+        Err(TrySendError::Full(_))
+    ));
+    k.shutdown_blocking().unwrap();
+}
+
+pub fn call_timeout_abandons(b: Backend) {
+    let k = rt(b)
+        .launch(
+            KernelSpec::from_fn("sleepy", |x: u64| {
+                if x == 0 {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                x
+            })
+            .capacity(4),
+        )
+        .unwrap();
+    let e = k.call_timeout(0, Duration::from_millis(5)).unwrap_err();
+    assert!(matches!(e, Error::Timeout { op: "call", .. }), "{e}");
+    // The abandoned slot is released once its late reply arrives.
+    for i in 1..50u64 {
+        assert_eq!(k.call_timeout(i, Duration::from_secs(5)).unwrap(), i);
+    }
+    k.shutdown_blocking().unwrap();
+}
