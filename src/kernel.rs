@@ -6,7 +6,7 @@ use core::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytemuck::{Pod, Zeroable};
+use bytemuck::Pod;
 use gyre_abi::{command, error, state};
 use gyre_core::channel::driver::Driver;
 use gyre_core::channel::{Kind, PublishError, ReplyView};
@@ -41,7 +41,9 @@ pub enum KernelState {
 }
 
 impl KernelState {
-    fn from_raw(s: u32, code: u32) -> Self {
+    /// The state from the raw `gyre_abi::state` value and error code (as found in the
+    /// control block or a [`TelemetrySnapshot`](crate::TelemetrySnapshot)).
+    pub fn from_raw(s: u32, code: u32) -> Self {
         match s {
             state::ACTIVE => KernelState::Active,
             state::PAUSED => KernelState::Paused,
@@ -218,6 +220,16 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
     /// Payload bytes per slot.
     pub fn payload(&self) -> usize {
         self.inner.ch.payload()
+    }
+
+    /// Bytes per slot (header + payload).
+    pub fn slot_size(&self) -> usize {
+        self.inner.ch.slot_size()
+    }
+
+    /// Most requests the kernel takes per batch.
+    pub fn batch_size(&self) -> u32 {
+        self.inner.ch.region().geometry().batch()
     }
 
     fn publish(&self, kind: Kind, req: &Req) -> core::result::Result<u64, PublishError> {
@@ -397,15 +409,39 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
 
     /// [`Kernel::shutdown`] on this thread.
     pub fn shutdown_blocking(&self) -> Result<()> {
+        self.shutdown_deadline(None)
+    }
+
+    /// [`Kernel::shutdown_blocking`] giving up after `timeout` ([`Error::Timeout`]) —
+    /// for a kernel whose handler never returns. The kernel was still told to terminate.
+    pub fn shutdown_timeout(&self, timeout: Duration) -> Result<()> {
+        self.shutdown_deadline(Some(timeout))
+    }
+
+    fn shutdown_deadline(&self, timeout: Option<Duration>) -> Result<()> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let timed_out = || match (deadline, timeout) {
+            (Some(d), Some(t)) if Instant::now() >= d => Some(Error::Timeout {
+                op: "shutdown",
+                after: t,
+            }),
+            _ => None,
+        };
         let ch = &self.inner.ch;
         ch.close();
         let mut idler = self.inner.host_idle.idler();
         while !ch.all_published() {
+            if let Some(e) = timed_out() {
+                return Err(e);
+            }
             idler.idle(false);
         }
         ch.command(command::TERMINATE);
         idler.reset();
         while !self.inner.is_final() {
+            if let Some(e) = timed_out() {
+                return Err(e);
+            }
             idler.idle(false);
         }
         self.inner.finish()

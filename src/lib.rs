@@ -48,5 +48,10 @@ pub use kernel::{Kernel, KernelState};
 pub use runtime::{backends, Backend, BackendInfo, Runtime, RuntimeBuilder};
 pub use spec::KernelSpec;
 
+/// Version of this crate.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// Version of the shared-memory ABI this build speaks.
+pub const ABI_VERSION: u32 = gyre_abi::ABI_VERSION;
+
 /// Re-exported so users can derive message types: `#[derive(Pod, Zeroable, Clone, Copy)]`.
 pub use bytemuck::{self, Pod, Zeroable};

@@ -20,17 +20,46 @@ pub enum Backend {
     Cpu,
 }
 
+impl Backend {
+    /// The name used on the command line and in logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Backend::Auto => "auto",
+            Backend::Cpu => "cpu",
+        }
+    }
+}
+
+impl core::fmt::Display for Backend {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 impl core::str::FromStr for Backend {
     type Err = Error;
+    /// Parses a backend name, case-insensitively. A known backend that this build does
+    /// not include is [`Error::BackendUnavailable`]; anything else is
+    /// [`Error::InvalidArgument`] listing the valid names.
     fn from_str(s: &str) -> Result<Self> {
-        match s {
+        match s.to_ascii_lowercase().as_str() {
             "auto" => Ok(Backend::Auto),
             "cpu" => Ok(Backend::Cpu),
-            other => Err(Error::InvalidArgument {
-                name: "backend",
-                value: other.to_owned(),
-                reason: "valid backends: auto, cpu",
-            }),
+            other => match backends().into_iter().find(|b| b.name == other) {
+                Some(BackendInfo {
+                    name,
+                    available: Err(reason),
+                    ..
+                }) => Err(Error::BackendUnavailable {
+                    backend: name,
+                    reason,
+                }),
+                _ => Err(Error::InvalidArgument {
+                    name: "backend",
+                    value: s.to_owned(),
+                    reason: "valid backends: auto, cpu",
+                }),
+            },
         }
     }
 }

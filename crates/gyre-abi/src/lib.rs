@@ -252,7 +252,8 @@ pub struct TelemetryBuffer {
     pub idle_polls: AtomicU64,
     /// Total handler time, ns.
     pub handler_ns_total: AtomicU64,
-    /// Longest single handler invocation, ns (saturating at `u32::MAX`).
+    /// Longest handler time of one batch (all its requests), ns, saturating at
+    /// `u32::MAX`. With a batch size of 1 this is the longest single invocation.
     pub handler_ns_max: AtomicU32,
     /// Kernel clock at the last write, in ms (wrapping); compare for change, not value.
     pub heartbeat_ms: AtomicU32,
@@ -278,7 +279,7 @@ pub struct TelemetrySnapshot {
     pub idle_polls: u64,
     /// Total handler time, ns.
     pub handler_ns_total: u64,
-    /// Longest handler invocation, ns.
+    /// Longest handler time of one batch, ns.
     pub handler_ns_max: u32,
     /// Kernel clock at the write, ms (wrapping).
     pub heartbeat_ms: u32,

@@ -1,1 +1,211 @@
-fn main() {}
+//! `gyre`: the command-line front end of the gyre ring-kernel runtime.
+//!
+//! * `gyre demo` — round trips through the built-in echo kernel: latency percentiles,
+//!   throughput and the kernel's telemetry.
+//! * `gyre doctor` — backends, versions, host, and a quick self-test.
+//!
+//! Logging goes to stderr, filtered by `GYRE_LOG` (default `warn`). Errors are printed as
+//! `error: <message>` with a non-zero exit code.
+
+mod demo;
+mod doctor;
+mod error;
+mod load;
+mod progress;
+mod table;
+
+use std::io::{self, IsTerminal, Write};
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::error::CliError;
+
+/// gyre: a ring-kernel messaging runtime.
+#[derive(Debug, Parser)]
+#[command(name = "gyre", version, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the built-in echo kernel and measure round trips.
+    Demo(DemoArgs),
+    /// Show backends, versions and host, and run a quick self-test.
+    Doctor,
+}
+
+/// Arguments of `gyre demo`, as parsed; checked by `demo::DemoConfig::from_args`.
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    /// Backend to run the kernel on: auto or cpu.
+    #[arg(long, default_value = "auto")]
+    pub backend: String,
+    /// Messages to send in total (at least 1).
+    #[arg(long, short = 'n', default_value_t = 100_000)]
+    pub messages: u64,
+    /// Producer threads, each calling in a loop (1..=64).
+    #[arg(long, short = 'p', default_value_t = 1)]
+    pub producers: usize,
+    /// Slots per ring: a power of two in 2..=16777216 [default: 1024].
+    #[arg(long)]
+    pub capacity: Option<u32>,
+    /// What the kernel and waiting callers do when idle.
+    #[arg(long, value_enum, default_value_t = IdleArg::Backoff)]
+    pub idle: IdleArg,
+}
+
+/// `--idle`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum IdleArg {
+    /// Busy-spin (lowest latency; a core per kernel and per waiting caller).
+    Spin,
+    /// Spin, yield, then park (the kernel spec's default).
+    Backoff,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    let stdout = io::stdout();
+    let mut out = stdout.lock();
+    let result = match &cli.command {
+        Command::Demo(args) => demo::run(args, &mut out),
+        Command::Doctor => doctor::run(&mut out),
+    }
+    .and_then(|()| out.flush().map_err(CliError::from));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        // The reader went away (`gyre demo | head`): nothing left to tell anyone.
+        Err(CliError::Output(e)) if e.kind() == io::ErrorKind::BrokenPipe => ExitCode::FAILURE,
+        Err(e) => {
+            let _ = out.flush();
+            let _ = writeln!(io::stderr(), "error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs to stderr, filtered by `GYRE_LOG` (tracing `EnvFilter` syntax, default `warn`).
+fn init_tracing() {
+    use tracing_subscriber::EnvFilter;
+    let filter = match std::env::var("GYRE_LOG") {
+        Ok(spec) if !spec.trim().is_empty() => EnvFilter::try_new(&spec).unwrap_or_else(|e| {
+            let _ = writeln!(
+                io::stderr(),
+                "warning: ignoring GYRE_LOG={spec:?}: {e}; using warn"
+            );
+            EnvFilter::new("warn")
+        }),
+        _ => EnvFilter::new("warn"),
+    };
+    // Fails only if a subscriber is already installed, which nothing else does.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(io::stderr)
+        .with_ansi(io::stderr().is_terminal())
+        .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::demo::DemoConfig;
+    use crate::error::Result;
+    use clap::CommandFactory;
+
+    fn parse_demo(args: &[&str]) -> std::result::Result<DemoArgs, clap::Error> {
+        let cli = Cli::try_parse_from(["gyre", "demo"].iter().chain(args))?;
+        match cli.command {
+            Command::Demo(a) => Ok(a),
+            Command::Doctor => panic!("parsed doctor from demo arguments"),
+        }
+    }
+
+    /// Parses and validates `gyre demo <args>` as the binary does.
+    fn demo_config(args: &[&str]) -> Result<DemoConfig> {
+        DemoConfig::from_args(&parse_demo(args).expect("arguments parse"))
+    }
+
+    #[test]
+    fn clap_definition_is_valid() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn defaults() {
+        let c = demo_config(&[]).expect("defaults are valid");
+        assert_eq!(c.backend, gyre::Backend::Auto);
+        assert_eq!(c.messages, 100_000);
+        assert_eq!(c.producers, 1);
+        assert_eq!(c.capacity, None);
+        assert!(!c.busy_spin);
+    }
+
+    #[test]
+    fn all_options() {
+        let c = demo_config(&[
+            "--backend",
+            "cpu",
+            "--messages",
+            "7",
+            "--producers",
+            "64",
+            "--capacity",
+            "256",
+            "--idle",
+            "spin",
+        ])
+        .expect("valid");
+        assert_eq!(c.backend, gyre::Backend::Cpu);
+        assert_eq!((c.messages, c.producers, c.capacity), (7, 64, Some(256)));
+        assert!(c.busy_spin);
+    }
+
+    #[test]
+    fn zero_messages_is_rejected_by_value() {
+        let e = demo_config(&["--messages", "0"]).expect_err("0 messages");
+        assert!(matches!(e, CliError::Messages(0)));
+        assert!(e.to_string().contains("--messages 0"), "{e}");
+    }
+
+    #[test]
+    fn producers_out_of_range_are_rejected_by_value() {
+        for bad in ["0", "65", "1000"] {
+            let e = demo_config(&["--producers", bad]).expect_err(bad);
+            assert!(matches!(e, CliError::Producers { .. }), "{e:?}");
+            assert!(e.to_string().contains(&format!("--producers {bad}")), "{e}");
+        }
+        assert!(demo_config(&["--producers", "1"]).is_ok());
+    }
+
+    #[test]
+    fn unknown_backend_lists_valid_ones() {
+        let e = demo_config(&["--backend", "nope"]).expect_err("nope");
+        let msg = e.to_string();
+        assert!(matches!(e, CliError::Gyre(_)), "{e:?}");
+        assert!(
+            msg.contains("nope") && msg.contains("auto") && msg.contains("cpu"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn unparsable_values_are_clap_errors() {
+        assert!(parse_demo(&["--messages", "-1"]).is_err());
+        assert!(parse_demo(&["--idle", "sometimes"]).is_err());
+        assert!(parse_demo(&["--capacity", "big"]).is_err());
+        assert!(parse_demo(&["--producers", "-3"]).is_err());
+    }
+
+    #[test]
+    fn messages_are_shared_between_producers() {
+        let c = demo_config(&["--messages", "10", "--producers", "4"]).expect("valid");
+        let shares: Vec<u64> = (0..4).map(|p| c.share(p)).collect();
+        assert_eq!(shares, [3, 3, 2, 2]);
+        let c = demo_config(&["--messages", "2", "--producers", "3"]).expect("valid");
+        assert_eq!((0..3).map(|p| c.share(p)).sum::<u64>(), 2);
+    }
+}

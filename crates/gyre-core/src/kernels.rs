@@ -72,8 +72,11 @@ pub fn reduce_sum(_msg_type: u32, req: &[u8], reply: &mut [u8]) -> Result<usize,
     Ok(8)
 }
 
+/// The signature of a built-in CPU handler.
+pub type BuiltinFn = fn(u32, &[u8], &mut [u8]) -> Result<usize, u32>;
+
 /// The handler of built-in kernel `id`, if there is one.
-pub fn builtin(id: u32) -> Option<fn(u32, &[u8], &mut [u8]) -> Result<usize, u32>> {
+pub fn builtin(id: u32) -> Option<BuiltinFn> {
     match id {
         ids::ECHO => Some(echo),
         ids::VEC_SCALE => Some(vec_scale),

@@ -28,6 +28,60 @@ pub fn kernel_loop(region: &SharedRegion, handler: &dyn Handler, idle: IdleStrat
     }
 }
 
+/// The kernel loop driven one step at a time on the caller's thread: deterministic
+/// tests, property tests against a model, fault injection.
+pub struct Stepper<'a> {
+    l: Loop<'a>,
+    st: u32,
+}
+
+impl<'a> Stepper<'a> {
+    /// Runs step K0 (validation). `None` if the kernel faulted there (see the control
+    /// block's error code).
+    pub fn new(region: &'a SharedRegion, handler: &'a dyn Handler) -> Option<Self> {
+        let l = Loop::start(region, handler, IdleStrategy::BusySpin)?;
+        Some(Self {
+            l,
+            st: state::ACTIVE,
+        })
+    }
+
+    /// One loop iteration: commands and heartbeats (K1, K9), then at most one batch
+    /// (K2..K8), checking for protocol errors under the head. Returns the requests
+    /// answered, or `None` once the kernel stopped (terminated or faulted).
+    pub fn step(&mut self) -> Option<u64> {
+        if state::is_final(self.st) {
+            return None;
+        }
+        if let Flow::Stop = self.l.slow_tick(&mut self.st) {
+            self.st = state::TERMINATED;
+            return None;
+        }
+        if self.st == state::PAUSED {
+            return Some(0);
+        }
+        match self.l.take_batch(true) {
+            Ok(0)
+                if self.st == state::DRAINING
+                    && self.l.cb.h2k_head.load(Acquire) <= self.l.tail =>
+            {
+                self.l.publish_telemetry(state::TERMINATED);
+                self.l.cb.state.store(state::TERMINATED, Release);
+                self.st = state::TERMINATED;
+                None
+            }
+            Ok(n) => {
+                self.l.publish_telemetry(self.st);
+                Some(n)
+            }
+            Err(()) => {
+                self.st = state::FAULTED;
+                None
+            }
+        }
+    }
+}
+
 fn fault(cb: &ControlBlock, code: u32) {
     cb.error_code.store(code, Release);
     cb.state.store(state::FAULTED, Release);

@@ -43,7 +43,7 @@ use std::thread::JoinHandle;
 use gyre_core::{Backend, Error, KernelInstance, LaunchSpec, Result, SharedRegion};
 use std::sync::Mutex;
 
-pub use kernel::kernel_loop;
+pub use kernel::{kernel_loop, Stepper};
 
 /// The CPU backend. Always available.
 #[derive(Debug, Default, Clone)]

@@ -1,0 +1,249 @@
+//! `gyre demo`: round trips through the built-in echo kernel, with latency percentiles,
+//! throughput, and the kernel's own telemetry.
+
+use std::io::Write;
+use std::str::FromStr;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use gyre::{Backend, IdleStrategy, Kernel, KernelSpec, Runtime, TelemetrySnapshot};
+
+use crate::error::{CliError, Result};
+use crate::load::{drive, Measured, Msg};
+use crate::table::{self, Table};
+use crate::{DemoArgs, IdleArg};
+
+/// Most producer threads accepted.
+pub const MAX_PRODUCERS: usize = 64;
+/// How long to wait for the kernel's telemetry to account for every reply.
+const TELEMETRY_SETTLE: Duration = Duration::from_secs(1);
+
+/// Validated `demo` arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DemoConfig {
+    /// Backend as named on the command line.
+    pub backend_name: String,
+    /// Backend requested.
+    pub backend: Backend,
+    /// Messages in total, >= 1.
+    pub messages: u64,
+    /// Producer threads, `1..=MAX_PRODUCERS`.
+    pub producers: usize,
+    /// Ring capacity, if not the spec default (validated at launch).
+    pub capacity: Option<u32>,
+    /// Whether kernel and host busy-spin.
+    pub busy_spin: bool,
+}
+
+impl DemoConfig {
+    /// Checks the arguments; errors name the bad value.
+    pub fn from_args(args: &DemoArgs) -> Result<Self> {
+        let backend = Backend::from_str(&args.backend)?;
+        if args.messages == 0 {
+            return Err(CliError::Messages(args.messages));
+        }
+        if !(1..=MAX_PRODUCERS).contains(&args.producers) {
+            return Err(CliError::Producers {
+                value: args.producers,
+                max: MAX_PRODUCERS,
+            });
+        }
+        Ok(Self {
+            backend_name: args.backend.clone(),
+            backend,
+            messages: args.messages,
+            producers: args.producers,
+            capacity: args.capacity,
+            busy_spin: args.idle == IdleArg::Spin,
+        })
+    }
+
+    /// The echo kernel's spec for this configuration.
+    pub fn spec(&self) -> KernelSpec<Msg, Msg> {
+        let mut spec = KernelSpec::<Msg, Msg>::echo();
+        if let Some(c) = self.capacity {
+            spec = spec.capacity(c);
+        }
+        if self.busy_spin {
+            spec = spec
+                .idle(IdleStrategy::BusySpin)
+                .host_idle(IdleStrategy::BusySpin);
+        }
+        spec
+    }
+
+    /// How many of the messages producer `p` sends (the remainder goes to the first ones).
+    pub fn share(&self, p: usize) -> u64 {
+        let producers = self.producers.max(1) as u64;
+        let base = self.messages / producers;
+        let extra = u64::from((p as u64) < self.messages % producers);
+        base + extra
+    }
+}
+
+/// `gyre demo`.
+pub fn run(args: &DemoArgs, out: &mut dyn Write) -> Result<()> {
+    let cfg = DemoConfig::from_args(args)?;
+    let rt = Runtime::builder().backend(cfg.backend).build()?;
+    let kernel = rt.launch(cfg.spec())?;
+    tracing::debug!(?cfg, backend = rt.backend_name(), "demo kernel launched");
+    let outcome = drive(&kernel, &cfg).and_then(|measured| {
+        let telemetry = settled_telemetry(&kernel, cfg.messages)?;
+        report(out, &cfg, rt.backend_name(), &kernel, &measured, &telemetry)?;
+        Ok(())
+    });
+    // Stop the kernel whatever happened; a run error is reported before a shutdown error.
+    let down = kernel.shutdown_blocking();
+    if let (Err(_), Err(down)) = (&outcome, &down) {
+        tracing::warn!(error = %down, "shutdown after a failed run also failed");
+    }
+    outcome?;
+    down?;
+    writeln!(
+        out,
+        "shutdown: ok (kernel {})",
+        describe_state(kernel.state())
+    )?;
+    Ok(())
+}
+
+/// The kernel publishes its telemetry just after its replies: wait (briefly) until the
+/// snapshot accounts for every reply received, so the table matches the run.
+fn settled_telemetry(kernel: &Kernel<Msg, Msg>, expected: u64) -> Result<TelemetrySnapshot> {
+    let deadline = Instant::now() + TELEMETRY_SETTLE;
+    loop {
+        let t = kernel.telemetry()?;
+        if t.messages_out >= expected || Instant::now() >= deadline {
+            return Ok(t);
+        }
+        thread::sleep(Duration::from_micros(50));
+    }
+}
+
+fn report(
+    out: &mut dyn Write,
+    cfg: &DemoConfig,
+    backend: &str,
+    kernel: &Kernel<Msg, Msg>,
+    m: &Measured,
+    t: &TelemetrySnapshot,
+) -> std::io::Result<()> {
+    let payload = kernel.payload();
+    let slot = payload + gyre_abi::SLOT_HEADER_SIZE;
+    let mut run = Table::new("gyre demo");
+    run.row(
+        "backend",
+        format!("{backend} (requested: {})", cfg.backend_name),
+    )
+    .row(
+        "kernel",
+        format!("{} ([u8; 64] -> [u8; 64])", kernel.name()),
+    )
+    .row(
+        "geometry",
+        format!(
+            "{} slots x {slot} B per ring ({payload} B payload)",
+            kernel.capacity()
+        ),
+    )
+    .row(
+        "idle",
+        if cfg.busy_spin {
+            "busy-spin (kernel and host)"
+        } else {
+            "backoff (spec default)"
+        },
+    )
+    .row(
+        "messages",
+        format!(
+            "{} from {} producer{}, every echo verified",
+            cfg.messages,
+            cfg.producers,
+            if cfg.producers == 1 { "" } else { "s" }
+        ),
+    );
+    run.write_to(out)?;
+
+    let mut rtt = Table::new("round-trip time");
+    for (label, q) in [("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999)] {
+        rtt.row(label, table::nanos(m.rtt.value_at_quantile(q)));
+    }
+    rtt.row("max", table::nanos(m.rtt.max()));
+    rtt.write_to(out)?;
+
+    let secs = m.elapsed.as_secs_f64();
+    #[allow(clippy::cast_precision_loss)]
+    let rate = if secs > 0.0 {
+        (cfg.messages as f64 / secs) as u64
+    } else {
+        0
+    };
+    let mut tput = Table::new("throughput");
+    tput.row("rate", format!("{} msg/s", table::count(rate)))
+        .row("elapsed", table::duration(m.elapsed));
+    tput.write_to(out)?;
+
+    telemetry_table(t).write_to(out)
+}
+
+/// The kernel's telemetry as a table.
+pub fn telemetry_table(t: &TelemetrySnapshot) -> Table {
+    let mut tab = Table::new("kernel telemetry");
+    tab.row("messages in", t.messages_in)
+        .row("messages out", t.messages_out)
+        .row("errors", t.errors)
+        .row("busy polls", t.busy_polls)
+        .row("idle polls", t.idle_polls)
+        .row("handler time total", table::nanos(t.handler_ns_total))
+        .row(
+            "handler time max",
+            table::nanos(u64::from(t.handler_ns_max)),
+        )
+        .row("state", state_name(t.state));
+    tab
+}
+
+/// A kernel state in words, with the error code where there is one.
+pub fn describe_state(state: gyre::KernelState) -> String {
+    use gyre::KernelState as S;
+    match state {
+        S::Launching => "launching".into(),
+        S::Active => "active".into(),
+        S::Paused => "paused".into(),
+        S::Draining => "draining".into(),
+        S::Terminated { code: 0 } => "terminated".into(),
+        S::Terminated { code } => format!("terminated: {}", gyre_abi::error::name(code)),
+        S::Faulted { code } => format!("faulted: {}", gyre_abi::error::name(code)),
+    }
+}
+
+/// A raw `gyre_abi::state` value in words.
+pub fn state_name(s: u32) -> &'static str {
+    use gyre_abi::state;
+    match s {
+        state::UNINIT => "not started",
+        state::LAUNCHING => "launching",
+        state::ACTIVE => "active",
+        state::PAUSED => "paused",
+        state::DRAINING => "draining",
+        state::TERMINATED => "terminated",
+        state::FAULTED => "faulted",
+        _ => "unknown",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_in_words() {
+        assert_eq!(state_name(gyre_abi::state::ACTIVE), "active");
+        assert_eq!(state_name(99), "unknown");
+        assert_eq!(
+            describe_state(gyre::KernelState::Terminated { code: 0 }),
+            "terminated"
+        );
+    }
+}
