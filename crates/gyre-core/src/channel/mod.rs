@@ -17,6 +17,8 @@
 
 pub mod driver;
 mod reply;
+#[cfg(test)]
+mod tests;
 mod wakers;
 
 use core::sync::atomic::Ordering::{Acquire, Release};

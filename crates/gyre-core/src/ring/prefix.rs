@@ -117,3 +117,76 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::sync::atomic::AtomicU64;
+    use core::sync::atomic::Ordering::Release;
+
+    #[test]
+    fn claim_respects_capacity_and_close() {
+        let (claim, tail) = (AtomicU64::new(0), AtomicU64::new(0));
+        assert_eq!(try_claim(&claim, &tail, 4, 3), Ok(0));
+        assert_eq!(try_claim(&claim, &tail, 4, 2), Err(ClaimError::Full));
+        assert_eq!(try_claim(&claim, &tail, 4, 1), Ok(3));
+        assert_eq!(try_claim(&claim, &tail, 4, 1), Err(ClaimError::Full));
+        tail.store(2, Release);
+        assert_eq!(try_claim(&claim, &tail, 4, 2), Ok(4));
+        assert_eq!(close(&claim), 6);
+        assert_eq!(claimed(&claim), 6);
+        tail.store(6, Release);
+        assert_eq!(try_claim(&claim, &tail, 4, 1), Err(ClaimError::Closed));
+    }
+
+    #[test]
+    fn corrupt_tail_beyond_claim_reads_full() {
+        let (claim, tail) = (AtomicU64::new(1), AtomicU64::new(100));
+        assert_eq!(try_claim(&claim, &tail, 4, 1), Err(ClaimError::Full));
+    }
+
+    #[test]
+    fn prefix_stops_at_gap_and_resumes() {
+        let head = AtomicU64::new(0);
+        let markers: Vec<AtomicU64> = (0..4).map(|_| AtomicU64::new(0)).collect();
+        let m = |i: u64| &markers[(i % 4) as usize];
+        markers[1].store(2, Release);
+        markers[2].store(3, Release);
+        advance_prefix(&head, 3, 4, m);
+        assert_eq!(
+            head.load(Acquire),
+            0,
+            "index 0 is not written: nothing is published"
+        );
+        markers[0].store(1, Release);
+        advance_prefix(&head, 1, 4, m);
+        assert_eq!(
+            head.load(Acquire),
+            3,
+            "completing the gap publishes what follows it"
+        );
+    }
+
+    #[test]
+    fn stale_marker_of_previous_lap_is_not_published() {
+        let head = AtomicU64::new(4);
+        // Slot 0 still holds index 0's marker (1); index 4 expects 5.
+        let markers: Vec<AtomicU64> = (1..=4).map(AtomicU64::new).collect();
+        advance_prefix(&head, 5, 4, |i| &markers[(i % 4) as usize]);
+        assert_eq!(head.load(Acquire), 4);
+    }
+
+    #[test]
+    fn scan_is_bounded_by_limit() {
+        let head = AtomicU64::new(0);
+        let markers: Vec<AtomicU64> = (0..16)
+            .map(|i| AtomicU64::new(if i < 8 { i + 1 } else { 0 }))
+            .collect();
+        advance_prefix(&head, 8, 3, |i| &markers[i as usize]);
+        assert_eq!(
+            head.load(Acquire),
+            8,
+            "several bounded scans still reach the end"
+        );
+    }
+}

@@ -1,0 +1,227 @@
+//! Unit tests of the host channel against a hand-written "kernel" that writes reply
+//! slots directly, including malformed ones.
+
+use core::sync::atomic::Ordering::{Acquire, Release};
+use std::sync::Arc;
+
+use gyre_abi::{error, state};
+
+use super::*;
+use crate::idle::IdleStrategy;
+use crate::ring::Geometry;
+
+fn channel(cap: u32) -> Channel {
+    let g = Geometry::new(cap, 128, 1).unwrap();
+    Channel::new(Arc::new(SharedRegion::new_host(g, 0).unwrap()), "test")
+}
+
+/// Answers request `idx` as the kernel would, with `corr`, `len` and `status`.
+fn reply(ch: &Channel, idx: u64, corr: u64, payload: &[u8], len: u32, status: u32) {
+    let s = ch.region().slot(RingId::Reply, idx);
+    // SAFETY: single-threaded test; nobody else touches the slot.
+    unsafe {
+        s.write_meta(&SlotMeta {
+            correlation_id: corr,
+            len,
+            status,
+            ..SlotMeta::default()
+        });
+        core::ptr::copy_nonoverlapping(payload.as_ptr(), s.payload_ptr(), payload.len());
+    }
+    s.sequence().store(idx + 1, Release);
+    ch.region().control().k2h_head.store(idx + 1, Release);
+}
+
+fn bytes(r: ReplyView<'_>) -> crate::Result<Vec<u8>> {
+    Ok(r.payload.to_vec())
+}
+
+#[test]
+fn oversize_and_closed_write_nothing() {
+    let ch = channel(4);
+    assert_eq!(
+        ch.try_publish(Kind::Send, 0, &[0u8; 65]),
+        Err(PublishError::TooLarge {
+            len: 65,
+            payload: 64
+        })
+    );
+    assert_eq!(ch.claimed(), 0);
+    assert_eq!(ch.region().control().h2k_head.load(Acquire), 0);
+    assert_eq!(ch.close(), 0);
+    assert_eq!(
+        ch.try_publish(Kind::Send, 0, b"x"),
+        Err(PublishError::Closed)
+    );
+}
+
+#[test]
+fn publish_writes_header_then_sequence() {
+    let ch = channel(4);
+    assert_eq!(ch.try_publish(Kind::Call, 7, b"abc"), Ok(0));
+    let s = ch.region().slot(RingId::Request, 0);
+    assert_eq!(s.sequence().load(Acquire), 1);
+    // SAFETY: single-threaded test.
+    let m = unsafe { s.read_meta() };
+    assert_eq!(
+        (m.correlation_id, m.msg_type, m.len, m.flags),
+        (0, 7, 3, flags::CALL)
+    );
+    assert_eq!(unsafe { s.payload(3) }, b"abc");
+    assert_eq!(ch.region().control().h2k_head.load(Acquire), 1);
+}
+
+#[test]
+fn wrong_correlation_is_a_protocol_error_and_releases() {
+    let ch = channel(2);
+    let i = ch.try_publish(Kind::Call, 0, b"a").unwrap();
+    reply(&ch, i, 99, b"a", 1, 0);
+    let e = ch
+        .wait_blocking(i, &IdleStrategy::BusySpin, None, bytes)
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Protocol {
+                what: "reply correlation id",
+                found: 99,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!(ch.protocol_errors(), 1);
+    assert_eq!(
+        ch.region().control().k2h_tail.load(Acquire),
+        1,
+        "slot released"
+    );
+}
+
+#[test]
+fn reply_length_beyond_payload_is_a_protocol_error() {
+    let ch = channel(2);
+    let i = ch.try_publish(Kind::Call, 0, b"a").unwrap();
+    reply(&ch, i, i, b"", 1000, 0);
+    let e = ch
+        .wait_blocking(i, &IdleStrategy::BusySpin, None, bytes)
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Protocol {
+                what: "reply length",
+                found: 1000,
+                ..
+            }
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn wrong_sequence_under_published_head_is_detected() {
+    let ch = channel(2);
+    let i = ch.try_publish(Kind::Call, 0, b"a").unwrap();
+    // The kernel claims to have published reply 0, but the slot's sequence is wrong.
+    ch.region()
+        .slot(RingId::Reply, i)
+        .sequence()
+        .store(77, Release);
+    ch.region().control().k2h_head.store(1, Release);
+    // 77 > index + 1 reads as a later lap; the waiter's slow check reports it.
+    let e = ch
+        .wait_blocking(i, &IdleStrategy::BusySpin, None, bytes)
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Protocol {
+                what: "reply sequence",
+                found: 77,
+                ..
+            }
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn faulted_kernel_fails_waiters_and_closes() {
+    let ch = channel(4);
+    let i = ch.try_publish(Kind::Call, 0, b"a").unwrap();
+    let cb = ch.region().control();
+    cb.error_code.store(error::HANDLER_PANIC, Release);
+    cb.state.store(state::FAULTED, Release);
+    let e = ch
+        .wait_blocking(i, &IdleStrategy::BusySpin, None, bytes)
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::KernelFaulted {
+                code: error::HANDLER_PANIC,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!(
+        ch.try_publish(Kind::Send, 0, b"b"),
+        Err(PublishError::Closed)
+    );
+}
+
+#[test]
+fn recv_skips_call_replies_and_keeps_order() {
+    let ch = channel(8);
+    let c = ch.try_publish(Kind::Call, 0, b"call").unwrap();
+    let s1 = ch.try_publish(Kind::Send, 0, b"s1").unwrap();
+    let s2 = ch.try_publish(Kind::Send, 0, b"s2").unwrap();
+    assert_eq!(ch.try_recv(bytes), Ok(None));
+    reply(&ch, c, c, b"call", 4, 0);
+    reply(&ch, s1, s1, b"s1", 2, 0);
+    assert_eq!(ch.try_recv(bytes), Ok(Some(b"s1".to_vec())));
+    assert_eq!(ch.try_recv(bytes), Ok(None));
+    reply(&ch, s2, s2, b"s2", 2, 0);
+    assert_eq!(ch.try_recv(bytes), Ok(Some(b"s2".to_vec())));
+    // The call's reply is still there for its owner; the tail waits for it.
+    assert_eq!(ch.region().control().k2h_tail.load(Acquire), 0);
+    let r = ch
+        .wait_blocking(c, &IdleStrategy::BusySpin, None, bytes)
+        .unwrap();
+    assert_eq!(r, b"call");
+    assert_eq!(ch.region().control().k2h_tail.load(Acquire), 3);
+}
+
+#[test]
+fn abandoned_call_is_released_when_its_reply_arrives() {
+    let ch = channel(2);
+    let i = ch.try_publish(Kind::Call, 0, b"a").unwrap();
+    ch.abandon(i, false);
+    assert_eq!(
+        ch.interest.load(Acquire),
+        1,
+        "the abandoned cell needs the driver"
+    );
+    assert_eq!(ch.region().control().k2h_tail.load(Acquire), 0);
+    reply(&ch, i, i, b"a", 1, 0);
+    assert!(ch.try_finalize(i));
+    assert!(!ch.try_finalize(i), "finalised exactly once");
+    assert_eq!(ch.region().control().k2h_tail.load(Acquire), 1);
+    assert_eq!(ch.interest.load(Acquire), 0);
+}
+
+#[test]
+fn back_pressure_counts_unreleased_replies() {
+    let ch = channel(2);
+    let a = ch.try_publish(Kind::Send, 0, b"a").unwrap();
+    let b = ch.try_publish(Kind::Send, 0, b"b").unwrap();
+    assert_eq!(ch.try_publish(Kind::Send, 0, b"c"), Err(PublishError::Full));
+    reply(&ch, a, a, b"a", 1, 0);
+    reply(&ch, b, b, b"b", 1, 0);
+    // Answered but not received: still full.
+    assert_eq!(ch.try_publish(Kind::Send, 0, b"c"), Err(PublishError::Full));
+    assert_eq!(ch.try_recv(bytes), Ok(Some(b"a".to_vec())));
+    assert_eq!(ch.try_publish(Kind::Send, 0, b"c"), Ok(2));
+}

@@ -1,0 +1,152 @@
+//! The CPU kernel loop, one step at a time: validation at start, protocol errors in
+//! request slots, handler misbehaviour, commands and the host-heartbeat watchdog.
+
+use std::sync::atomic::Ordering::{Acquire, Release};
+use std::sync::Arc;
+use std::time::Duration;
+
+use gyre_abi::{command, error, state};
+use gyre_core::channel::{Channel, Kind};
+use gyre_core::region::RingId;
+use gyre_core::ring::Geometry;
+use gyre_core::{IdleStrategy, SharedRegion};
+use gyre_cpu::Stepper;
+
+fn region(timeout_ms: u32) -> Arc<SharedRegion> {
+    Arc::new(SharedRegion::new_host(Geometry::new(4, 128, 4).unwrap(), timeout_ms).unwrap())
+}
+
+fn status_of(ch: &Channel, idx: u64) -> (u32, Vec<u8>) {
+    ch.wait_blocking(idx, &IdleStrategy::BusySpin, None, |r| {
+        Ok((r.meta.status, r.payload.to_vec()))
+    })
+    .unwrap()
+}
+
+#[test]
+fn bad_magic_and_abi_version_fault_at_start() {
+    let r = region(0);
+    r.control().magic.store(0xdead_beef, Release);
+    assert!(Stepper::new(&r, &gyre_core::kernels::echo).is_none());
+    assert_eq!(r.control().state.load(Acquire), state::FAULTED);
+    assert_eq!(r.control().error_code.load(Acquire), error::BAD_MAGIC);
+
+    let r = region(0);
+    r.control()
+        .abi_version
+        .store(gyre_abi::ABI_VERSION + 1, Release);
+    assert!(Stepper::new(&r, &gyre_core::kernels::echo).is_none());
+    assert_eq!(r.control().error_code.load(Acquire), error::BAD_ABI_VERSION);
+
+    let r = region(0);
+    r.control().capacity.store(3, Release);
+    assert!(Stepper::new(&r, &gyre_core::kernels::echo).is_none());
+    assert_eq!(r.control().error_code.load(Acquire), error::BAD_GEOMETRY);
+}
+
+#[test]
+fn wrong_sequence_under_head_gets_an_error_reply_and_kernel_keeps_serving() {
+    let r = region(0);
+    let h = gyre_core::kernels::echo;
+    let mut k = Stepper::new(&r, &h).unwrap();
+    let ch = Channel::new(r.clone(), "t");
+    let i = ch.try_publish(Kind::Call, 1, b"ok?").unwrap();
+    // Corrupt the published slot: its sequence no longer matches its index.
+    r.slot(RingId::Request, i).sequence().store(42, Release);
+    assert_eq!(k.step(), Some(1));
+    assert_eq!(status_of(&ch, i).0, error::BAD_SEQUENCE);
+    let j = ch.try_publish(Kind::Call, 1, b"fine").unwrap();
+    assert_eq!(k.step(), Some(1));
+    assert_eq!(status_of(&ch, j), (error::NONE, b"fine".to_vec()));
+    let t = gyre_core::telemetry::read_consistent(r.telemetry(), 8).unwrap();
+    assert_eq!((t.messages_in, t.errors), (2, 1));
+}
+
+#[test]
+fn length_beyond_payload_is_rejected_not_processed() {
+    let r = region(0);
+    static CALLED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let h = |_: u32, req: &[u8], out: &mut [u8]| -> Result<usize, u32> {
+        CALLED.fetch_add(1, Release);
+        out[..req.len()].copy_from_slice(req);
+        Ok(req.len())
+    };
+    let mut k = Stepper::new(&r, &h).unwrap();
+    let ch = Channel::new(r.clone(), "t");
+    let i = ch.try_publish(Kind::Call, 1, b"x").unwrap();
+    // Rewrite the length field under the published sequence (a corrupt producer).
+    let s = r.slot(RingId::Request, i);
+    // SAFETY: single-threaded test; the kernel has not looked at the slot yet.
+    let mut m = unsafe { s.read_meta() };
+    m.len = 4096;
+    // SAFETY: as above.
+    unsafe { s.write_meta(&m) };
+    assert_eq!(k.step(), Some(1));
+    assert_eq!(status_of(&ch, i).0, error::BAD_LENGTH);
+    assert_eq!(
+        CALLED.load(Acquire),
+        0,
+        "the handler never saw the corrupt request"
+    );
+}
+
+#[test]
+fn handler_reply_longer_than_payload_is_bad_length() {
+    let r = region(0);
+    let h = |_: u32, _: &[u8], _: &mut [u8]| -> Result<usize, u32> { Ok(10_000) };
+    let mut k = Stepper::new(&r, &h).unwrap();
+    let ch = Channel::new(r.clone(), "t");
+    let i = ch.try_publish(Kind::Call, 1, b"x").unwrap();
+    k.step();
+    assert_eq!(status_of(&ch, i).0, error::BAD_LENGTH);
+}
+
+#[test]
+fn pause_resume_terminate_drain() {
+    let r = region(0);
+    let h = gyre_core::kernels::echo;
+    let mut k = Stepper::new(&r, &h).unwrap();
+    let ch = Channel::new(r.clone(), "t");
+    ch.command(command::PAUSE);
+    ch.try_publish(Kind::Send, 1, b"a").unwrap();
+    assert_eq!(k.step(), Some(0));
+    assert_eq!(r.control().state.load(Acquire), state::PAUSED);
+    ch.command(command::RUN);
+    ch.try_publish(Kind::Send, 1, b"b").unwrap();
+    ch.command(command::TERMINATE);
+    // Draining answers both, then terminates.
+    assert_eq!(k.step(), Some(2));
+    assert_eq!(r.control().state.load(Acquire), state::DRAINING);
+    assert_eq!(k.step(), None);
+    assert_eq!(r.control().state.load(Acquire), state::TERMINATED);
+    assert_eq!(r.control().error_code.load(Acquire), error::NONE);
+}
+
+#[test]
+fn stale_host_heartbeat_terminates_the_kernel() {
+    let r = region(5);
+    let h = gyre_core::kernels::echo;
+    let mut k = Stepper::new(&r, &h).unwrap();
+    assert_eq!(k.step(), Some(0));
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(k.step(), None);
+    assert_eq!(r.control().state.load(Acquire), state::TERMINATED);
+    assert_eq!(
+        r.control().error_code.load(Acquire),
+        error::HOST_HEARTBEAT_STALE
+    );
+}
+
+#[test]
+fn live_host_heartbeat_keeps_the_kernel_running() {
+    let r = region(50);
+    let h = gyre_core::kernels::echo;
+    let mut k = Stepper::new(&r, &h).unwrap();
+    let ch = Channel::new(r.clone(), "t");
+    for _ in 0..10 {
+        ch.heartbeat();
+        std::thread::sleep(Duration::from_millis(10));
+        assert_eq!(k.step(), Some(0));
+    }
+    assert_eq!(r.control().state.load(Acquire), state::ACTIVE);
+}

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The whole test suite: unit, integration (conformance on every backend present),
+# property and doc tests, then the loom models of the ring protocol.
+#
+# Usage: scripts/test.sh            (from anywhere inside the repository)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "==> cargo test --workspace"
+cargo test --workspace
+
+# loom explores every interleaving of the host-side protocol under a bounded number of
+# preemptions. Its own target dir keeps the --cfg from invalidating the normal build.
+echo "==> loom models (LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:=2})"
+RUSTFLAGS="--cfg gyre_loom" LOOM_MAX_PREEMPTIONS="$LOOM_MAX_PREEMPTIONS" \
+  CARGO_TARGET_DIR=target/loom \
+  cargo test -p gyre-core --release --test loom_ring
