@@ -244,6 +244,7 @@ impl Channel {
             });
         }
         let cb = self.region.control();
+        // P1: claim n consecutive indices.
         let first = match prefix::try_claim(&*self.claim, &cb.k2h_tail, self.capacity, n) {
             Ok(i) => i,
             Err(ClaimError::Full) => return Err(PublishError::Full),
@@ -255,6 +256,7 @@ impl Channel {
             let idx = first + k as u64;
             let m = m.as_ref();
             self.cell(idx).word.store(word(idx, kind, ST_IDLE), Release);
+            // P2: write header and payload.
             let slot = self.region.slot(RingId::Request, idx);
             // SAFETY: we claimed `idx` and have not published it, so we own the slot;
             // m.len() <= payload was checked above.
@@ -269,16 +271,17 @@ impl Channel {
                 });
                 core::ptr::copy_nonoverlapping(m.as_ptr(), slot.payload_ptr(), m.len());
             }
-            // The sequence is the last thing written, with release (DESIGN §2, step P3).
+            // P3: the sequence is the last thing written, with release.
             slot.sequence().store(idx + 1, Release);
         }
+        // P4: publish the written prefix (one head store for the batch).
         prefix::advance_prefix(&cb.h2k_head, first + n, self.capacity, |i| {
             self.region.slot(RingId::Request, i).sequence()
         });
         Ok(first)
     }
 
-    /// Releases the reply slot of `index` (its reply was consumed or discarded).
+    /// H3: releases the reply slot of `index` (its reply was consumed or discarded).
     #[inline]
     pub(crate) fn free(&self, index: u64) {
         self.cell(index).freed.store(index + 1, Release);

@@ -43,7 +43,7 @@ enum Slow {
 const SLOW_CHECK_EVERY: u32 = 256;
 
 impl Channel {
-    /// Where the reply of `index` stands.
+    /// H1: where the reply of `index` stands (its slot's sequence, acquire).
     #[inline(always)]
     pub fn probe(&self, index: u64) -> Probe {
         let s = self
@@ -60,7 +60,7 @@ impl Channel {
         }
     }
 
-    /// Consumes the published reply of `index`, which the caller owns, passes it to `f`,
+    /// H2 + H3: consumes the published reply of `index`, which the caller owns, passes it to `f`,
     /// and releases the slot. A reply failing the protocol checks is counted and
     /// reported instead.
     #[inline]
