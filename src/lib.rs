@@ -55,3 +55,8 @@ pub const ABI_VERSION: u32 = gyre_abi::ABI_VERSION;
 
 /// Re-exported so users can derive message types: `#[derive(Pod, Zeroable, Clone, Copy)]`.
 pub use bytemuck::{self, Pod, Zeroable};
+
+/// The README's example, compiled and run as a doc test so it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -105,6 +105,8 @@ struct Loop<'a> {
     host_hb_changed: Instant,
     host_timeout_ms: u64,
     processed: u64,
+    /// The last clock reading (one per batch or slow tick; the hot path reads no more).
+    last_now: Instant,
 }
 
 enum Flow {
@@ -158,6 +160,7 @@ impl<'a> Loop<'a> {
             host_hb_changed: now,
             host_timeout_ms: u64::from(cb.host_timeout_ms.load(Acquire)),
             processed: cb.processed.load(Acquire),
+            last_now: now,
         };
         cb.state.store(state::ACTIVE, Release);
         Some(l)
@@ -205,6 +208,7 @@ impl<'a> Loop<'a> {
     /// K1 + K9: read the command, write the heartbeat, check the host heartbeat.
     fn slow_tick(&mut self, st: &mut u32) -> Flow {
         let now = Instant::now();
+        self.last_now = now;
         self.cb.kernel_heartbeat.store(
             now.duration_since(self.epoch).as_nanos() as u64 + 1,
             Release,
@@ -295,7 +299,8 @@ impl<'a> Loop<'a> {
                 return Err(());
             }
         }
-        let dt = t0.elapsed().as_nanos() as u64;
+        self.last_now = Instant::now();
+        let dt = self.last_now.duration_since(t0).as_nanos() as u64;
         self.tel.acc.handler_ns_total += dt;
         self.tel.acc.handler_ns_max = self
             .tel
@@ -376,10 +381,10 @@ impl<'a> Loop<'a> {
         self.cb.processed.store(self.processed, Release);
     }
 
-    /// K8: telemetry under the seqlock.
+    /// K8: telemetry under the seqlock, stamped with the last clock reading.
     fn publish_telemetry(&mut self, st: u32) {
         self.tel.acc.state = st;
-        self.tel.acc.heartbeat_ms = self.epoch.elapsed().as_millis() as u32;
+        self.tel.acc.heartbeat_ms = self.last_now.duration_since(self.epoch).as_millis() as u32;
         self.tel.publish(self.region.telemetry());
     }
 }
