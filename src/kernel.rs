@@ -362,7 +362,7 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
     }
 
     fn recv_deadline(&self, timeout: Option<Duration>) -> Result<Resp> {
-        let deadline = timeout.map(|t| Instant::now() + t);
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let mut idler = self.inner.host_idle.idler();
         loop {
             if let Some(r) = self.try_recv()? {
@@ -419,7 +419,7 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
     }
 
     fn shutdown_deadline(&self, timeout: Option<Duration>) -> Result<()> {
-        let deadline = timeout.map(|t| Instant::now() + t);
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let timed_out = || match (deadline, timeout) {
             (Some(d), Some(t)) if Instant::now() >= d => Some(Error::Timeout {
                 op: "shutdown",

@@ -146,7 +146,7 @@ impl Channel {
     ) -> Result<R> {
         let mut idler = idle.idler();
         let mut polls: u32 = 0;
-        let deadline = timeout.map(|t| Instant::now() + t);
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         loop {
             if self.probe(index) == Probe::Ready {
                 return self.take(index, f);
