@@ -269,20 +269,11 @@ impl<Resp> Drop for Recv<Resp> {
 ///
 /// Cancel safe, like [`Recv`]: dropping it between items loses nothing.
 #[must_use = "streams do nothing unless polled"]
-pub struct Replies<Resp> {
-    inner: Arc<Inner>,
-    id: u64,
-    _resp: PhantomData<fn() -> Resp>,
-}
+pub struct Replies<Resp>(Recv<Resp>);
 
 impl<Resp: Pod> Replies<Resp> {
     pub(crate) fn new(inner: Arc<Inner>) -> Self {
-        let id = inner.next_id();
-        Self {
-            inner,
-            id,
-            _resp: PhantomData,
-        }
+        Self(Recv::new(inner))
     }
 }
 
@@ -290,26 +281,12 @@ impl<Resp: Pod> futures_core::Stream for Replies<Resp> {
     type Item = Result<Resp>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = self.get_mut();
-        let ch = &this.inner.ch;
-        let name = ch.name();
-        match ch.poll_recv(cx, this.id, |v| decode::<Resp>(name, v)) {
+        let recv = &mut self.get_mut().0;
+        match Pin::new(&mut *recv).poll(cx) {
             Poll::Pending => Poll::Pending,
-            Poll::Ready(r) => {
-                ch.recv_waiters().remove(ch, this.id);
-                match r {
-                    Err(_) if ch.recv_exhausted() => Poll::Ready(None),
-                    other => Poll::Ready(Some(other)),
-                }
-            }
+            Poll::Ready(Err(_)) if recv.inner.ch.recv_exhausted() => Poll::Ready(None),
+            Poll::Ready(r) => Poll::Ready(Some(r)),
         }
-    }
-}
-
-impl<Resp> Drop for Replies<Resp> {
-    fn drop(&mut self) {
-        let ch = &self.inner.ch;
-        ch.recv_waiters().remove(ch, self.id);
     }
 }
 

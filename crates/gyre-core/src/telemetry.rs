@@ -6,8 +6,8 @@
 //! (relaxed); acquire fence; `seq` again (relaxed); a change means retry. All fields are
 //! atomics, so a torn read is detected, never undefined behaviour.
 
+use core::sync::atomic::fence;
 use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
-use core::sync::atomic::{fence, AtomicU32, AtomicU64};
 
 use gyre_abi::{TelemetryBuffer, TelemetrySnapshot};
 
@@ -81,8 +81,8 @@ pub fn read_consistent(
             busy_polls: buf.busy_polls.load(Relaxed),
             idle_polls: buf.idle_polls.load(Relaxed),
             handler_ns_total: buf.handler_ns_total.load(Relaxed),
-            handler_ns_max: load32(&buf.handler_ns_max),
-            heartbeat_ms: load32(&buf.heartbeat_ms),
+            handler_ns_max: buf.handler_ns_max.load(Relaxed),
+            heartbeat_ms: buf.heartbeat_ms.load(Relaxed),
         };
         // Orders the field loads before the re-check of the sequence.
         fence(Acquire);
@@ -94,14 +94,6 @@ pub fn read_consistent(
         attempts: attempts.max(1),
     })
 }
-
-#[inline(always)]
-fn load32(a: &AtomicU32) -> u32 {
-    a.load(Relaxed)
-}
-
-#[allow(dead_code)]
-fn _assert_atomic(_: &AtomicU64) {}
 
 #[cfg(test)]
 mod tests {

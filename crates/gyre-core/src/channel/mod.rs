@@ -26,7 +26,7 @@ use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
 use std::sync::{Arc, OnceLock};
 
 use crossbeam_utils::CachePadded;
-use gyre_abi::{command, flags, state, SLOT_HEADER_SIZE};
+use gyre_abi::{flags, state, SLOT_HEADER_SIZE};
 use parking_lot::Mutex;
 
 use crate::error::Error;
@@ -324,17 +324,6 @@ impl Channel {
     /// Whether every claimed request has been published (no producer is mid-write).
     pub fn all_published(&self) -> bool {
         self.region.control().h2k_head.load(Acquire) >= self.claimed()
-    }
-
-    /// Begins shutdown: closes the ring; once every claimed request is published the
-    /// caller writes [`command::TERMINATE`] with [`Channel::terminate_when_published`].
-    pub fn terminate_when_published(&self) -> bool {
-        if self.all_published() {
-            self.command(command::TERMINATE);
-            true
-        } else {
-            false
-        }
     }
 
     /// If the kernel reached a final state, records it, closes the ring and wakes every
