@@ -11,7 +11,7 @@ cargo test --workspace
 
 # loom explores every interleaving of the host-side protocol under a bounded number of
 # preemptions. Its own target dir keeps the --cfg from invalidating the normal build.
-echo "==> loom models (LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:=2})"
+echo "==> loom models (LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:=3})"
 RUSTFLAGS="--cfg gyre_loom" LOOM_MAX_PREEMPTIONS="$LOOM_MAX_PREEMPTIONS" \
   CARGO_TARGET_DIR=target/loom \
   cargo test -p gyre-core --release --test loom_ring

@@ -4,7 +4,7 @@
 //! Run with (CI does):
 //!
 //! ```text
-//! RUSTFLAGS="--cfg gyre_loom" LOOM_MAX_PREEMPTIONS=2 \
+//! RUSTFLAGS="--cfg gyre_loom" LOOM_MAX_PREEMPTIONS=3 \
 //!     cargo test -p gyre-core --release --test loom_ring
 //! ```
 //!
