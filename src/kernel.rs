@@ -180,7 +180,7 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
         instance: Box<dyn KernelInstance>,
         spec: &KernelSpec<Req, Resp>,
     ) -> Result<Self> {
-        let ch = Arc::new(Channel::new(region, spec.name.clone()));
+        let ch = Arc::new(Channel::new(region, spec.name.clone()).with_timestamps(spec.timestamps));
         let hb = if spec.host_timeout.is_zero() {
             Duration::from_secs(1)
         } else {

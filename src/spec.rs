@@ -35,6 +35,7 @@ pub struct KernelSpec<Req, Resp> {
     pub(crate) handler: Arc<dyn Handler>,
     pub(crate) builtin: Option<u32>,
     pub(crate) msg_type: u32,
+    pub(crate) timestamps: bool,
     _types: PhantomData<fn(Req) -> Resp>,
 }
 
@@ -120,6 +121,7 @@ impl<Req: Pod, Resp: Pod> KernelSpec<Req, Resp> {
             handler,
             builtin,
             msg_type,
+            timestamps: false,
             _types: PhantomData,
         }
     }
@@ -164,6 +166,12 @@ impl<Req: Pod, Resp: Pod> KernelSpec<Req, Resp> {
     /// poll may hold a tokio worker.
     pub fn async_spin(mut self, spin: Duration) -> Self {
         self.async_spin = spin;
+        self
+    }
+    /// Stamps every request's `enqueue_ns` header field with the host clock (default off:
+    /// it costs a clock read per request; the field is then 0).
+    pub fn timestamps(mut self, on: bool) -> Self {
+        self.timestamps = on;
         self
     }
     /// The kernel terminates itself when the host heartbeat stops changing for this long

@@ -214,7 +214,8 @@ pub struct SlotHeader {
     pub sequence: AtomicU64,
     /// Correlation id chosen by the requester; the kernel copies it into the reply.
     pub correlation_id: u64,
-    /// When the request was enqueued (host clock, ns); copied into the reply.
+    /// When the request was enqueued (host clock, ns) if the kernel was launched with
+    /// timestamps on, else 0; copied into the reply.
     pub enqueue_ns: u64,
     /// Message type; for built-in kernels, the kernel's id (see `gyre_core::kernels`).
     pub msg_type: u32,

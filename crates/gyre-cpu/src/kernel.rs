@@ -2,9 +2,9 @@
 
 use core::sync::atomic::Ordering::{Acquire, Release};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::time::Instant;
 
 use gyre_abi::{command, error, state, ControlBlock};
+use gyre_core::clock;
 use gyre_core::region::RingId;
 use gyre_core::ring::slot::SlotMeta;
 use gyre_core::telemetry::TelemetryWriter;
@@ -100,13 +100,15 @@ struct Loop<'a> {
     /// Reply slots released by the host, as last read.
     k2h_tail: u64,
     tel: TelemetryWriter,
-    epoch: Instant,
+    /// `clock::ticks()` at start.
+    epoch: u64,
     host_hb: u64,
-    host_hb_changed: Instant,
-    host_timeout_ms: u64,
+    /// Ticks when `host_hb` last changed.
+    host_hb_changed: u64,
+    host_timeout_ns: u64,
     processed: u64,
-    /// The last clock reading (one per batch or slow tick; the hot path reads no more).
-    last_now: Instant,
+    /// The last tick reading (one per batch or slow tick; the hot path reads no more).
+    last_now: u64,
 }
 
 enum Flow {
@@ -143,7 +145,8 @@ impl<'a> Loop<'a> {
             fault(cb, error::BAD_GEOMETRY);
             return None;
         }
-        let now = Instant::now();
+        clock::calibrate();
+        let now = clock::ticks();
         let l = Self {
             region,
             cb,
@@ -158,7 +161,7 @@ impl<'a> Loop<'a> {
             epoch: now,
             host_hb: cb.host_heartbeat.load(Acquire),
             host_hb_changed: now,
-            host_timeout_ms: u64::from(cb.host_timeout_ms.load(Acquire)),
+            host_timeout_ns: u64::from(cb.host_timeout_ms.load(Acquire)) * 1_000_000,
             processed: cb.processed.load(Acquire),
             last_now: now,
         };
@@ -207,21 +210,21 @@ impl<'a> Loop<'a> {
 
     /// K1 + K9: read the command, write the heartbeat, check the host heartbeat.
     fn slow_tick(&mut self, st: &mut u32) -> Flow {
-        let now = Instant::now();
+        let now = clock::ticks();
         self.last_now = now;
         self.cb.kernel_heartbeat.store(
-            now.duration_since(self.epoch).as_nanos() as u64 + 1,
+            clock::ticks_to_ns(now.wrapping_sub(self.epoch)) + 1,
             Release,
         );
         let hb = self.cb.host_heartbeat.load(Acquire);
         if hb != self.host_hb {
             self.host_hb = hb;
             self.host_hb_changed = now;
-        } else if self.host_timeout_ms != 0
-            && now.duration_since(self.host_hb_changed).as_millis() as u64 > self.host_timeout_ms
+        } else if self.host_timeout_ns != 0
+            && clock::ticks_to_ns(now.wrapping_sub(self.host_hb_changed)) > self.host_timeout_ns
         {
             tracing::warn!(
-                timeout_ms = self.host_timeout_ms,
+                timeout_ns = self.host_timeout_ns,
                 "host heartbeat stale: terminating"
             );
             self.cb
@@ -288,7 +291,7 @@ impl<'a> Loop<'a> {
             n = 1;
             bad_seq = true;
         }
-        let t0 = Instant::now();
+        let t0 = clock::ticks();
         for k in 0..n {
             let idx = self.tail + k;
             if let Err(code) = self.answer(idx, bad_seq) {
@@ -299,8 +302,8 @@ impl<'a> Loop<'a> {
                 return Err(());
             }
         }
-        self.last_now = Instant::now();
-        let dt = self.last_now.duration_since(t0).as_nanos() as u64;
+        self.last_now = clock::ticks();
+        let dt = clock::ticks_to_ns(self.last_now.wrapping_sub(t0));
         self.tel.acc.handler_ns_total += dt;
         self.tel.acc.handler_ns_max = self
             .tel
@@ -384,7 +387,8 @@ impl<'a> Loop<'a> {
     /// K8: telemetry under the seqlock, stamped with the last clock reading.
     fn publish_telemetry(&mut self, st: u32) {
         self.tel.acc.state = st;
-        self.tel.acc.heartbeat_ms = self.last_now.duration_since(self.epoch).as_millis() as u32;
+        self.tel.acc.heartbeat_ms =
+            (clock::ticks_to_ns(self.last_now.wrapping_sub(self.epoch)) / 1_000_000) as u32;
         self.tel.publish(self.region.telemetry());
     }
 }

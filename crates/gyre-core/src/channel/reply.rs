@@ -330,7 +330,7 @@ impl Channel {
                 continue;
             }
             if r >= self.claimed() {
-                return match self.check_stopped() {
+                return match self.poll_stopped() {
                     Some(e) if r >= self.claimed() => Err(e),
                     _ => Ok(None),
                 };
@@ -355,7 +355,7 @@ impl Channel {
                     }
                 }
                 Probe::Pending => {
-                    let Some(err) = self.check_stopped() else {
+                    let Some(err) = self.poll_stopped() else {
                         return Ok(None);
                     };
                     if self.probe(r) != Probe::Pending {
