@@ -322,24 +322,39 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
         &self,
         reqs: &'a [Req],
     ) -> core::result::Result<(), TrySendError<&'a [Req]>> {
-        let bytes: &[u8] = bytemuck::cast_slice(reqs);
-        let size = core::mem::size_of::<Req>().max(1);
-        let chunks: Vec<&[u8]> = if core::mem::size_of::<Req>() == 0 {
-            reqs.iter().map(|_| &bytes[..0]).collect()
+        let size = core::mem::size_of::<Req>();
+        let r = if size == 0 {
+            let empty: Vec<&[u8]> = vec![&[]; reqs.len()];
+            self.inner
+                .ch
+                .try_publish_batch(Kind::Send, self.inner.msg_type, &empty)
         } else {
-            bytes.chunks_exact(size).collect()
+            self.inner.ch.try_publish_uniform(
+                Kind::Send,
+                self.inner.msg_type,
+                bytemuck::cast_slice(reqs),
+                size,
+            )
         };
-        match self
-            .inner
-            .ch
-            .try_publish_batch(Kind::Send, self.inner.msg_type, &chunks)
-        {
+        match r {
             Ok(_) => Ok(()),
             Err(PublishError::Full | PublishError::BatchTooLarge { .. }) => {
                 Err(TrySendError::Full(reqs))
             }
             Err(_) => Err(TrySendError::Closed(reqs)),
         }
+    }
+
+    /// Takes up to `max` ready `send` replies, in order, appending each (a reply or its
+    /// error) to `out`; releases them with one index update. Returns how many were
+    /// appended (0: nothing ready).
+    ///
+    /// # Errors
+    ///
+    /// As [`Kernel::try_recv`]: the kernel stopped and will answer nothing more.
+    pub fn try_recv_batch(&self, out: &mut Vec<Result<Resp>>, max: usize) -> Result<usize> {
+        let name = self.inner.ch.name();
+        self.inner.ch.try_recv_batch(max, out, |v| decode(name, v))
     }
 
     /// Takes the next `send` reply if one is ready.

@@ -577,6 +577,21 @@ pub fn batch_send_and_recv_order(b: Backend) {
             assert_eq!(k.recv_blocking().unwrap(), *m);
         }
     }
+    // Batch receive: one index update for a run of replies, order kept.
+    let mut out = Vec::new();
+    for round in 0..50u32 {
+        let msgs: Vec<u32> = (0..64).map(|x| x + round * 1000).collect();
+        k.try_send_batch(&msgs).unwrap();
+        out.clear();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while out.len() < 64 {
+            let want = 64 - out.len();
+            k.try_recv_batch(&mut out, want).unwrap();
+            assert!(Instant::now() < deadline, "batch replies did not arrive");
+        }
+        let got: Vec<u32> = out.drain(..).map(|r| r.unwrap()).collect();
+        assert_eq!(got, msgs);
+    }
     let too_big: Vec<u32> = (0..65).collect();
     assert!(matches!(
         k.try_send_batch(&too_big),

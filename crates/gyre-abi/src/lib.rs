@@ -195,7 +195,8 @@ pub struct ControlBlock {
     pub k2h_head: AtomicU64,
     /// Kernel heartbeat: changes while the kernel loop runs (kernel clock, ns).
     pub kernel_heartbeat: AtomicU64,
-    /// Requests processed (successfully or with an error reply).
+    /// Requests processed (successfully or with an error reply). Refreshed on the
+    /// kernel's slow path and when it stops, not per batch (`h2k_tail` is exact).
     pub processed: AtomicU64,
     /// Reserved, zero.
     pub _reserved2: [u64; 3],

@@ -98,12 +98,20 @@ pub enum RingId {
 
 /// Control block, telemetry and both rings of one kernel.
 ///
-/// Invariant: `mem` is at least [`SharedRegion::bytes_for`]`(geometry)` long, and the
-/// control block was initialised by [`SharedRegion::new`].
+/// Invariant: `mem` is at least [`SharedRegion::bytes_for`]`(geometry)` long, `base` is
+/// `mem.base()` (cached: slot access is on every hot path), and the control block was
+/// initialised by [`SharedRegion::new`].
 pub struct SharedRegion {
     mem: Box<dyn RegionMemory>,
+    base: NonNull<u8>,
     geometry: Geometry,
 }
+
+// SAFETY: `base` points into `mem`, which is Send + Sync and owned by the region; all
+// shared access to the bytes goes through atomics or the protocol's ownership rules.
+unsafe impl Send for SharedRegion {}
+// SAFETY: as above.
+unsafe impl Sync for SharedRegion {}
 
 impl core::fmt::Debug for SharedRegion {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -136,7 +144,12 @@ impl SharedRegion {
                 align: 128,
             });
         }
-        let r = Self { mem, geometry: g };
+        let base = mem.base();
+        let r = Self {
+            mem,
+            base,
+            geometry: g,
+        };
         let cb = r.control();
         cb.capacity.store(g.capacity(), Relaxed);
         cb.slot_size.store(g.slot_size(), Relaxed);
@@ -159,7 +172,7 @@ impl SharedRegion {
         // SAFETY: offset 0 of a live, 128-aligned region at least 128 bytes long (type
         // invariant). Every field another party writes is atomic; the plain reserved
         // fields are never written after zeroing.
-        unsafe { self.mem.base().cast::<ControlBlock>().as_ref() }
+        unsafe { self.base.cast::<ControlBlock>().as_ref() }
     }
 
     /// The telemetry line.
@@ -168,8 +181,7 @@ impl SharedRegion {
         // SAFETY: offset 128 is 64-aligned and in bounds; all fields are atomics.
         unsafe {
             &*self
-                .mem
-                .base()
+                .base
                 .as_ptr()
                 .add(TELEMETRY_OFFSET)
                 .cast::<TelemetryBuffer>()
@@ -192,13 +204,13 @@ impl SharedRegion {
         // is and slot_size and RINGS_OFFSET are multiples of 128; the region outlives the
         // SlotPtr as long as callers hold `&self` (they hold an Arc of the region).
         unsafe {
-            let p = NonNull::new_unchecked(self.mem.base().as_ptr().add(off));
+            let p = NonNull::new_unchecked(self.base.as_ptr().add(off));
             SlotPtr::new(p, g.payload())
         }
     }
 
     /// Raw bytes of the whole region (for tests and telemetry export).
     pub fn base(&self) -> NonNull<u8> {
-        self.mem.base()
+        self.base
     }
 }

@@ -199,6 +199,7 @@ impl<'a> Loop<'a> {
                 self.tel.acc.idle_polls += 1;
                 if st == state::DRAINING && self.cb.h2k_head.load(Acquire) <= self.tail {
                     // Everything published before Terminate is answered.
+                    self.cb.processed.store(self.processed, Release);
                     self.publish_telemetry(state::TERMINATED);
                     self.cb.state.store(state::TERMINATED, Release);
                     return;
@@ -212,6 +213,7 @@ impl<'a> Loop<'a> {
     fn slow_tick(&mut self, st: &mut u32) -> Flow {
         let now = clock::ticks();
         self.last_now = now;
+        self.cb.processed.store(self.processed, Release);
         self.cb.kernel_heartbeat.store(
             clock::ticks_to_ns(now.wrapping_sub(self.epoch)) + 1,
             Release,
@@ -297,6 +299,7 @@ impl<'a> Loop<'a> {
             if let Err(code) = self.answer(idx, bad_seq) {
                 // K6/K7 for what was answered, including the failed request's error reply.
                 self.publish_indices(k + 1);
+                self.cb.processed.store(self.processed, Release);
                 self.publish_telemetry(state::FAULTED);
                 fault(self.cb, code);
                 return Err(());
@@ -374,6 +377,7 @@ impl<'a> Loop<'a> {
     }
 
     /// K7: release `n` requests and publish `n` replies (one store per index per batch).
+    /// `processed` is stored on the slow path and at exit, not per batch.
     fn publish_indices(&mut self, n: u64) {
         self.tail += n;
         self.processed += n;
@@ -381,7 +385,6 @@ impl<'a> Loop<'a> {
         self.tel.acc.messages_out += n;
         self.cb.h2k_tail.store(self.tail, Release);
         self.cb.k2h_head.store(self.tail, Release);
-        self.cb.processed.store(self.processed, Release);
     }
 
     /// K8: telemetry under the seqlock, stamped with the last clock reading.

@@ -20,6 +20,7 @@ enum Op {
     Oversize(usize),
     Step,
     Recv,
+    RecvBatch(usize),
     TakeCall,
 }
 
@@ -31,6 +32,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (65usize..200).prop_map(Op::Oversize),
         4 => Just(Op::Step),
         3 => Just(Op::Recv),
+        1 => (1usize..6).prop_map(Op::RecvBatch),
         2 => Just(Op::TakeCall),
     ]
 }
@@ -135,6 +137,26 @@ fn run(cap: u32, batch: u32, ops: Vec<Op>) -> Result<(), TestCaseError> {
                         m.unreleased.remove(&idx);
                     }
                     None => prop_assert_eq!(r, Ok(None)),
+                }
+            }
+            Op::RecvBatch(max) => {
+                let mut out = Vec::new();
+                let n = ch
+                    .try_recv_batch(max, &mut out, |v| {
+                        Ok(u64::from_le_bytes(v.payload.try_into().unwrap()))
+                    })
+                    .unwrap();
+                prop_assert_eq!(n, out.len());
+                // A batch stops at the first reply that is not a ready send reply; it
+                // takes at least one when one is ready.
+                prop_assert!(n <= max);
+                if !m.send_replies.is_empty() {
+                    prop_assert!(n >= 1);
+                }
+                for got in out {
+                    let (idx, v) = m.send_replies.pop_front().unwrap();
+                    prop_assert_eq!(got, Ok(v));
+                    m.unreleased.remove(&idx);
                 }
             }
             Op::TakeCall => {

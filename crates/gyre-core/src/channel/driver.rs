@@ -95,8 +95,10 @@ fn service(ch: &Channel, last: &mut (u64, u64)) -> bool {
             Probe::Ready => {
                 let (owned, st) = ch.cell_state(i);
                 if owned && st == ST_WAITING {
-                    ch.wake_index(i);
-                    worked = true;
+                    // Work only if a waker was still registered: a woken task that has
+                    // not run yet must not keep the driver spinning (it would starve
+                    // that task when both share a core).
+                    worked |= ch.wake_index(i);
                 } else if owned && st == ST_ABANDONED {
                     worked |= ch.try_finalize(i);
                 }
@@ -117,7 +119,7 @@ fn service(ch: &Channel, last: &mut (u64, u64)) -> bool {
             if owned && st == ST_ABANDONED {
                 ch.try_finalize(j);
             } else if owned && st == ST_WAITING {
-                ch.wake_index(j);
+                let _ = ch.wake_index(j);
             }
         }
         ch.wake_all();

@@ -241,19 +241,42 @@ impl Channel {
         msg_type: u32,
         msgs: &[B],
     ) -> Result<u64, PublishError> {
-        let n = msgs.len() as u64;
+        self.publish_n(kind, msg_type, msgs.len(), |k| msgs[k].as_ref())
+    }
+
+    /// Publishes `bytes.len() / size` requests of `size` bytes each, cut from `bytes`,
+    /// with one claim and one head store (no allocation). `size == 0` publishes nothing.
+    pub fn try_publish_uniform(
+        &self,
+        kind: Kind,
+        msg_type: u32,
+        bytes: &[u8],
+        size: usize,
+    ) -> Result<u64, PublishError> {
+        let n = bytes.len().checked_div(size).unwrap_or(0);
+        self.publish_n(kind, msg_type, n, |k| &bytes[k * size..(k + 1) * size])
+    }
+
+    fn publish_n<'m>(
+        &self,
+        kind: Kind,
+        msg_type: u32,
+        count: usize,
+        msg: impl Fn(usize) -> &'m [u8],
+    ) -> Result<u64, PublishError> {
+        let n = count as u64;
         if n == 0 {
             return Ok(self.claimed());
         }
         if n > self.capacity {
             return Err(PublishError::BatchTooLarge {
-                len: msgs.len(),
+                len: count,
                 capacity: self.capacity,
             });
         }
-        if let Some(m) = msgs.iter().find(|m| m.as_ref().len() > self.payload) {
+        if let Some(len) = (0..count).map(|k| msg(k).len()).find(|&l| l > self.payload) {
             return Err(PublishError::TooLarge {
-                len: m.as_ref().len(),
+                len,
                 payload: self.payload,
             });
         }
@@ -270,9 +293,9 @@ impl Channel {
             0
         };
         let fl = if kind == Kind::Call { flags::CALL } else { 0 };
-        for (k, m) in msgs.iter().enumerate() {
+        for k in 0..count {
             let idx = first + k as u64;
-            let m = m.as_ref();
+            let m = msg(k);
             self.cell(idx).word.store(word(idx, kind, ST_IDLE), Release);
             // P2: write header and payload.
             let slot = self.region.slot(RingId::Request, idx);
@@ -302,9 +325,17 @@ impl Channel {
     /// H3: releases the reply slot of `index` (its reply was consumed or discarded).
     #[inline]
     pub(crate) fn free(&self, index: u64) {
-        self.cell(index).freed.store(index + 1, Release);
+        self.free_run(index, 1);
+    }
+
+    /// H3 for `n` consecutive indices from `first`, with one `k2h_tail` update.
+    #[inline]
+    pub(crate) fn free_run(&self, first: u64, n: u64) {
+        for i in first..first + n {
+            self.cell(i).freed.store(i + 1, Release);
+        }
         let cb = self.region.control();
-        prefix::advance_prefix(&cb.k2h_tail, index + 1, self.capacity, |i| {
+        prefix::advance_prefix(&cb.k2h_tail, first + n, self.capacity, |i| {
             &self.cell(i).freed
         });
     }

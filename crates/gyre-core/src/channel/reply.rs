@@ -60,8 +60,8 @@ impl Channel {
         }
     }
 
-    /// H2 + H3: consumes the published reply of `index`, which the caller owns, passes it to `f`,
-    /// and releases the slot. A reply failing the protocol checks is counted and
+    /// H2 + H3: consumes the published reply of `index`, which the caller owns, passes it
+    /// to `f`, and releases the slot. A reply failing the protocol checks is counted and
     /// reported instead.
     #[inline]
     pub(crate) fn take<R>(
@@ -69,11 +69,21 @@ impl Channel {
         index: u64,
         f: impl FnOnce(ReplyView<'_>) -> Result<R>,
     ) -> Result<R> {
+        let out = self.read_reply(index, f);
+        self.free(index);
+        out
+    }
+
+    /// H2 alone: reads and checks the published reply of `index` (owned by the caller)
+    /// without releasing it.
+    #[inline]
+    fn read_reply<R>(&self, index: u64, f: impl FnOnce(ReplyView<'_>) -> Result<R>) -> Result<R> {
         let slot = self.region.slot(RingId::Reply, index);
         // SAFETY: probe(index) was Ready and the caller owns `index` (its own call, or won
-        // through the recv cursor / abandon CAS), so nobody writes the slot until `free`.
+        // through the recv cursor / abandon CAS), so nobody writes the slot until it is
+        // released.
         let meta = unsafe { slot.read_meta() };
-        let out = if meta.len as usize > self.payload {
+        if meta.len as usize > self.payload {
             Err(self.protocol_error(
                 index,
                 "reply length",
@@ -86,9 +96,55 @@ impl Channel {
             // SAFETY: as above; len <= payload checked.
             let payload = unsafe { slot.payload(meta.len as usize) };
             f(ReplyView { meta, payload })
-        };
-        self.free(index);
-        out
+        }
+    }
+
+    /// Takes up to `max` ready `send` replies in order with one cursor update and one
+    /// `k2h_tail` update, appending `f(reply)` for each to `out`. Returns how many were
+    /// taken; when none of the next replies is a ready `send` reply, behaves like
+    /// [`Channel::try_recv`] for one.
+    pub fn try_recv_batch<R>(
+        &self,
+        max: usize,
+        out: &mut Vec<Result<R>>,
+        mut f: impl FnMut(ReplyView<'_>) -> Result<R>,
+    ) -> Result<usize> {
+        if max == 0 {
+            return Ok(0);
+        }
+        let tail = self.region.control().k2h_tail.load(Acquire);
+        let cursor = self.recv_cursor.load(Acquire);
+        let r = cursor.max(tail);
+        let claimed = self.claimed();
+        let mut n = 0u64;
+        while (n as usize) < max && r + n < claimed && self.probe(r + n) == Probe::Ready {
+            let w = self.cell(r + n).word.load(Acquire);
+            if w >> 3 != r + n || w & SEND_BIT == 0 {
+                break;
+            }
+            n += 1;
+        }
+        // Owning [r, r + n) takes one CAS of the cursor from the value the scan started at.
+        if n > 0
+            && self
+                .recv_cursor
+                .compare_exchange(cursor, r + n, AcqRel, Acquire)
+                .is_ok()
+        {
+            out.reserve(n as usize);
+            for i in r..r + n {
+                out.push(self.read_reply(i, &mut f));
+            }
+            self.free_run(r, n);
+            return Ok(n as usize);
+        }
+        match self.try_recv(f)? {
+            Some(v) => {
+                out.push(Ok(v));
+                Ok(1)
+            }
+            None => Ok(0),
+        }
     }
 
     fn protocol_error(&self, index: u64, what: &'static str, expected: u64, found: u64) -> Error {
@@ -411,10 +467,14 @@ impl Channel {
         (w >> 3 == index, w & ST_MASK)
     }
 
-    /// Wakes the async waiter of `index`, if any.
-    pub(crate) fn wake_index(&self, index: u64) {
-        if let Some(w) = self.cell(index).waker.lock().take() {
-            w.wake();
+    /// Wakes the async waiter of `index`, if one is registered; returns whether it did.
+    pub(crate) fn wake_index(&self, index: u64) -> bool {
+        match self.cell(index).waker.lock().take() {
+            Some(w) => {
+                w.wake();
+                true
+            }
+            None => false,
         }
     }
 }
