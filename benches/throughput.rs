@@ -13,7 +13,7 @@
 //!   the consumer reads chunks of up to 64 (`read_chunk` + `commit_all`).
 //! - `gyre_single`: main keeps the request ring full with `try_send` and drains the echo
 //!   replies with `try_recv` on the same thread; the kernel echoes on core 1.
-//! - `gyre_batch64`: the same with `try_send_batch` of 64 and up to 64 `try_recv`.
+//! - `gyre_batch64`: the same with `try_send_batch` of 64 and `try_recv_batch` of up to 64.
 //! - `rtrb_echo_single`, `rtrb_echo_batch64`: context rows, the like-for-like peer of the
 //!   gyre rows: the same request + reply ring pair and the same main-thread loop as gyre,
 //!   over two rtrb rings with an echo thread on core 1.
@@ -399,6 +399,7 @@ impl Session for Gyre {
         let m = msg();
         let batch = [m; BATCH];
         let (mut sent, mut recvd) = (0u64, 0u64);
+        let mut out: Vec<gyre::Result<Msg>> = Vec::with_capacity(BATCH);
         let t = Instant::now();
         if self.batched {
             while recvd < n {
@@ -406,15 +407,9 @@ impl Session for Gyre {
                 if k > 0 && self.k.try_send_batch(&batch[..k]).is_ok() {
                     sent += k as u64;
                 }
-                for _ in 0..BATCH {
-                    match self.k.try_recv().expect("recv") {
-                        Some(r) => {
-                            black_box(r);
-                            recvd += 1;
-                        }
-                        None => break,
-                    }
-                }
+                out.clear();
+                recvd += self.k.try_recv_batch(&mut out, BATCH).expect("recv") as u64;
+                black_box(&out);
             }
         } else {
             while recvd < n {
