@@ -82,30 +82,6 @@ impl<'a> Stepper<'a> {
     }
 }
 
-/// Hints the CPU to fetch the cache line at `p` for reading. No effect on correctness.
-#[inline(always)]
-fn prefetch_read(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: PREFETCH never faults and has no architectural effect, whatever the address.
-    unsafe {
-        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p.cast())
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
-
-/// Hints the CPU to fetch the cache line at `p` for writing. No effect on correctness.
-#[inline(always)]
-fn prefetch_write(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: as for `prefetch_read`.
-    unsafe {
-        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_ET0 }>(p.cast())
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
-
 fn fault(cb: &ControlBlock, code: u32) {
     cb.error_code.store(code, Release);
     cb.state.store(state::FAULTED, Release);
@@ -316,15 +292,6 @@ impl<'a> Loop<'a> {
             }
             n = 1;
             bad_seq = true;
-        }
-        // Start every cache-line transfer of the batch at once (request payloads to read,
-        // reply slots to write) instead of one miss after another inside the handlers.
-        for k in 0..n {
-            let idx = self.tail + k;
-            prefetch_read(region.slot(RingId::Request, idx).payload_ptr());
-            let rs = region.slot(RingId::Reply, idx);
-            prefetch_write(rs.sequence().as_ptr().cast());
-            prefetch_write(rs.payload_ptr());
         }
         let t0 = clock::ticks();
         for k in 0..n {
