@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
 # The whole test suite: unit, integration (conformance on every backend present),
-# property and doc tests, then the loom models of the ring protocol.
+# property and doc tests, the NVRTC compile of every CUDA kernel (toolchain from PyPI),
+# then the loom models of the ring protocol.
 #
 # Usage: scripts/test.sh            (from anywhere inside the repository)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# CUDA device code without a GPU: NVRTC, CCCL headers and ptxas from PyPI (cached in
+# .venv-cuda), so the gyre-cuda tests compile and resource-check every ring kernel.
+echo "==> CUDA toolchain (scripts/setup-cuda-venv.sh)"
+scripts/setup-cuda-venv.sh >/dev/null
+export GYRE_REQUIRE_NVRTC=1
 
 echo "==> cargo test --workspace"
 cargo test --workspace

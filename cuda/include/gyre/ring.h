@@ -1,0 +1,498 @@
+/*
+ * gyre/ring.h -- the device-side ring logic of gyre, written once for every device
+ * language (CUDA C++ under NVRTC / nvcc, OpenCL C 3.0).
+ *
+ * The protocol is docs/protocol.md; every function below names the step (K0..K9) it
+ * implements, in the same order as the CPU backend's loop (crates/gyre-cpu/src/kernel.rs),
+ * which is the reference implementation. The byte layout is gyre/abi.h (mirror of
+ * crates/gyre-abi/src/lib.rs); the region layout is crates/gyre-core/src/region.rs:
+ *
+ *   offset 0     gyre_control_block   (128 B)
+ *   offset 128   gyre_telemetry_buffer (64 B)
+ *   offset 256   request ring: capacity x slot_size
+ *   256 + capacity * slot_size   reply ring: capacity x slot_size
+ *
+ * The slot of free-running index i is  ring + (i & (capacity - 1)) * slot_size.
+ *
+ * Everything here runs on ONE device thread (the "poller", thread 0 of the block in CUDA).
+ * Block-level work (broadcasting a batch, running the handler on every thread, barriers)
+ * is the language's loop file: cuda/ring_kernel.cu (CUDA), cuda/ring_kernel.cl (OpenCL).
+ *
+ * Language-neutral C: no C++ (templates, references, classes), no C-only syntax the CUDA
+ * C++ front end rejects (designated initializers, compound literals). Everything that
+ * differs per language comes from the port header, which must be included first:
+ *
+ *   GYRE_DEVICE_FN                    qualifier of every function (CUDA: __device__)
+ *   GYRE_GLOBAL                       address space of shared-region pointers
+ *                                     (CUDA: empty, OpenCL: __global)
+ *   GYRE_LOAD_ACQUIRE_U32/U64(p)      load with acquire, system scope
+ *   GYRE_LOAD_RELAXED_U32/U64(p)      relaxed atomic load
+ *   GYRE_STORE_RELEASE_U32/U64(p, v)  store with release, system scope
+ *   GYRE_STORE_RELAXED_U32/U64(p, v)  relaxed atomic store
+ *   GYRE_FENCE_SYSTEM()               sequentially consistent fence, system scope
+ *   GYRE_PAUSE()                      a short sleep / pause of the polling thread
+ *   GYRE_NOW_NS()                     a monotonic device clock in nanoseconds (uint64_t)
+ *
+ * and the ABI types (uint32_t, uint64_t, gyre_control_block, ...), by including abi.h or
+ * an equivalent.
+ *
+ * Ordering (DESIGN.md §2): the kernel reads a request slot's sequence with acquire before
+ * anything else in the slot; it writes a reply slot's header with plain stores, then a
+ * system fence, then the sequence last with release; it publishes h2k_tail, then k2h_head,
+ * with release, after the batch's replies. Control-block line 1 and the telemetry line are
+ * written only here; line 0 only read.
+ */
+#ifndef GYRE_RING_H
+#define GYRE_RING_H
+
+#if !defined(GYRE_LOAD_ACQUIRE_U64) || !defined(GYRE_STORE_RELEASE_U64) ||                     \
+    !defined(GYRE_FENCE_SYSTEM) || !defined(GYRE_NOW_NS) || !defined(GYRE_PAUSE) ||            \
+    !defined(GYRE_DEVICE_FN) || !defined(GYRE_GLOBAL)
+#error "include a gyre port header (gyre/port_cuda.h, gyre/port_opencl.h) before gyre/ring.h"
+#endif
+
+#include "abi.h"
+
+/* ---- region layout (crates/gyre-core/src/region.rs) ------------------------------- */
+/** Offset of the telemetry line in the shared region. */
+#define GYRE_TELEMETRY_OFFSET 128u
+/** Offset of the request ring; the reply ring follows it. */
+#define GYRE_RINGS_OFFSET 256u
+
+/* ---- tuning ----------------------------------------------------------------------- */
+/** Loop iterations between slow-path checks while Active (K1 command, K9 heartbeats,
+ *  protocol errors under the head); every iteration otherwise. As the CPU loop. */
+#ifndef GYRE_SLOW_EVERY
+#define GYRE_SLOW_EVERY 128u
+#endif
+/** Empty polls spun at full speed before each further empty poll pauses (GYRE_PAUSE). */
+#ifndef GYRE_IDLE_SPINS
+#define GYRE_IDLE_SPINS 64u
+#endif
+
+/* ---- state of the polling thread -------------------------------------------------- */
+
+/** Everything the poller keeps between iterations (the CPU loop's `Loop` fields).
+ *  Lives in registers / private memory of the polling thread. */
+typedef struct gyre_ring {
+    GYRE_GLOBAL unsigned char *region;
+    uint64_t mask;            /* capacity - 1 */
+    uint64_t reply_off;       /* offset of the reply ring: 256 + capacity * slot_size */
+    uint64_t tail;            /* next request index to consume (our copy of h2k_tail) */
+    uint64_t k2h_tail;        /* reply slots released by the host, as last read */
+    uint64_t epoch;           /* GYRE_NOW_NS() at K0 */
+    uint64_t host_hb;         /* host_heartbeat as last read */
+    uint64_t host_hb_changed; /* GYRE_NOW_NS() when host_hb last changed */
+    uint64_t host_timeout_ns; /* 0 = never */
+    uint64_t processed;
+    uint64_t last_now; /* the last clock reading (one per batch or slow tick) */
+    /* K8 accumulators (gyre_abi::TelemetrySnapshot); messages_in == messages_out. */
+    uint64_t messages;
+    uint64_t errors;
+    uint64_t busy_polls;
+    uint64_t idle_polls;
+    uint64_t handler_ns_total;
+    uint32_t handler_ns_max;
+    uint32_t tel_seq; /* the telemetry line's seq as last written (single writer) */
+    uint32_t slot_size;
+    uint32_t payload; /* slot_size - GYRE_SLOT_HEADER_SIZE */
+    uint32_t batch;
+    uint32_t state; /* GYRE_STATE_*, our copy of control.state */
+    uint32_t iter;
+    uint32_t idle_spins;
+} gyre_ring;
+
+/** The header fields of one request, then of its reply (K4..K6). */
+typedef struct gyre_slot_meta {
+    uint64_t correlation_id;
+    uint64_t enqueue_ns;
+    uint32_t msg_type;
+    uint32_t len; /* request length after K4; reply length after K5 */
+    uint32_t flags;
+    uint32_t status; /* GYRE_ERR_* */
+} gyre_slot_meta;
+
+/* ---- addresses -------------------------------------------------------------------- */
+
+static inline GYRE_DEVICE_FN GYRE_GLOBAL gyre_control_block *
+gyre_control(GYRE_GLOBAL unsigned char *region) {
+    return (GYRE_GLOBAL gyre_control_block *)region;
+}
+
+static inline GYRE_DEVICE_FN GYRE_GLOBAL gyre_telemetry_buffer *
+gyre_telemetry(GYRE_GLOBAL unsigned char *region) {
+    return (GYRE_GLOBAL gyre_telemetry_buffer *)(region + GYRE_TELEMETRY_OFFSET);
+}
+
+/** The slot of free-running index `idx` in the ring at byte offset `ring_off`. */
+static inline GYRE_DEVICE_FN GYRE_GLOBAL unsigned char *
+gyre_slot_at(GYRE_GLOBAL unsigned char *region, uint64_t ring_off, uint64_t mask,
+             uint32_t slot_size, uint64_t idx) {
+    return region + ring_off + (idx & mask) * (uint64_t)slot_size;
+}
+
+static inline GYRE_DEVICE_FN GYRE_GLOBAL gyre_slot_header *
+gyre_request_slot(const gyre_ring *r, uint64_t idx) {
+    return (GYRE_GLOBAL gyre_slot_header *)gyre_slot_at(r->region, GYRE_RINGS_OFFSET, r->mask,
+                                                        r->slot_size, idx);
+}
+
+static inline GYRE_DEVICE_FN GYRE_GLOBAL gyre_slot_header *
+gyre_reply_slot(const gyre_ring *r, uint64_t idx) {
+    return (GYRE_GLOBAL gyre_slot_header *)gyre_slot_at(r->region, r->reply_off, r->mask,
+                                                        r->slot_size, idx);
+}
+
+/* ---- K0 validate ------------------------------------------------------------------ */
+
+/** gyre_abi::check_geometry: 1 when capacity, slot size and batch size are legal. */
+static inline GYRE_DEVICE_FN uint32_t gyre_geometry_ok(uint32_t capacity, uint32_t slot_size,
+                                                      uint32_t batch) {
+    if (capacity < GYRE_MIN_CAPACITY || capacity > GYRE_MAX_CAPACITY ||
+        (capacity & (capacity - 1u)) != 0u) {
+        return 0u;
+    }
+    if (slot_size < GYRE_MIN_SLOT_SIZE || slot_size > GYRE_MAX_SLOT_SIZE ||
+        slot_size % GYRE_SLOT_ALIGN != 0u) {
+        return 0u;
+    }
+    if (batch == 0u || batch > capacity) {
+        return 0u;
+    }
+    return 1u;
+}
+
+/** Faults the kernel: error_code, then state = FAULTED (both release). Returns `code`. */
+static inline GYRE_DEVICE_FN uint32_t gyre_fault(GYRE_GLOBAL gyre_control_block *cb,
+                                                uint32_t code) {
+    GYRE_STORE_RELEASE_U32(&cb->error_code, code);
+    GYRE_STORE_RELEASE_U32(&cb->state, GYRE_STATE_FAULTED);
+    return code;
+}
+
+/** K0: state = LAUNCHING; check magic, ABI version and geometry; initialise `r` from the
+ *  control block; state = ACTIVE. Returns GYRE_ERR_NONE, or the error code after faulting
+ *  the kernel (error_code set, state FAULTED): the caller then returns, no trap. */
+static inline GYRE_DEVICE_FN uint32_t gyre_k0_validate(gyre_ring *r,
+                                                      GYRE_GLOBAL unsigned char *region) {
+    GYRE_GLOBAL gyre_control_block *cb = gyre_control(region);
+    uint32_t cap;
+    uint32_t slot;
+    uint32_t batch;
+    uint64_t now;
+    GYRE_STORE_RELEASE_U32(&cb->state, GYRE_STATE_LAUNCHING);
+    if (GYRE_LOAD_ACQUIRE_U32(&cb->magic) != GYRE_MAGIC) {
+        return gyre_fault(cb, GYRE_ERR_BAD_MAGIC);
+    }
+    if (GYRE_LOAD_ACQUIRE_U32(&cb->abi_version) != GYRE_ABI_VERSION) {
+        return gyre_fault(cb, GYRE_ERR_BAD_ABI_VERSION);
+    }
+    cap = GYRE_LOAD_ACQUIRE_U32(&cb->capacity);
+    slot = GYRE_LOAD_ACQUIRE_U32(&cb->slot_size);
+    batch = GYRE_LOAD_ACQUIRE_U32(&cb->batch_size);
+    if (!gyre_geometry_ok(cap, slot, batch)) {
+        return gyre_fault(cb, GYRE_ERR_BAD_GEOMETRY);
+    }
+    now = GYRE_NOW_NS();
+    r->region = region;
+    r->mask = (uint64_t)cap - 1u;
+    r->reply_off = (uint64_t)GYRE_RINGS_OFFSET + (uint64_t)cap * (uint64_t)slot;
+    r->tail = GYRE_LOAD_ACQUIRE_U64(&cb->h2k_tail);
+    r->k2h_tail = GYRE_LOAD_ACQUIRE_U64(&cb->k2h_tail);
+    r->epoch = now;
+    r->host_hb = GYRE_LOAD_ACQUIRE_U64(&cb->host_heartbeat);
+    r->host_hb_changed = now;
+    r->host_timeout_ns = (uint64_t)GYRE_LOAD_ACQUIRE_U32(&cb->host_timeout_ms) * 1000000u;
+    r->processed = GYRE_LOAD_ACQUIRE_U64(&cb->processed);
+    r->last_now = now;
+    r->messages = 0u;
+    r->errors = 0u;
+    r->busy_polls = 0u;
+    r->idle_polls = 0u;
+    r->handler_ns_total = 0u;
+    r->handler_ns_max = 0u;
+    r->tel_seq = GYRE_LOAD_RELAXED_U32(&gyre_telemetry(region)->seq);
+    r->slot_size = slot;
+    r->payload = slot - GYRE_SLOT_HEADER_SIZE;
+    r->batch = batch;
+    r->state = GYRE_STATE_ACTIVE;
+    r->iter = 0u;
+    r->idle_spins = 0u;
+    GYRE_STORE_RELEASE_U32(&cb->state, GYRE_STATE_ACTIVE);
+    return GYRE_ERR_NONE;
+}
+
+/* ---- K8 telemetry ----------------------------------------------------------------- */
+
+/** K8: publish the counters under the seqlock (docs/protocol.md §5; the writer of
+ *  crates/gyre-core/src/telemetry.rs): seq odd (relaxed), fence, the fields (relaxed),
+ *  seq even (release). */
+static inline GYRE_DEVICE_FN void gyre_k8_telemetry(gyre_ring *r, uint32_t state) {
+    GYRE_GLOBAL gyre_telemetry_buffer *t = gyre_telemetry(r->region);
+    const uint32_t odd = (r->tel_seq + 1u) | 1u;
+    GYRE_STORE_RELAXED_U32(&t->seq, odd);
+    /* Orders the odd sequence before the field stores, for readers. */
+    GYRE_FENCE_SYSTEM();
+    GYRE_STORE_RELAXED_U32(&t->state, state);
+    GYRE_STORE_RELAXED_U64(&t->messages_in, r->messages);
+    GYRE_STORE_RELAXED_U64(&t->messages_out, r->messages);
+    GYRE_STORE_RELAXED_U64(&t->errors, r->errors);
+    GYRE_STORE_RELAXED_U64(&t->busy_polls, r->busy_polls);
+    GYRE_STORE_RELAXED_U64(&t->idle_polls, r->idle_polls);
+    GYRE_STORE_RELAXED_U64(&t->handler_ns_total, r->handler_ns_total);
+    GYRE_STORE_RELAXED_U32(&t->handler_ns_max, r->handler_ns_max);
+    GYRE_STORE_RELAXED_U32(&t->heartbeat_ms, (uint32_t)((r->last_now - r->epoch) / 1000000u));
+    GYRE_STORE_RELEASE_U32(&t->seq, odd + 1u);
+    r->tel_seq = odd + 1u;
+}
+
+/* ---- K1 command + K9 heartbeat (the slow path) ------------------------------------ */
+
+/** K1: the state a command moves `state` to (gyre-cpu: slow_tick). */
+static inline GYRE_DEVICE_FN uint32_t gyre_k1_next_state(uint32_t cmd, uint32_t state) {
+    if (cmd == GYRE_CMD_TERMINATE) {
+        return GYRE_STATE_DRAINING;
+    }
+    if (cmd == GYRE_CMD_PAUSE && state == GYRE_STATE_ACTIVE) {
+        return GYRE_STATE_PAUSED;
+    }
+    if (cmd == GYRE_CMD_RUN && state == GYRE_STATE_PAUSED) {
+        return GYRE_STATE_ACTIVE;
+    }
+    return state;
+}
+
+/** K9 then K1 (then K8): write the kernel heartbeat; if the host heartbeat has not
+ *  changed for host_timeout_ns on the device clock, error_code = HOST_HEARTBEAT_STALE and
+ *  state = TERMINATED, returning 0 (stop). Otherwise read the command, apply it, publish
+ *  telemetry and return 1. Heartbeats are compared for change, never by value. */
+static inline GYRE_DEVICE_FN uint32_t gyre_k1_k9_slow_tick(gyre_ring *r) {
+    GYRE_GLOBAL gyre_control_block *cb = gyre_control(r->region);
+    const uint64_t now = GYRE_NOW_NS();
+    uint64_t hb;
+    uint32_t next;
+    r->last_now = now;
+    /* K9: our heartbeat (nonzero, changes while we run), then the host's. */
+    GYRE_STORE_RELEASE_U64(&cb->kernel_heartbeat, now - r->epoch + 1u);
+    hb = GYRE_LOAD_ACQUIRE_U64(&cb->host_heartbeat);
+    if (hb != r->host_hb) {
+        r->host_hb = hb;
+        r->host_hb_changed = now;
+    } else if (r->host_timeout_ns != 0u && now - r->host_hb_changed > r->host_timeout_ns) {
+        GYRE_STORE_RELEASE_U32(&cb->error_code, GYRE_ERR_HOST_HEARTBEAT_STALE);
+        gyre_k8_telemetry(r, GYRE_STATE_TERMINATED);
+        GYRE_STORE_RELEASE_U32(&cb->state, GYRE_STATE_TERMINATED);
+        r->state = GYRE_STATE_TERMINATED;
+        return 0u;
+    }
+    /* K1: the command. */
+    next = gyre_k1_next_state(GYRE_LOAD_ACQUIRE_U32(&cb->command), r->state);
+    if (next != r->state) {
+        r->state = next;
+        GYRE_STORE_RELEASE_U32(&cb->state, next);
+    }
+    gyre_k8_telemetry(r, r->state);
+    return 1u;
+}
+
+/* ---- K2 poll / K3 take batch ------------------------------------------------------ */
+
+/** K2 + K3: the contiguous run of published requests from r->tail (each slot's sequence
+ *  == index + 1, acquire), at most `batch`, bounded by the reply slots the host has
+ *  released (k2h_tail, re-read only when the ring looks full). Returns its length.
+ *
+ *  When it is empty and `check_head` (the slow path): K4's protocol-error check. A head
+ *  published beyond r->tail over a slot whose sequence is wrong (re-read after the head,
+ *  since the first read may predate the publication) is a batch of one with *bad_seq = 1.
+ */
+static inline GYRE_DEVICE_FN uint32_t gyre_k2_k3_take(gyre_ring *r, uint32_t check_head,
+                                                     uint32_t *bad_seq) {
+    GYRE_GLOBAL gyre_control_block *cb = gyre_control(r->region);
+    const uint64_t cap = r->mask + 1u;
+    uint32_t n = 0u;
+    *bad_seq = 0u;
+    while (n < r->batch) {
+        const uint64_t idx = r->tail + n;
+        if (GYRE_LOAD_ACQUIRE_U64(&gyre_request_slot(r, idx)->sequence) != idx + 1u) {
+            break;
+        }
+        if (idx - r->k2h_tail >= cap) {
+            r->k2h_tail = GYRE_LOAD_ACQUIRE_U64(&cb->k2h_tail);
+            if (idx - r->k2h_tail >= cap) {
+                break;
+            }
+        }
+        n++;
+    }
+    if (n == 0u && check_head) {
+        /* K4 (slow path): a wrong sequence under the published head. */
+        const uint64_t head = GYRE_LOAD_ACQUIRE_U64(&cb->h2k_head);
+        if (head <= r->tail) {
+            return 0u;
+        }
+        /* The error reply needs a free reply slot too (K3's rule: re-read k2h_tail when
+         * the ring looks full; without the re-read a stale copy could hide the error
+         * forever, since the fast path above re-reads only over ready slots). */
+        if (r->tail - r->k2h_tail >= cap) {
+            r->k2h_tail = GYRE_LOAD_ACQUIRE_U64(&cb->k2h_tail);
+            if (r->tail - r->k2h_tail >= cap) {
+                return 0u;
+            }
+        }
+        if (GYRE_LOAD_ACQUIRE_U64(&gyre_request_slot(r, r->tail)->sequence) == r->tail + 1u) {
+            return 0u; /* published meanwhile: taken next iteration */
+        }
+        *bad_seq = 1u;
+        return 1u;
+    }
+    return n;
+}
+
+/* ---- K4 check slot ---------------------------------------------------------------- */
+
+/** K4: read the header of request `idx` (owned: its sequence was read with acquire) into
+ *  `m` and validate it. A wrong sequence (`bad_seq`) is answered BAD_SEQUENCE with
+ *  correlation `idx`; len > payload is answered BAD_LENGTH. Returns 1 when the handler
+ *  should run (m->status == NONE, m->len = request length), else 0 (m->len = 0). */
+static inline GYRE_DEVICE_FN uint32_t gyre_k4_check(const gyre_ring *r, uint64_t idx,
+                                                   uint32_t bad_seq, gyre_slot_meta *m) {
+    const GYRE_GLOBAL gyre_slot_header *h = gyre_request_slot(r, idx);
+    m->correlation_id = h->correlation_id;
+    m->enqueue_ns = h->enqueue_ns;
+    m->msg_type = h->msg_type;
+    m->len = h->len;
+    m->flags = h->flags;
+    m->status = GYRE_ERR_NONE;
+    if (bad_seq) {
+        m->correlation_id = idx;
+        m->status = GYRE_ERR_BAD_SEQUENCE;
+    } else if (m->len > r->payload) {
+        m->status = GYRE_ERR_BAD_LENGTH;
+    }
+    if (m->status != GYRE_ERR_NONE) {
+        m->len = 0u;
+        return 0u;
+    }
+    return 1u;
+}
+
+/* ---- K5 handle (result) ----------------------------------------------------------- */
+
+/** K5 (after the handler ran): a handler error status is sent back as is; a reply longer
+ *  than the payload is BAD_LENGTH; otherwise m->len = reply_len. */
+static inline GYRE_DEVICE_FN void gyre_k5_result(const gyre_ring *r, gyre_slot_meta *m,
+                                                uint32_t status, uint32_t reply_len) {
+    m->len = 0u;
+    if (status != GYRE_ERR_NONE) {
+        m->status = status;
+    } else if (reply_len > r->payload) {
+        m->status = GYRE_ERR_BAD_LENGTH;
+    } else {
+        m->len = reply_len;
+    }
+}
+
+/* ---- K6 stamp reply --------------------------------------------------------------- */
+
+/** K6: write reply `idx`'s header (plain stores: the slot is ours, idx - k2h_tail <
+ *  capacity), a system fence (the reply payload, written by any thread of the block before
+ *  the barrier that precedes this call, and the header), then sequence = idx + 1 last,
+ *  with release. */
+static inline GYRE_DEVICE_FN void gyre_k6_stamp_reply(gyre_ring *r, uint64_t idx,
+                                                     const gyre_slot_meta *m) {
+    GYRE_GLOBAL gyre_slot_header *h = gyre_reply_slot(r, idx);
+    if (m->status != GYRE_ERR_NONE) {
+        r->errors++;
+    }
+    h->correlation_id = m->correlation_id;
+    h->enqueue_ns = m->enqueue_ns;
+    h->msg_type = m->msg_type;
+    h->len = m->len;
+    h->flags = m->flags;
+    h->status = m->status;
+    GYRE_FENCE_SYSTEM();
+    GYRE_STORE_RELEASE_U64(&h->sequence, idx + 1u);
+}
+
+/* ---- K7 publish ------------------------------------------------------------------- */
+
+/** K7: after the batch, release `n` requests and publish `n` replies: h2k_tail, then
+ *  k2h_head, then processed (release; one store of each per batch). */
+static inline GYRE_DEVICE_FN void gyre_k7_publish(gyre_ring *r, uint32_t n) {
+    GYRE_GLOBAL gyre_control_block *cb = gyre_control(r->region);
+    r->tail += n;
+    r->processed += n;
+    r->messages += n;
+    GYRE_STORE_RELEASE_U64(&cb->h2k_tail, r->tail);
+    GYRE_STORE_RELEASE_U64(&cb->k2h_head, r->tail);
+    GYRE_STORE_RELEASE_U64(&cb->processed, r->processed);
+}
+
+/* ---- the poller's loop ------------------------------------------------------------ */
+
+/** The idle step after an empty poll: spin GYRE_IDLE_SPINS polls, then pause on each. */
+static inline GYRE_DEVICE_FN void gyre_idle(gyre_ring *r) {
+    if (r->idle_spins < GYRE_IDLE_SPINS) {
+        r->idle_spins++;
+    } else {
+        GYRE_PAUSE();
+    }
+}
+
+/** Runs the poller until there is a batch to answer (gyre-cpu: `run` up to take_batch).
+ *  Returns its length n >= 1 (requests r->tail .. r->tail + n - 1, *bad_seq set for K4's
+ *  one-request protocol-error batch), or 0 once the kernel has stopped: drained after
+ *  Terminate, or host heartbeat stale (state TERMINATED written, telemetry published). */
+static inline GYRE_DEVICE_FN uint32_t gyre_ring_next(gyre_ring *r, uint32_t *bad_seq) {
+    GYRE_GLOBAL gyre_control_block *cb = gyre_control(r->region);
+    for (;;) {
+        uint32_t slow;
+        uint32_t n;
+        r->iter++;
+        slow = (r->iter % GYRE_SLOW_EVERY) == 0u;
+        /* K1 + K9: commands and heartbeats, on the slow path. */
+        if (slow || r->state != GYRE_STATE_ACTIVE) {
+            if (!gyre_k1_k9_slow_tick(r)) {
+                return 0u;
+            }
+            if (r->state == GYRE_STATE_PAUSED) {
+                gyre_idle(r);
+                continue;
+            }
+        }
+        /* K2 + K3 (+ K4's slow-path check). */
+        n = gyre_k2_k3_take(r, slow, bad_seq);
+        if (n > 0u) {
+            return n;
+        }
+        r->idle_polls++;
+        if (r->state == GYRE_STATE_DRAINING &&
+            GYRE_LOAD_ACQUIRE_U64(&cb->h2k_head) <= r->tail) {
+            /* Everything published before Terminate is answered. */
+            gyre_k8_telemetry(r, GYRE_STATE_TERMINATED);
+            GYRE_STORE_RELEASE_U32(&cb->state, GYRE_STATE_TERMINATED);
+            r->state = GYRE_STATE_TERMINATED;
+            return 0u;
+        }
+        gyre_idle(r);
+    }
+}
+
+/** After K4..K6 of a batch of `n` that started at clock reading `t0`: handler time, K7
+ *  publish, K8 telemetry (gyre-cpu: the end of take_batch, then `run`). */
+static inline GYRE_DEVICE_FN void gyre_ring_batch_done(gyre_ring *r, uint32_t n, uint64_t t0) {
+    const uint64_t now = GYRE_NOW_NS();
+    const uint64_t dt = now - t0;
+    const uint32_t dt32 = dt > 0xffffffffu ? 0xffffffffu : (uint32_t)dt;
+    r->last_now = now;
+    r->handler_ns_total += dt;
+    if (dt32 > r->handler_ns_max) {
+        r->handler_ns_max = dt32;
+    }
+    gyre_k7_publish(r, n);
+    r->busy_polls++;
+    gyre_k8_telemetry(r, r->state);
+    r->idle_spins = 0u;
+}
+
+#endif /* GYRE_RING_H */
