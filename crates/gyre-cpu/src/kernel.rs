@@ -279,8 +279,15 @@ impl<'a> Loop<'a> {
             }
             // K4 (slow path): a published head beyond a slot whose sequence is wrong.
             let head = self.cb.h2k_head.load(Acquire);
-            if head <= self.tail || self.tail - self.k2h_tail >= self.cap {
+            if head <= self.tail {
                 return Ok(0);
+            }
+            if self.tail - self.k2h_tail >= self.cap {
+                // The cached release index may be a lap behind: re-read it (K3).
+                self.k2h_tail = self.cb.k2h_tail.load(Acquire);
+                if self.tail - self.k2h_tail >= self.cap {
+                    return Ok(0);
+                }
             }
             // Re-read after the head: the first read may predate the publication.
             let seq = region

@@ -150,3 +150,29 @@ fn live_host_heartbeat_keeps_the_kernel_running() {
     }
     assert_eq!(r.control().state.load(Acquire), state::ACTIVE);
 }
+
+/// A corrupt slot arriving when the kernel's cached release index is a full lap behind
+/// must still be answered (the kernel re-reads `k2h_tail`), not left unanswered forever.
+#[test]
+fn bad_sequence_after_a_full_lap_is_still_answered() {
+    let r = region(0);
+    let h = gyre_core::kernels::echo;
+    let mut k = Stepper::new(&r, &h).unwrap();
+    let ch = Channel::new(r.clone(), "t");
+    for _ in 0..4 {
+        let i = ch.try_publish(Kind::Call, 1, b"x").unwrap();
+        assert_eq!(k.step(), Some(1));
+        assert_eq!(status_of(&ch, i).0, error::NONE);
+    }
+    let i = ch.try_publish(Kind::Call, 1, b"bad").unwrap();
+    r.slot(RingId::Request, i).sequence().store(999, Release);
+    let mut answered = 0;
+    for _ in 0..1000 {
+        answered += k.step().unwrap();
+        if answered > 0 {
+            break;
+        }
+    }
+    assert_eq!(answered, 1, "the corrupt request was never answered");
+    assert_eq!(status_of(&ch, i).0, error::BAD_SEQUENCE);
+}
