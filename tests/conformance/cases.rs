@@ -605,7 +605,9 @@ pub fn call_timeout_abandons(b: Backend) {
         .launch(
             KernelSpec::from_fn("sleepy", |x: u64| {
                 if x == 0 {
-                    std::thread::sleep(Duration::from_millis(100));
+                    // Far longer than the timeout below, so the outcome does not depend on
+                    // scheduling even on a loaded machine.
+                    std::thread::sleep(Duration::from_millis(1000));
                 }
                 x
             })

@@ -80,9 +80,10 @@ pub mod state {
     /// Terminate was commanded; the kernel is answering the requests already published.
     pub const DRAINING: u32 = 4;
     /// The kernel loop has exited normally (or because the host heartbeat went stale;
-    /// see [`ControlBlock::error_code`]).
+    /// see [`ControlBlock::error_code`](crate::ControlBlock::error_code)).
     pub const TERMINATED: u32 = 5;
-    /// The kernel loop has exited because of the error in [`ControlBlock::error_code`].
+    /// The kernel loop has exited because of the error in
+    /// [`ControlBlock::error_code`](crate::ControlBlock::error_code).
     pub const FAULTED: u32 = 6;
 
     /// Whether `s` is a state the kernel never leaves.

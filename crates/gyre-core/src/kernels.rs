@@ -11,7 +11,7 @@
 //!
 //! All fields little-endian, the natural layout of the `#[repr(C)]` types below. A
 //! `count` that does not fit the payload is rejected with
-//! [`HANDLER_REJECTED`](gyre_abi::error::HANDLER_REJECTED).
+//! `gyre_abi::error::HANDLER_REJECTED`.
 
 use bytemuck::{Pod, Zeroable};
 use gyre_abi::error::HANDLER_REJECTED;

@@ -1,4 +1,4 @@
-//! Atomics used by the host-side protocol, swappable for [`loom`]'s under `cfg(gyre_loom)`.
+//! Atomics used by the host-side protocol, swappable for loom's under `cfg(gyre_loom)`.
 //!
 //! The ring algorithms in [`crate::ring::prefix`] are generic over [`IndexAtomic`], so the
 //! very code that runs over the shared-memory ABI (plain `core` atomics inside

@@ -50,7 +50,11 @@ pub struct TornRead {
     pub attempts: u32,
 }
 
-/// Takes a consistent snapshot of `buf`, retrying up to `attempts` times on a torn read.
+/// Attempts of [`read_consistent`] that spin before it starts yielding between attempts.
+const SPIN_ATTEMPTS: u32 = 64;
+
+/// Takes a consistent snapshot of `buf`, retrying up to `attempts` times on a torn read
+/// (spinning for the first 64, then yielding the CPU before each further attempt).
 ///
 /// # Examples
 ///
@@ -66,7 +70,11 @@ pub fn read_consistent(
     buf: &TelemetryBuffer,
     attempts: u32,
 ) -> Result<TelemetrySnapshot, TornRead> {
-    for _ in 0..attempts.max(1) {
+    for attempt in 0..attempts.max(1) {
+        if attempt >= SPIN_ATTEMPTS {
+            // The writer may be descheduled mid-write (on this core, even): let it run.
+            std::thread::yield_now();
+        }
         let s1 = buf.seq.load(Acquire);
         if s1 & 1 == 1 {
             core::hint::spin_loop();

@@ -14,6 +14,11 @@ use gyre_core::{Handler, IdleStrategy, SharedRegion};
 /// heartbeat, protocol errors under the head).
 const SLOW_EVERY: u32 = 128;
 
+/// Longest gap between telemetry writes while no batch is processed (1 ms): bounds the
+/// write rate when idle or paused, so readers are not starved by a writer that is
+/// always mid-write.
+const IDLE_TELEMETRY_NS: u64 = 1_000_000;
+
 /// Runs the ring-kernel loop over `region` until it terminates or faults.
 ///
 /// Never panics: a handler panic faults the kernel with [`error::HANDLER_PANIC`], and
@@ -109,6 +114,8 @@ struct Loop<'a> {
     processed: u64,
     /// The last tick reading (one per batch or slow tick; the hot path reads no more).
     last_now: u64,
+    /// `last_now` at the last telemetry write.
+    last_published: u64,
 }
 
 enum Flow {
@@ -164,6 +171,7 @@ impl<'a> Loop<'a> {
             host_timeout_ns: u64::from(cb.host_timeout_ms.load(Acquire)) * 1_000_000,
             processed: cb.processed.load(Acquire),
             last_now: now,
+            last_published: now,
         };
         cb.state.store(state::ACTIVE, Release);
         Some(l)
@@ -247,7 +255,8 @@ impl<'a> Loop<'a> {
             *st = next;
             self.cb.state.store(next, Release);
             self.publish_telemetry(next);
-        } else {
+        } else if clock::ticks_to_ns(now.wrapping_sub(self.last_published)) >= IDLE_TELEMETRY_NS {
+            // Idle or paused: refresh the telemetry heartbeat at a bounded rate.
             self.publish_telemetry(*st);
         }
         Flow::Continue
@@ -400,5 +409,6 @@ impl<'a> Loop<'a> {
         self.tel.acc.heartbeat_ms =
             (clock::ticks_to_ns(self.last_now.wrapping_sub(self.epoch)) / 1_000_000) as u32;
         self.tel.publish(self.region.telemetry());
+        self.last_published = self.last_now;
     }
 }

@@ -2,7 +2,7 @@
 //! delivery of each reply to whoever waits for it.
 //!
 //! A [`Channel`] owns the host-only state that goes with a [`SharedRegion`]: the claim
-//! word of the multi-producer request ring, one [`Cell`] per slot that records who waits
+//! word of the multi-producer request ring, one `Cell` per slot that records who waits
 //! for the reply of that index, the receive cursor for `send`/`recv`, and the waker sets
 //! used by the completion driver ([`driver`]).
 //!

@@ -41,6 +41,8 @@ enum Slow {
 
 /// How often (in polls) a blocking waiter checks the slow-path conditions.
 const SLOW_CHECK_EVERY: u32 = 256;
+/// How often (in polls) a blocking waiter with a deadline reads the clock.
+const DEADLINE_CHECK_EVERY: u32 = 16;
 
 impl Channel {
     /// H1: where the reply of `index` stands (its slot's sequence, acquire).
@@ -214,14 +216,15 @@ impl Channel {
                     Slow::Take => return self.take(index, f),
                     Slow::Fail(e) => return Err(e),
                 }
-                if let (Some(d), Some(t)) = (deadline, timeout) {
-                    if Instant::now() >= d {
-                        self.abandon(index, false);
-                        return Err(Error::Timeout {
-                            op: "call",
-                            after: t,
-                        });
-                    }
+            }
+            // A deadline is checked often: once the idler parks, 256 polls can be 25 ms.
+            if let (Some(d), Some(t)) = (deadline, timeout) {
+                if polls % DEADLINE_CHECK_EVERY == 0 && Instant::now() >= d {
+                    self.abandon(index, false);
+                    return Err(Error::Timeout {
+                        op: "call",
+                        after: t,
+                    });
                 }
             }
             idler.idle(false);
