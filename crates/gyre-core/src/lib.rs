@@ -22,6 +22,7 @@ mod error;
 pub mod handler;
 pub mod idle;
 pub mod kernels;
+pub mod memory;
 pub mod region;
 pub mod ring;
 pub mod sync;
