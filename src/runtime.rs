@@ -13,11 +13,17 @@ use crate::spec::KernelSpec;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Backend {
-    /// The best backend present. Until the GPU backends land this is [`Backend::Cpu`].
+    /// The best backend present: CUDA where a driver, a device and a context are
+    /// available (and the `cuda` feature is on), otherwise [`Backend::Cpu`]; the reason
+    /// is logged with `tracing`.
     #[default]
     Auto,
     /// A host thread per kernel (always available).
     Cpu,
+    /// A persistent kernel on CUDA device 0 (the `cuda` feature). Building a runtime on a
+    /// machine without a usable driver and device is [`Error::BackendUnavailable`] naming
+    /// what is missing.
+    Cuda,
 }
 
 impl Backend {
@@ -26,6 +32,7 @@ impl Backend {
         match self {
             Backend::Auto => "auto",
             Backend::Cpu => "cpu",
+            Backend::Cuda => "cuda",
         }
     }
 }
@@ -45,6 +52,8 @@ impl core::str::FromStr for Backend {
         match s.to_ascii_lowercase().as_str() {
             "auto" => Ok(Backend::Auto),
             "cpu" => Ok(Backend::Cpu),
+            // Parsed even where unusable: building the runtime says why.
+            "cuda" if cfg!(feature = "cuda") => Ok(Backend::Cuda),
             other => match backends().into_iter().find(|b| b.name == other) {
                 Some(BackendInfo {
                     name,
@@ -57,7 +66,7 @@ impl core::str::FromStr for Backend {
                 _ => Err(Error::InvalidArgument {
                     name: "backend",
                     value: s.to_owned(),
-                    reason: "valid backends: auto, cpu",
+                    reason: "valid backends: auto, cpu, cuda",
                 }),
             },
         }
@@ -73,6 +82,9 @@ pub struct BackendInfo {
     pub compiled: bool,
     /// `Ok` when usable here, else why not.
     pub available: std::result::Result<(), String>,
+    /// What the backend found on this machine (for CUDA: driver version, device, compute
+    /// capability, memory attributes), as label / value pairs; empty when unavailable.
+    pub details: Vec<(&'static str, String)>,
 }
 
 /// Every backend gyre knows, with whether it is compiled in and usable on this machine.
@@ -84,23 +96,80 @@ pub struct BackendInfo {
 /// assert!(b.iter().any(|i| i.name == "cpu" && i.available.is_ok()));
 /// ```
 pub fn backends() -> Vec<BackendInfo> {
+    let cuda_facts = cuda::facts();
     vec![
         BackendInfo {
             name: "cpu",
             compiled: true,
             available: Ok(()),
+            details: Vec::new(),
         },
         BackendInfo {
             name: "cuda",
-            compiled: false,
-            available: Err("not in this build: the CUDA backend is not implemented yet".into()),
+            compiled: cfg!(feature = "cuda"),
+            available: cuda_facts.as_ref().map(|_| ()).map_err(Clone::clone),
+            details: cuda_facts.unwrap_or_default(),
         },
         BackendInfo {
             name: "opencl",
             compiled: false,
             available: Err("not in this build: the OpenCL backend is not implemented yet".into()),
+            details: Vec::new(),
         },
     ]
+}
+
+/// The CUDA backend, or why not, in this build.
+mod cuda {
+    use std::sync::Arc;
+
+    /// What CUDA offers here (no context is made), or why it is unusable.
+    #[cfg(feature = "cuda")]
+    pub(super) fn facts() -> Result<Vec<(&'static str, String)>, String> {
+        let i = gyre_cuda::CudaBackend::check().map_err(|e| e.to_string())?;
+        let d = &i.device;
+        let yes = |b: bool| if b { "yes" } else { "no" }.to_owned();
+        Ok(vec![
+            ("driver", i.driver_version_string()),
+            ("devices", i.device_count.to_string()),
+            ("device 0", d.name.clone()),
+            (
+                "compute capability",
+                format!("{}.{}", d.compute_capability.0, d.compute_capability.1),
+            ),
+            ("memory", format!("{} MiB", d.total_mem >> 20)),
+            ("can map host memory", yes(d.can_map_host_memory)),
+            ("unified addressing", yes(d.unified_addressing)),
+            (
+                "concurrent managed access",
+                yes(d.concurrent_managed_access),
+            ),
+            ("pageable memory access", yes(d.pageable_memory_access)),
+            ("host native atomics", yes(d.host_native_atomic_supported)),
+        ])
+    }
+
+    /// A CUDA backend on device 0, or why not.
+    #[cfg(feature = "cuda")]
+    pub(super) fn backend() -> Result<Arc<dyn gyre_core::Backend>, String> {
+        match gyre_cuda::CudaBackend::new() {
+            Ok(b) => Ok(Arc::new(b)),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    const NOT_BUILT: &str = "not in this build: gyre was built without the `cuda` feature";
+
+    #[cfg(not(feature = "cuda"))]
+    pub(super) fn facts() -> Result<Vec<(&'static str, String)>, String> {
+        Err(NOT_BUILT.into())
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    pub(super) fn backend() -> Result<Arc<dyn gyre_core::Backend>, String> {
+        Err(NOT_BUILT.into())
+    }
 }
 
 /// Builds a [`Runtime`].
@@ -119,14 +188,24 @@ impl RuntimeBuilder {
     /// Resolves the backend and returns the runtime.
     pub fn build(self) -> Result<Runtime> {
         let (resolved, imp): (Backend, Arc<dyn gyre_core::Backend>) = match self.backend {
-            Backend::Auto => {
-                tracing::info!(
-                    backend = "cpu",
-                    "Backend::Auto: no GPU backend in this build, using cpu"
-                );
-                (Backend::Cpu, Arc::new(gyre_cpu::CpuBackend::new()))
-            }
+            Backend::Auto => match cuda::backend() {
+                Ok(b) => {
+                    tracing::info!(backend = "cuda", "Backend::Auto: using cuda");
+                    (Backend::Cuda, b)
+                }
+                Err(why) => {
+                    tracing::info!(backend = "cpu", reason = %why, "Backend::Auto: cuda unavailable, using cpu");
+                    (Backend::Cpu, Arc::new(gyre_cpu::CpuBackend::new()))
+                }
+            },
             Backend::Cpu => (Backend::Cpu, Arc::new(gyre_cpu::CpuBackend::new())),
+            Backend::Cuda => (
+                Backend::Cuda,
+                cuda::backend().map_err(|reason| Error::BackendUnavailable {
+                    backend: "cuda",
+                    reason,
+                })?,
+            ),
         };
         Ok(Runtime {
             requested: self.backend,
@@ -243,5 +322,75 @@ impl Runtime {
             "kernel launched"
         );
         Kernel::start(region, instance, &spec)
+    }
+}
+
+#[cfg(test)]
+mod cuda_selection_tests {
+    use super::*;
+
+    fn cuda_info() -> BackendInfo {
+        backends()
+            .into_iter()
+            .find(|b| b.name == "cuda")
+            .expect("cuda is listed")
+    }
+
+    #[test]
+    fn cuda_parses_and_displays() {
+        assert_eq!(Backend::Cuda.to_string(), "cuda");
+        if cfg!(feature = "cuda") {
+            assert_eq!("CUDA".parse::<Backend>().ok(), Some(Backend::Cuda));
+        } else {
+            assert!(matches!(
+                "cuda".parse::<Backend>(),
+                Err(Error::BackendUnavailable {
+                    backend: "cuda",
+                    ..
+                })
+            ));
+        }
+    }
+
+    #[test]
+    fn cuda_build_error_names_what_is_missing() {
+        let info = cuda_info();
+        assert_eq!(info.compiled, cfg!(feature = "cuda"));
+        match (
+            Runtime::builder().backend(Backend::Cuda).build(),
+            info.available,
+        ) {
+            (Ok(rt), Ok(())) => assert_eq!(rt.backend_name(), "cuda"),
+            (Err(Error::BackendUnavailable { backend, reason }), Err(why)) => {
+                assert_eq!(backend, "cuda");
+                assert_eq!(reason, why);
+                assert!(
+                    [
+                        "library",
+                        "device",
+                        "driver",
+                        "NVRTC",
+                        "cuInit",
+                        "not in this build"
+                    ]
+                    .iter()
+                    .any(|w| reason.contains(w)),
+                    "{reason}"
+                );
+            }
+            (r, a) => panic!("build and backends() disagree: {r:?} vs {a:?}"),
+        }
+    }
+
+    #[test]
+    fn auto_falls_back_to_cpu_without_cuda() {
+        let rt = Runtime::builder().backend(Backend::Auto).build().unwrap();
+        match cuda_info().available {
+            Ok(()) => assert_eq!(rt.backend(), Backend::Cuda),
+            Err(_) => {
+                assert_eq!(rt.backend(), Backend::Cpu);
+                assert_eq!(rt.backend_name(), "cpu");
+            }
+        }
     }
 }

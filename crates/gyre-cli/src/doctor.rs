@@ -34,8 +34,9 @@ pub fn run(out: &mut dyn Write) -> Result<()> {
         );
     host.write_to(out)?;
 
+    let infos = gyre::backends();
     let mut backends = Table::new("backends");
-    for b in gyre::backends() {
+    for b in &infos {
         let compiled = if b.compiled { "yes" } else { "no" };
         let available = match &b.available {
             Ok(()) => "yes".to_owned(),
@@ -47,6 +48,13 @@ pub fn run(out: &mut dyn Write) -> Result<()> {
         );
     }
     backends.write_to(out)?;
+    for b in infos.iter().filter(|b| !b.details.is_empty()) {
+        let mut facts = Table::new(b.name);
+        for (label, value) in &b.details {
+            facts.row(*label, value);
+        }
+        facts.write_to(out)?;
+    }
 
     let mut test = Table::new("self-test");
     test.row(

@@ -56,6 +56,119 @@ pub enum Error {
         /// The requested architecture (`80` for sm_80).
         arch: u32,
     },
+    /// The CUDA driver library (`libcuda`) could not be loaded: no NVIDIA driver here.
+    #[error(
+        "CUDA driver library not found (tried {}): no NVIDIA driver is installed, or \
+         libcuda is not on the loader's search path", searched.join(", ")
+    )]
+    LibraryMissing {
+        /// The library names tried.
+        searched: Vec<String>,
+    },
+    /// `cuInit` failed for a reason other than "no device".
+    #[error("cuInit failed: {name} (code {code})")]
+    InitFailed {
+        /// The CUDA error code.
+        code: i32,
+        /// The CUDA error name (`CUDA_ERROR_...`).
+        name: String,
+    },
+    /// The driver loads but reports no CUDA device.
+    #[error("no CUDA device: the driver (version {driver}) reports none")]
+    NoDevice {
+        /// The driver's version (`12080` for 12.8), 0 when unknown.
+        driver: i32,
+    },
+    /// The driver is older than gyre needs.
+    #[error(
+        "CUDA driver {}.{} is too old: gyre needs {}.{} or newer ({why})",
+        found / 1000, found % 1000 / 10, need / 1000, need % 1000 / 10
+    )]
+    DriverTooOld {
+        /// The driver's version (`12020` for 12.2).
+        found: i32,
+        /// The oldest version that works.
+        need: i32,
+        /// What needs it.
+        why: &'static str,
+    },
+    /// A CUDA driver call failed.
+    #[error("{op} failed: {name} (code {code}){detail}")]
+    Driver {
+        /// The driver function (`cuMemHostAlloc`).
+        op: &'static str,
+        /// The CUDA error name (`CUDA_ERROR_OUT_OF_MEMORY`).
+        name: String,
+        /// The CUDA error code.
+        code: i32,
+        /// What it was asked for (sizes), starting with `", "`, or empty.
+        detail: String,
+    },
+    /// The device lacks a capability an operation needs.
+    #[error("{op} needs {capability}, which device {device} does not have")]
+    Unsupported {
+        /// What was attempted.
+        op: &'static str,
+        /// The missing capability (a device attribute).
+        capability: &'static str,
+        /// The device's name.
+        device: String,
+    },
+    /// A kernel was launched with a host (closure) handler: CUDA kernels need a device
+    /// handler (a built-in; user CUDA handler source is a later feature).
+    #[error(
+        "CUDA kernels need a device handler: kernel '{kernel}' has a CPU closure handler; \
+         use a built-in kernel (echo, vec_scale, reduce_sum) or the cpu backend"
+    )]
+    NeedsDeviceHandler {
+        /// The kernel's name.
+        kernel: String,
+    },
+    /// A copy between a buffer and a host slice of another length.
+    #[error("{op}: buffer of {buffer} values, host slice of {host}")]
+    LengthMismatch {
+        /// The copy.
+        op: &'static str,
+        /// The buffer's length.
+        buffer: usize,
+        /// The host slice's length.
+        host: usize,
+    },
+    /// A size computation overflowed (`len * size_of::<T>()`).
+    #[error("{op}: {len} elements of {elem} bytes overflow usize")]
+    SizeOverflow {
+        /// What was attempted.
+        op: &'static str,
+        /// Requested element count.
+        len: usize,
+        /// Element size.
+        elem: usize,
+    },
+}
+
+impl Error {
+    /// A failed driver call: `op`, the error's name and code, and `detail` (sizes).
+    pub fn driver(op: &'static str, r: cudarc::driver::sys::CUresult, detail: String) -> Self {
+        Error::Driver {
+            op,
+            name: format!("{r:?}"),
+            code: r as i32,
+            detail,
+        }
+    }
+}
+
+/// Checks a raw driver result: `Ok` on `CUDA_SUCCESS`, else [`Error::Driver`] naming `op`
+/// and `detail` (built only on failure).
+pub(crate) fn check(
+    op: &'static str,
+    r: cudarc::driver::sys::CUresult,
+    detail: impl FnOnce() -> String,
+) -> Result<()> {
+    match r {
+        cudarc::driver::sys::CUresult::CUDA_SUCCESS => Ok(()),
+        e => Err(Error::driver(op, e, detail())),
+    }
 }
 
 /// `Result` with [`Error`].

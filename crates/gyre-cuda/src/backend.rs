@@ -1,0 +1,335 @@
+//! [`CudaBackend`]: gyre's `Backend` on a CUDA device.
+//!
+//! The shared region lives in mapped pinned memory ([`PinnedBuffer<u8>`], zero copy). A
+//! launch compiles the ring kernel with the built-in handler for the device's own
+//! architecture (cached on disk, [`crate::cache`]), loads the module eagerly (a lazily
+//! loaded kernel would need a context-wide synchronisation that a running persistent
+//! kernel never allows), and launches one block on its own non-blocking stream, never the
+//! default stream. The launch contract is at the top of `cuda/ring_kernel.cu`.
+
+use std::ffi::{c_void, CString};
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::sys::{self, CUresult};
+use gyre_core::region::RegionMemory;
+use gyre_core::{KernelInstance, LaunchSpec, SharedRegion};
+
+use crate::cache::{CacheKey, PtxCache};
+use crate::context::Context;
+use crate::error::{check, Error, Result};
+use crate::memory::PinnedBuffer;
+use crate::nvrtc::{CompileOptions, Handler, Nvrtc, RING_KERNEL_ENTRY};
+use crate::probe::{self, CudaInfo, CudaProbe};
+use crate::toolchain::Toolchain;
+
+/// Threads in the ring kernel's block (at most `GYRE_MAX_LANES`, 256).
+pub const LANES: u32 = 128;
+
+/// The CUDA backend on device 0.
+#[derive(Debug)]
+pub struct CudaBackend {
+    ctx: Arc<Context>,
+    nvrtc: Nvrtc,
+    toolchain: Toolchain,
+    cache: Option<PtxCache>,
+}
+
+impl CudaBackend {
+    /// Whether the backend can work here: a driver, a device that maps host memory, and
+    /// NVRTC. Makes no context.
+    pub fn check() -> Result<CudaInfo> {
+        let info = CudaProbe::detect()?;
+        if !info.device.can_map_host_memory {
+            return Err(Error::Unsupported {
+                op: "the CUDA backend (rings in mapped pinned memory)",
+                capability: "CAN_MAP_HOST_MEMORY",
+                device: info.device.name.clone(),
+            });
+        }
+        if info.device.arch() < crate::nvrtc::MIN_ARCH {
+            return Err(Error::UnsupportedArch {
+                arch: info.device.arch(),
+            });
+        }
+        Nvrtc::discover()?;
+        Ok(info)
+    }
+
+    /// Probes the driver and device ([`check`](Self::check)), finds NVRTC and retains
+    /// device 0's primary context. Every failure is a typed [`Error`] naming what is
+    /// missing.
+    pub fn new() -> Result<Self> {
+        let info = Self::check()?;
+        let (nvrtc, toolchain) = Nvrtc::discover()?;
+        let ctx = Context::primary(&info)?;
+        tracing::info!(
+            device = %info.device.name,
+            arch = info.device.arch(),
+            driver = %info.driver_version_string(),
+            nvrtc = ?nvrtc.version(),
+            "CUDA backend ready"
+        );
+        Ok(Self {
+            ctx,
+            nvrtc,
+            toolchain,
+            cache: PtxCache::from_env(),
+        })
+    }
+
+    /// The context (device facts, `bind`).
+    pub fn context(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+
+    /// The PTX of the ring kernel with `handler` for this device, from the cache or NVRTC.
+    pub fn ring_kernel_ptx(&self, handler: &Handler<'_>) -> Result<String> {
+        let arch = self.ctx.device().arch();
+        let opts = CompileOptions::new(arch, &self.toolchain);
+        let compile = || {
+            self.nvrtc
+                .compile_ring_kernel(handler, &opts)
+                .map(|p| p.ptx)
+        };
+        match &self.cache {
+            Some(cache) => {
+                let source = crate::nvrtc::ring_kernel_source(handler);
+                let key = CacheKey::new(&source, &opts.args()?, arch, self.nvrtc.version());
+                cache.get_or_compile(&key, compile)
+            }
+            None => compile(),
+        }
+    }
+
+    fn launch_inner(&self, region: &Arc<SharedRegion>, spec: &LaunchSpec) -> Result<CudaKernel> {
+        let handler =
+            spec.builtin
+                .and_then(Handler::builtin)
+                .ok_or_else(|| Error::NeedsDeviceHandler {
+                    kernel: spec.name.clone(),
+                })?;
+        let (major, minor) = self.nvrtc.version();
+        let need = major * 1000 + minor * 10;
+        let found = self.ctx.info().driver_version;
+        if found < need {
+            return Err(Error::DriverTooOld {
+                found,
+                need,
+                why: "loading PTX made by this NVRTC",
+            });
+        }
+        let ptx = self.ring_kernel_ptx(&handler)?;
+        let image = CString::new(ptx).map_err(|_| Error::InvalidInput {
+            what: "PTX".into(),
+            reason: "contains a NUL byte",
+        })?;
+        self.ctx.bind()?;
+        let mut module: sys::CUmodule = std::ptr::null_mut();
+        // SAFETY: context current; `image` is NUL-terminated PTX text.
+        let r = unsafe { sys::cuModuleLoadData(&mut module, image.as_ptr().cast()) };
+        check("cuModuleLoadData", r, || {
+            format!(", {} bytes of PTX", image.as_bytes().len())
+        })?;
+        let mut res = Resources {
+            ctx: self.ctx.clone(),
+            module,
+            stream: std::ptr::null_mut(),
+        };
+        let mut func: sys::CUfunction = std::ptr::null_mut();
+        let entry = CString::new(RING_KERNEL_ENTRY).map_err(|_| Error::InvalidInput {
+            what: "entry name".into(),
+            reason: "contains a NUL byte",
+        })?;
+        // SAFETY: `module` is loaded; `entry` is NUL-terminated.
+        let r = unsafe { sys::cuModuleGetFunction(&mut func, module, entry.as_ptr()) };
+        check("cuModuleGetFunction", r, || {
+            format!(", {RING_KERNEL_ENTRY}")
+        })?;
+        if found >= probe::FUNC_LOAD_DRIVER_VERSION {
+            // SAFETY: `func` comes from a loaded module; the symbol exists from 12.4 on.
+            check("cuFuncLoad", unsafe { sys::cuFuncLoad(func) }, String::new)?;
+        }
+        let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
+        // SAFETY: context current; one handle written through a valid pointer.
+        check(
+            "cuStreamCreate",
+            unsafe { sys::cuStreamCreate(&mut res.stream, flags) },
+            || ", CU_STREAM_NON_BLOCKING".into(),
+        )?;
+        let host = region.base().as_ptr().cast::<c_void>();
+        let mut dptr: sys::CUdeviceptr = 0;
+        // SAFETY: queries the mapping of a host address; fails (typed) if it is not mapped
+        // pinned memory.
+        let r = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dptr, host, 0) };
+        check("cuMemHostGetDevicePointer", r, || {
+            format!(
+                ", region at {host:p} is not mapped pinned memory (use CudaBackend::alloc_region)"
+            )
+        })?;
+        let mut params = [std::ptr::addr_of_mut!(dptr).cast::<c_void>()];
+        // SAFETY: `func` is the ring kernel, whose one parameter is a pointer, passed as
+        // the address of `dptr` (read by the driver during the call); the region stays
+        // alive as long as the CudaKernel holds its Arc; grid/block follow the contract.
+        let r = unsafe {
+            sys::cuLaunchKernel(
+                func,
+                1,
+                1,
+                1,
+                LANES,
+                1,
+                1,
+                0,
+                res.stream,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        check("cuLaunchKernel", r, || {
+            format!(", grid 1x1x1, block {LANES}x1x1")
+        })?;
+        Ok(CudaKernel {
+            ctx: self.ctx.clone(),
+            state: Mutex::new(Some((res, region.clone()))),
+        })
+    }
+}
+
+fn to_core(kernel: &str, e: Error) -> gyre_core::Error {
+    gyre_core::Error::Launch {
+        backend: "cuda",
+        kernel: kernel.to_owned(),
+        reason: e.to_string(),
+    }
+}
+
+impl gyre_core::Backend for CudaBackend {
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn alloc_region(&self, bytes: usize) -> gyre_core::Result<Box<dyn RegionMemory>> {
+        let mem = PinnedBuffer::<u8>::region_zeroed(&self.ctx, bytes)
+            .map_err(|e| to_core("(shared region)", e))?;
+        Ok(Box::new(mem))
+    }
+
+    fn launch(
+        &self,
+        region: Arc<SharedRegion>,
+        spec: &LaunchSpec,
+    ) -> gyre_core::Result<Box<dyn KernelInstance>> {
+        spec.idle.validate()?;
+        let k = self
+            .launch_inner(&region, spec)
+            .map_err(|e| to_core(&spec.name, e))?;
+        tracing::info!(kernel = %spec.name, lanes = LANES, "CUDA ring kernel launched");
+        Ok(Box::new(k))
+    }
+}
+
+/// The module and stream of one launch; destroyed once the kernel has finished.
+struct Resources {
+    ctx: Arc<Context>,
+    module: sys::CUmodule,
+    stream: sys::CUstream,
+}
+
+impl Drop for Resources {
+    fn drop(&mut self) {
+        if let Err(e) = self.ctx.bind() {
+            tracing::error!(error = %e, "leaking a CUDA stream and module");
+            return;
+        }
+        if !self.stream.is_null() {
+            // SAFETY: created by cuStreamCreate, destroyed once; its work has finished
+            // (Resources are dropped only then, or before the launch).
+            let r = unsafe { sys::cuStreamDestroy_v2(self.stream) };
+            if let Err(e) = check("cuStreamDestroy", r, String::new) {
+                tracing::error!(error = %e, "destroying the kernel stream");
+            }
+        }
+        // SAFETY: loaded by cuModuleLoadData, unloaded once; no kernel of it runs.
+        let r = unsafe { sys::cuModuleUnload(self.module) };
+        if let Err(e) = check("cuModuleUnload", r, String::new) {
+            tracing::error!(error = %e, "unloading the ring kernel module");
+        }
+    }
+}
+
+/// A ring kernel running on the device.
+struct CudaKernel {
+    ctx: Arc<Context>,
+    /// `None` once joined. The region is kept alive while the kernel may touch it.
+    state: Mutex<Option<(Resources, Arc<SharedRegion>)>>,
+}
+
+// SAFETY: the raw handles are driver objects usable from any thread with the context
+// bound (every method binds it); the Mutex serialises access.
+unsafe impl Send for CudaKernel {}
+// SAFETY: as above.
+unsafe impl Sync for CudaKernel {}
+
+impl KernelInstance for CudaKernel {
+    fn is_finished(&self) -> bool {
+        let g = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let Some((res, _)) = g.as_ref() else {
+            return true;
+        };
+        if self.ctx.bind().is_err() {
+            return true;
+        }
+        // SAFETY: a live stream in the bound context.
+        match unsafe { sys::cuStreamQuery(res.stream) } {
+            CUresult::CUDA_ERROR_NOT_READY => false,
+            // Done, or failed: `join` reports which.
+            _ => true,
+        }
+    }
+
+    fn join(&self) -> gyre_core::Result<()> {
+        let mut g = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let Some((res, _region)) = g.as_ref() else {
+            return Ok(());
+        };
+        let fail = |e: Error| to_core("(join)", e);
+        self.ctx.bind().map_err(fail)?;
+        // SAFETY: a live stream in the bound context.
+        let r = unsafe { sys::cuStreamSynchronize(res.stream) };
+        let result = check("cuStreamSynchronize", r, || {
+            ", the ring kernel's stream".into()
+        });
+        // The stream is idle (or the context is broken): release everything.
+        *g = None;
+        result.map_err(fail)
+    }
+}
+
+impl Drop for CudaKernel {
+    fn drop(&mut self) {
+        let state = match self.state.get_mut() {
+            Ok(s) => s.take(),
+            Err(p) => p.into_inner().take(),
+        };
+        if let Some(pair) = state {
+            if self.is_finished_now(&pair.0) {
+                drop(pair);
+            } else {
+                // Freeing the region or unloading the module under a running kernel would
+                // fault the device: leak them instead.
+                tracing::error!(
+                    "CUDA ring kernel dropped while running: leaking its region and module"
+                );
+                std::mem::forget(pair);
+            }
+        }
+    }
+}
+
+impl CudaKernel {
+    fn is_finished_now(&self, res: &Resources) -> bool {
+        // SAFETY: a live stream; the context is bound first.
+        self.ctx.bind().is_ok()
+            && unsafe { sys::cuStreamQuery(res.stream) } != CUresult::CUDA_ERROR_NOT_READY
+    }
+}
