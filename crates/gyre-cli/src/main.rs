@@ -40,7 +40,7 @@ enum Command {
 /// Arguments of `gyre demo`, as parsed; checked by `demo::DemoConfig::from_args`.
 #[derive(Debug, Clone, Args)]
 pub struct DemoArgs {
-    /// Backend to run the kernel on: auto or cpu.
+    /// Backend to run the kernel on: auto, cpu or cuda.
     #[arg(long, default_value = "auto")]
     pub backend: String,
     /// Messages to send in total (at least 1).
