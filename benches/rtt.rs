@@ -4,7 +4,7 @@
 //!
 //! The bench's main thread (the client) is pinned to core 0 and every server thread to
 //! core 1. gyre spawns its kernel thread itself (`gyre-cpu-echo`); the bench kernel's
-//! handler pins that thread to core 1 on its first request (see [`pinned_echo`]).
+//! handler pins that thread to core 1 on its first request (see `common::pinned_echo`).
 //!
 //! Only one implementation's server exists at a time: each busy-spins on core 1, so two of
 //! them alive together would share the core. Servers are started before a measurement
@@ -26,6 +26,8 @@
 //! docs/benchmarks.md. `GYRE_BENCH_ONLY=name,..` limits the summary to some
 //! implementations (for profiling).
 
+mod common;
+
 use std::hint::black_box;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::AtomicU64;
@@ -34,121 +36,17 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use core_affinity::CoreId;
+use common::{launch_gyre, msg, spawn_server, warmed, Imp, Msg, Session, Summary, CAPACITY};
 use criterion::Criterion;
 use crossbeam_utils::CachePadded;
-use gyre::{IdleStrategy, Kernel, KernelSpec, Runtime};
+use gyre::{Kernel, Runtime};
 
-/// The message: 64 bytes, the payload of one 128-byte gyre slot.
-type Msg = [u8; 64];
-
-/// Core of the bench's main thread (the client).
-const CLIENT_CORE: usize = 0;
-/// Core of every server thread (gyre's kernel thread included).
-const SERVER_CORE: usize = 1;
-/// gyre ring capacity, and the bound of the peers' queues.
-const CAPACITY: usize = 1024;
-/// Round trips each session does before it is measured (lines warm, clocks up).
-const WARM_UP: Duration = Duration::from_millis(50);
+/// Round trips each session does per warm-up run (see `common::warmed`).
+const WARM_UP_RUN: u64 = 100;
 
 // ----------------------------------------------------------------------------------------
-// Pinning
-
-/// The cores this process may run on, read once at start-up before any thread is pinned
-/// (`core_affinity::get_core_ids` reports the *calling thread's* mask, which a pinned
-/// thread's children inherit).
-static CORES: std::sync::OnceLock<Vec<CoreId>> = std::sync::OnceLock::new();
-
-fn core_id(i: usize) -> Option<CoreId> {
-    CORES.get()?.iter().copied().find(|c| c.id == i)
-}
-
-/// Reads the core list; exits when the client and server cores are not both available
-/// (two spinning threads sharing one core would make every measurement meaningless).
-fn init_cores() {
-    let ids = core_affinity::get_core_ids().unwrap_or_default();
-    for want in [CLIENT_CORE, SERVER_CORE] {
-        if !ids.iter().any(|c| c.id == want) {
-            eprintln!("error: core {want} is not available to this process (cores: {ids:?})");
-            std::process::exit(2);
-        }
-    }
-    let _ = CORES.set(ids);
-}
-
-/// Pins the calling thread to core `i`; exits when that fails, for the reason above.
-fn pin_current(i: usize) {
-    if !core_id(i).is_some_and(core_affinity::set_for_current) {
-        eprintln!(
-            "error: could not pin thread {:?} to core {i}",
-            std::thread::current().name()
-        );
-        std::process::exit(2);
-    }
-}
-
-fn spawn_server(name: &str, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
-    std::thread::Builder::new()
-        .name(name.to_owned())
-        .spawn(move || {
-            pin_current(SERVER_CORE);
-            f()
-        })
-        .expect("spawning a server thread")
-}
-
-/// gyre's built-in echo handler, pinning the kernel thread that runs it to the server core
-/// on its first request. The check afterwards is one relaxed load of a flag the kernel
-/// thread alone writes.
-fn pinned_echo() -> impl Fn(u32, &[u8], &mut [u8]) -> Result<usize, u32> + Send + Sync + 'static {
-    let core = core_id(SERVER_CORE);
-    let pinned = AtomicBool::new(false);
-    move |ty, req, reply| {
-        if !pinned.load(Relaxed) {
-            pinned.store(true, Relaxed);
-            let name = std::thread::current().name().map(str::to_owned);
-            if !name.as_deref().is_some_and(|n| n.starts_with("gyre-cpu-")) {
-                eprintln!("warning: echo handler runs on thread {name:?}, not gyre-cpu-*");
-            }
-            if !core.is_some_and(core_affinity::set_for_current) {
-                eprintln!("error: could not pin the gyre kernel thread to core {SERVER_CORE}");
-                std::process::exit(2);
-            }
-        }
-        gyre::kernels::echo(ty, req, reply)
-    }
-}
-
-/// The kernel every gyre measurement uses: echo, busy-spinning on both sides.
-fn launch_gyre(rt: &Runtime) -> Kernel<Msg, Msg> {
-    let spec = KernelSpec::<Msg, Msg>::raw("echo", pinned_echo())
-        .capacity(CAPACITY as u32)
-        .idle(IdleStrategy::BusySpin)
-        .host_idle(IdleStrategy::BusySpin);
-    let k = rt.launch(spec).expect("launching the gyre echo kernel");
-    // The first call pins the kernel thread (see `pinned_echo`) and checks the echo.
-    let probe: Msg = core::array::from_fn(|i| i as u8);
-    assert_eq!(k.call_blocking(probe).expect("first call"), probe);
-    k
-}
-
-fn msg() -> Msg {
-    black_box([0x5a; 64])
-}
-
-// ----------------------------------------------------------------------------------------
-// Sessions: one implementation's client and server, alive for one measurement.
-
-/// A client with its server running; `run(n)` does `n` round trips and returns the time.
-/// Dropping it stops the server.
-trait Session {
-    fn run(&mut self, iters: u64) -> Duration;
-}
-
-struct Imp {
-    name: &'static str,
-    start: fn() -> Box<dyn Session>,
-}
+// Sessions: one implementation's client and server, alive for one measurement; `run(n)`
+// does `n` round trips.
 
 /// Interleaved order: every gyre measurement sits between two peer measurements.
 const IMPLS: &[Imp] = &[
@@ -178,14 +76,6 @@ const IMPLS: &[Imp] = &[
     },
 ];
 
-fn warmed(mut s: Box<dyn Session>) -> Box<dyn Session> {
-    let t = Instant::now();
-    while t.elapsed() < WARM_UP {
-        s.run(100);
-    }
-    s
-}
-
 // --- floor: two atomics on separate cache lines ------------------------------------------
 
 struct PingPong {
@@ -199,7 +89,7 @@ impl PingPong {
     const STOP: u64 = u64::MAX;
 
     fn start() -> Box<dyn Session> {
-        warmed(Box::new(Self::spawn()))
+        warmed(Box::new(Self::spawn()), WARM_UP_RUN)
     }
 
     fn spawn() -> Self {
@@ -285,12 +175,15 @@ impl Rtrb {
                 }
             }
         });
-        warmed(Box::new(Self {
-            req,
-            rep,
-            stop,
-            server: Some(server),
-        }))
+        warmed(
+            Box::new(Self {
+                req,
+                rep,
+                stop,
+                server: Some(server),
+            }),
+            WARM_UP_RUN,
+        )
     }
 }
 
@@ -340,11 +233,14 @@ impl Crossbeam {
                 Err(crossbeam_channel::TryRecvError::Disconnected) => return,
             }
         });
-        warmed(Box::new(Self {
-            req: Some(req),
-            rep,
-            server: Some(server),
-        }))
+        warmed(
+            Box::new(Self {
+                req: Some(req),
+                rep,
+                server: Some(server),
+            }),
+            WARM_UP_RUN,
+        )
     }
 }
 
@@ -402,11 +298,14 @@ impl Tokio {
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .expect("client runtime");
-        warmed(Box::new(Self {
-            rt,
-            req: Some(req),
-            server: Some(server),
-        }))
+        warmed(
+            Box::new(Self {
+                rt,
+                req: Some(req),
+                server: Some(server),
+            }),
+            WARM_UP_RUN,
+        )
     }
 }
 
@@ -444,9 +343,12 @@ struct GyreBlocking {
 impl GyreBlocking {
     fn start() -> Box<dyn Session> {
         let rt = Runtime::builder().build().expect("gyre runtime");
-        warmed(Box::new(Self {
-            k: launch_gyre(&rt),
-        }))
+        warmed(
+            Box::new(Self {
+                k: launch_gyre(&rt),
+            }),
+            WARM_UP_RUN,
+        )
     }
 }
 
@@ -478,10 +380,13 @@ impl GyreAsync {
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .expect("client runtime");
-        warmed(Box::new(Self {
-            rt,
-            k: launch_gyre(&grt),
-        }))
+        warmed(
+            Box::new(Self {
+                rt,
+                k: launch_gyre(&grt),
+            }),
+            WARM_UP_RUN,
+        )
     }
 }
 
@@ -525,119 +430,27 @@ fn criterion_benches(c: &mut Criterion) {
 }
 
 // ----------------------------------------------------------------------------------------
-// summary mode (GYRE_BENCH_SUMMARY=1)
-//
-// Core placement on these VMs changes every few tens of seconds (the atomic ping-pong
-// between the two vCPUs moves between about 45, 100 and 450-550 ns), and other work may
-// share the two cores. So the summary runs many short rounds, each of every
-// implementation back to back, with a short ping-pong probe before, between and after
-// the implementations. It keeps only the rounds whose probes agree (no placement change
-// inside the round) and that saw no competing runnable work, and groups them by
-// placement band. Ratios are taken within a round, then the median over the kept rounds
-// of a band; figures are the median over them.
+// summary mode (GYRE_BENCH_SUMMARY=1; the method is in common/mod.rs)
 
-const SUMMARY_ROUNDS: usize = 15;
-const RUNS_PER_ROUND: usize = 3;
-/// Target length of one measured run.
-const RUN_TARGET: Duration = Duration::from_millis(20);
-/// A round is kept when all its placement probes are within this factor of each other.
-const STABLE_WITHIN: f64 = 1.25;
-/// Placement bands of the ping-pong probe, ns: below NEAR_BELOW the two vCPUs share a
-/// core's caches, above FAR_ABOVE they sit far apart; the normal band is the ~100 ns the
-/// targets assume.
-const NEAR_BELOW: f64 = 75.0;
-const FAR_ABOVE: f64 = 200.0;
-
-/// One round: the placement probes before, between and after its implementations, and
-/// each implementation's median.
-struct Round {
-    probes: Vec<f64>,
-    runs: u32,
-    contended: u32,
-    values: Vec<f64>,
-}
-
-impl Round {
-    fn probe_range(&self) -> (f64, f64) {
-        let lo = self.probes.iter().copied().fold(f64::INFINITY, f64::min);
-        let hi = self.probes.iter().copied().fold(0.0, f64::max);
-        (lo, hi)
-    }
-
-    fn band(&self) -> &'static str {
-        let p = median(&mut self.probes.clone());
-        if p < NEAR_BELOW {
-            "near"
-        } else if p > FAR_ABOVE {
-            "far"
-        } else {
-            "normal"
-        }
-    }
-
-    fn kept(&self) -> bool {
-        let (lo, hi) = self.probe_range();
-        hi / lo <= STABLE_WITHIN && self.contended * 4 <= self.runs
-    }
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n == 0 {
-        f64::NAN
-    } else if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "?".into())
-}
-
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_owned())
-        })
-        .unwrap_or_else(|| "?".into())
-}
-
-/// Runnable threads system-wide right now (`procs_running` in /proc/stat). Sampled right
-/// after a measured run, while the other thread still spins: more than 2 (the bench's two
-/// threads) means something else wanted a CPU during the measurement.
-fn procs_running() -> u32 {
-    std::fs::read_to_string("/proc/stat")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("procs_running "))
-                .and_then(|v| v.trim().parse().ok())
-        })
-        .unwrap_or(0)
-}
-
-/// Whether a larger figure is better (throughput) or a smaller one (latency).
-const HIGHER_IS_BETTER: bool = false;
-/// (numerator, denominator, target; a target of 0 marks a context ratio)
-const TARGETS: &[(&str, &str, f64)] = &[
-    ("gyre_blocking", "atomic_pingpong", 2.0),
-    ("gyre_blocking", "rtrb", 1.0),
-    ("gyre_blocking", "crossbeam", 0.8),
-    ("gyre_async", "gyre_blocking", 1.5),
-    ("gyre_async", "tokio", 0.0),
-];
-const TITLE: &str =
-    "gyre rtt summary: 64-byte request + echo reply, client on core 0, server on core 1";
-const UNIT: &str = "ns/RTT";
+const SUMMARY: Summary = Summary {
+    title: "gyre rtt summary: 64-byte request + echo reply, client on core 0, server on core 1",
+    unit: "ns/RTT",
+    impls: IMPLS,
+    targets: &[
+        ("gyre_blocking", "atomic_pingpong", 2.0),
+        ("gyre_blocking", "rtrb", 1.0),
+        ("gyre_blocking", "crossbeam", 0.8),
+        ("gyre_async", "gyre_blocking", 1.5),
+        ("gyre_async", "tokio", 0.0),
+    ],
+    higher_is_better: false,
+    run_target: Duration::from_millis(20),
+    min_ops: 1000,
+    max_ops: 2_000_000,
+    // ns per round trip
+    figure: |n, d| d.as_nanos() as f64 / n as f64,
+    placement_probe,
+};
 
 /// The atomic ping-pong RTT now, in ns (a few ms): the VM's current core placement.
 fn placement_probe() -> f64 {
@@ -647,159 +460,6 @@ fn placement_probe() -> f64 {
     s.run(n).as_nanos() as f64 / n as f64
 }
 
-/// One measured run of about RUN_TARGET, in ns per round trip; `calibrate` first sizes it.
-fn measure(s: &mut dyn Session, calibrate: bool) -> f64 {
-    thread_local!(static N: std::cell::Cell<u64> = const { std::cell::Cell::new(1000) });
-    if calibrate {
-        let probe = s.run(1000).as_nanos() as f64 / 1000.0;
-        let n = (RUN_TARGET.as_nanos() as f64 / probe) as u64;
-        N.with(|c| c.set(n.clamp(1000, 2_000_000)));
-    }
-    let n = N.with(|c| c.get());
-    s.run(n).as_nanos() as f64 / n as f64
-}
-
-fn summary() {
-    let load_start = loadavg();
-    // GYRE_BENCH_ONLY=name[,name..]: measure only these (for profiling one implementation).
-    let only = std::env::var("GYRE_BENCH_ONLY").unwrap_or_default();
-    let selected = |name: &str| only.is_empty() || only.split(',').any(|o| o == name);
-    let mut rounds: Vec<Round> = Vec::new();
-    for _ in 0..SUMMARY_ROUNDS {
-        let mut probes = vec![placement_probe()];
-        let (mut runs, mut contended) = (0u32, 0u32);
-        let mut values = vec![f64::NAN; IMPLS.len()];
-        for (i, imp) in IMPLS.iter().enumerate() {
-            if !selected(imp.name) {
-                continue;
-            }
-            let mut s = (imp.start)();
-            let mut per_run: Vec<f64> = (0..RUNS_PER_ROUND)
-                .map(|k| {
-                    let v = measure(&mut *s, k == 0);
-                    runs += 1;
-                    contended += u32::from(procs_running() > 2);
-                    v
-                })
-                .collect();
-            values[i] = median(&mut per_run);
-            drop(s);
-            probes.push(placement_probe());
-        }
-        rounds.push(Round {
-            probes,
-            runs,
-            contended,
-            values,
-        });
-    }
-    let load_end = loadavg();
-    let idx = |name: &str| IMPLS.iter().position(|i| i.name == name).unwrap();
-
-    println!("{TITLE}");
-    println!(
-        "{} rounds x {} implementations back to back, {} runs of ~{} ms each; \
-         figure = median over the kept rounds of a band of the per-round median",
-        SUMMARY_ROUNDS,
-        IMPLS.len(),
-        RUNS_PER_ROUND,
-        RUN_TARGET.as_millis()
-    );
-    println!(
-        "cpu: {} x {}; load average at start {load_start}, at end {load_end}",
-        CORES.get().map_or(0, Vec::len),
-        cpu_model()
-    );
-    println!(
-        "placement bands by the ping-pong probe: near < {NEAR_BELOW:.0} ns, normal, far > \
-         {FAR_ABOVE:.0} ns; a probe runs before, between and after the implementations of a round, and the round is kept when they all agree within {STABLE_WITHIN}x \
-         and at most a quarter of its runs saw competing runnable work; targets are judged \
-         on the normal band (ping-pong about 100 ns)"
-    );
-    println!();
-    print!("| round | probes min..max (ns) | band | competing work |");
-    for imp in IMPLS {
-        print!(" {} |", imp.name);
-    }
-    println!(" kept |");
-    print!("| ---: | --- | --- | --- |");
-    for _ in IMPLS {
-        print!(" ---: |");
-    }
-    println!(" --- |");
-    for (k, r) in rounds.iter().enumerate() {
-        let (lo, hi) = r.probe_range();
-        print!(
-            "| {} | {lo:.0}..{hi:.0} | {} | {} of {} runs |",
-            k + 1,
-            r.band(),
-            r.contended,
-            r.runs
-        );
-        for v in &r.values {
-            print!(" {v:.1} |");
-        }
-        println!(" {} |", if r.kept() { "yes" } else { "no" });
-    }
-    for band in ["normal", "near", "far"] {
-        let used: Vec<&Round> = rounds
-            .iter()
-            .filter(|r| r.kept() && r.band() == band)
-            .collect();
-        if used.is_empty() {
-            println!();
-            println!("{band} band: no kept round");
-            continue;
-        }
-        println!();
-        println!("{band} band: {} kept round(s)", used.len());
-        println!();
-        println!("| implementation | {UNIT} (median) |");
-        println!("| --- | ---: |");
-        for (i, imp) in IMPLS.iter().enumerate() {
-            let mut v: Vec<f64> = used.iter().map(|r| r.values[i]).collect();
-            println!("| {} | {:.1} |", imp.name, median(&mut v));
-        }
-        println!();
-        println!("| ratio ({band} band) | median of per-round ratios | range | target | met |");
-        println!("| --- | ---: | --- | ---: | --- |");
-        for &(a, b, target) in TARGETS {
-            let (ia, ib) = (idx(a), idx(b));
-            let mut per: Vec<f64> = used.iter().map(|r| r.values[ia] / r.values[ib]).collect();
-            let r = median(&mut per);
-            let (lo, hi) = (per[0], per[per.len() - 1]);
-            let (sign, met) = if HIGHER_IS_BETTER {
-                (">=", r >= target)
-            } else {
-                ("<=", r <= target)
-            };
-            let (target, met) = if target > 0.0 {
-                (
-                    format!("{sign} {target:.1}"),
-                    if met { "yes" } else { "NO" },
-                )
-            } else {
-                ("-".to_owned(), "(context)")
-            };
-            println!("| {a} / {b} | {r:.2} | {lo:.2}..{hi:.2} | {target} | {met} |");
-        }
-    }
-}
-
-// ----------------------------------------------------------------------------------------
-
 fn main() {
-    init_cores();
-    pin_current(CLIENT_CORE);
-    if std::env::var("GYRE_BENCH_SUMMARY").is_ok_and(|v| v == "1") {
-        summary();
-        return;
-    }
-    let mut c = Criterion::default()
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(3))
-        .sample_size(20)
-        .configure_from_args();
-    criterion_benches(&mut c);
-    c.final_summary();
+    common::main(&SUMMARY, criterion_benches);
 }
