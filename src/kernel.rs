@@ -10,12 +10,13 @@ use bytemuck::Pod;
 use gyre_abi::{command, error, state};
 use gyre_core::channel::driver::Driver;
 use gyre_core::channel::{Kind, PublishError, ReplyView};
+use gyre_core::shm::{ExportPublisher, ExportWriter};
 use gyre_core::telemetry::read_consistent;
 use gyre_core::{Channel, Error, IdleStrategy, KernelInstance, Result, SharedRegion, TrySendError};
 use parking_lot::Mutex;
 
 use crate::futures::{Call, Recv, Replies, Send, Shutdown};
-use crate::spec::KernelSpec;
+use crate::spec::{ExportTarget, KernelSpec};
 
 /// Lifecycle state of a kernel, as it last wrote it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,6 +64,9 @@ pub(crate) struct Inner {
     pub(crate) async_spin: Duration,
     pub(crate) msg_type: u32,
     next_id: AtomicU64,
+    /// The telemetry export publisher, if the spec asked for one; dropping it removes
+    /// the file.
+    export: Mutex<Option<ExportPublisher>>,
 }
 
 impl Inner {
@@ -106,6 +110,7 @@ impl Drop for Inner {
             tracing::warn!(kernel = %self.ch.name(), "kernel did not stop within 5 s of its last handle dropping; detaching it");
         }
         self.driver.lock().take();
+        self.export.lock().take();
     }
 }
 
@@ -192,7 +197,7 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
             max_park: Duration::from_micros(50),
         };
         let driver = Driver::start(ch.clone(), driver_idle, hb)?;
-        Ok(Self {
+        let kernel = Self {
             inner: Arc::new(Inner {
                 ch,
                 instance,
@@ -201,9 +206,53 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
                 async_spin: spec.async_spin,
                 msg_type: spec.msg_type,
                 next_id: AtomicU64::new(0),
+                export: Mutex::new(None),
             }),
             _types: PhantomData,
-        })
+        };
+        // On failure `kernel` drops here, which stops the kernel it already launched.
+        if let Some(target) = &spec.export {
+            let name = kernel.inner.ch.name().to_owned();
+            let writer = match target {
+                ExportTarget::Service(service) => ExportWriter::create(service, &name),
+                ExportTarget::Path(path) => {
+                    // The directory's name stands for the service in the header.
+                    let service = path
+                        .parent()
+                        .and_then(|d| d.file_name())
+                        .map(|d| d.to_string_lossy().into_owned())
+                        .unwrap_or_default();
+                    ExportWriter::create_at(path, &service, &name)
+                }
+            };
+            let publisher = writer.and_then(|w| {
+                ExportPublisher::start(kernel.inner.ch.region().clone(), w, spec.export_interval)
+            });
+            match publisher {
+                Ok(p) => {
+                    tracing::info!(path = %p.path().display(), "telemetry exported");
+                    *kernel.inner.export.lock() = Some(p);
+                }
+                Err(e) => {
+                    return Err(Error::Launch {
+                        backend: "telemetry export",
+                        kernel: name,
+                        reason: e.to_string(),
+                    })
+                }
+            }
+        }
+        Ok(kernel)
+    }
+
+    /// The file this kernel's telemetry is exported to (see
+    /// [`KernelSpec::export_telemetry`]), while it is exported.
+    pub fn telemetry_export_path(&self) -> Option<std::path::PathBuf> {
+        self.inner
+            .export
+            .lock()
+            .as_ref()
+            .map(|p| p.path().to_owned())
     }
 
     /// Kernel name.
@@ -459,7 +508,10 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
             }
             idler.idle(false);
         }
-        self.inner.finish()
+        let done = self.inner.finish();
+        // A clean shutdown unpublishes the telemetry export (removes the file).
+        self.inner.export.lock().take();
+        done
     }
 
     /// Asks the kernel to stop consuming requests (they queue up; `try_send` reports
@@ -491,5 +543,56 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
     /// Replies that failed the host's protocol checks so far.
     pub fn protocol_errors(&self) -> u64 {
         self.inner.ch.protocol_errors()
+    }
+}
+
+#[cfg(test)]
+mod export_tests {
+    use crate::{Backend, KernelSpec, Runtime};
+    use gyre_core::telemetry::TelemetryReader;
+
+    /// A kernel exported to a path: readable while it runs, a second exporter to the same
+    /// path is refused, and a clean shutdown removes the file.
+    #[test]
+    fn exported_telemetry_follows_the_kernel_and_is_removed_on_shutdown() {
+        let dir = std::env::temp_dir().join(format!(
+            "gyre-export-{}-{}",
+            std::process::id(),
+            gyre_core::shm::unix_ms()
+        ));
+        let path = dir.join("svc").join("double");
+        let rt = Runtime::builder().backend(Backend::Cpu).build().unwrap();
+        let spec = KernelSpec::from_fn("double", |x: u32| x * 2)
+            .export_telemetry_to(&path)
+            .export_interval(std::time::Duration::from_millis(1));
+        let k = rt.launch(spec.clone()).unwrap();
+        assert_eq!(k.telemetry_export_path().as_deref(), Some(path.as_path()));
+        for i in 0..100 {
+            assert_eq!(k.call_blocking(i).unwrap(), i * 2);
+        }
+        let r = TelemetryReader::open(&path).unwrap();
+        assert_eq!(
+            (r.info().service.as_str(), r.info().kernel.as_str()),
+            ("svc", "double")
+        );
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while r.snapshot().unwrap().telemetry.messages_out < 100 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "export never caught up"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        let s = r.snapshot().unwrap();
+        assert_eq!(s.control.state, gyre_abi::state::ACTIVE);
+        assert_eq!(s.control.capacity, 1024);
+
+        let e = rt.launch(spec).unwrap_err();
+        assert!(e.to_string().contains("already exported"), "{e}");
+
+        k.shutdown_blocking().unwrap();
+        assert!(k.telemetry_export_path().is_none());
+        assert!(!path.exists());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

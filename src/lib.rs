@@ -43,6 +43,8 @@ mod spec;
 pub use futures::{Call, Recv, Replies, Send, Shutdown};
 pub use gyre_abi::TelemetrySnapshot;
 pub use gyre_core::kernels::{self, ReduceSum, Sum, VecF32, VecScale};
+pub use gyre_core::strategy::TransferStrategy;
+pub use gyre_core::visibility::{MemoryPlan, MemoryVisibility, Source};
 pub use gyre_core::{Error, Handler, IdleStrategy, Result, TrySendError};
 pub use kernel::{Kernel, KernelState};
 pub use runtime::{backends, Backend, BackendInfo, Runtime, RuntimeBuilder};

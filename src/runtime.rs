@@ -4,6 +4,8 @@ use std::sync::Arc;
 
 use bytemuck::Pod;
 use gyre_core::ring::Geometry;
+use gyre_core::strategy::TransferStrategy;
+use gyre_core::visibility::{self, MemoryPlan, MemoryVisibility, Overrides, PlatformProbe};
 use gyre_core::{Error, LaunchSpec, Result, SharedRegion};
 
 use crate::kernel::Kernel;
@@ -149,6 +151,24 @@ mod cuda {
         ])
     }
 
+    /// Device 0's memory attributes, where the CUDA backend is usable.
+    #[cfg(feature = "cuda")]
+    pub(super) fn device_attributes() -> Option<gyre_core::visibility::DeviceAttributes> {
+        let d = gyre_cuda::CudaBackend::check().ok()?.device;
+        Some(gyre_core::visibility::DeviceAttributes {
+            can_map_host_memory: d.can_map_host_memory,
+            unified_addressing: d.unified_addressing,
+            concurrent_managed_access: d.concurrent_managed_access,
+            pageable_memory_access: d.pageable_memory_access,
+            host_native_atomics: d.host_native_atomic_supported,
+        })
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    pub(super) fn device_attributes() -> Option<gyre_core::visibility::DeviceAttributes> {
+        None
+    }
+
     /// A CUDA backend on device 0, or why not.
     #[cfg(feature = "cuda")]
     pub(super) fn backend() -> Result<Arc<dyn gyre_core::Backend>, String> {
@@ -176,6 +196,7 @@ mod cuda {
 #[derive(Debug, Clone, Default)]
 pub struct RuntimeBuilder {
     backend: Backend,
+    memory: Overrides,
 }
 
 impl RuntimeBuilder {
@@ -185,7 +206,30 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Resolves the backend and returns the runtime.
+    /// Overrides the detected memory visibility (and so the default transfer strategy).
+    /// Takes precedence over `GYRE_MEMORY_VISIBILITY`; see [`Runtime::memory_plan`].
+    pub fn memory_visibility(mut self, visibility: MemoryVisibility) -> Self {
+        self.memory.visibility = Some(visibility);
+        self
+    }
+
+    /// Overrides the transfer strategy. Takes precedence over `GYRE_TRANSFER_STRATEGY`
+    /// (and, for `DmaPolling`, over `GYRE_POLL_INTERVAL_US`). A strategy the platform
+    /// cannot honour makes [`Self::build`] fail with the reason; it is never changed.
+    pub fn transfer_strategy(mut self, strategy: TransferStrategy) -> Self {
+        self.memory.strategy = Some(strategy);
+        self
+    }
+
+    /// Resolves the backend and the memory plan (builder > environment > detection) and
+    /// returns the runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::BackendUnavailable`]; [`Error::InvalidArgument`] for an invalid
+    /// `GYRE_MEMORY_VISIBILITY`, `GYRE_TRANSFER_STRATEGY` or `GYRE_POLL_INTERVAL_US`
+    /// (listing the valid values), an invalid poll interval, or a strategy the platform
+    /// cannot honour (with the reason).
     pub fn build(self) -> Result<Runtime> {
         let (resolved, imp): (Backend, Arc<dyn gyre_core::Backend>) = match self.backend {
             Backend::Auto => match cuda::backend() {
@@ -207,10 +251,25 @@ impl RuntimeBuilder {
                 })?,
             ),
         };
+        let mut probe = PlatformProbe::from_host();
+        if resolved == Backend::Cuda {
+            probe.device = cuda::device_attributes();
+        }
+        let plan = visibility::plan(probe, &Overrides::from_env()?, &self.memory)?;
+        tracing::info!(
+            backend = resolved.name(),
+            visibility = %plan.visibility,
+            visibility_source = %plan.visibility_source,
+            strategy = %format_args!("{:#}", plan.strategy),
+            strategy_source = %plan.source,
+            reasons = ?plan.reasons,
+            "memory plan"
+        );
         Ok(Runtime {
             requested: self.backend,
             resolved,
             imp,
+            plan: Arc::new(plan),
         })
     }
 }
@@ -229,6 +288,7 @@ pub struct Runtime {
     requested: Backend,
     resolved: Backend,
     imp: Arc<dyn gyre_core::Backend>,
+    plan: Arc<MemoryPlan>,
 }
 
 impl core::fmt::Debug for Runtime {
@@ -236,6 +296,8 @@ impl core::fmt::Debug for Runtime {
         f.debug_struct("Runtime")
             .field("requested", &self.requested)
             .field("resolved", &self.resolved)
+            .field("visibility", &self.plan.visibility)
+            .field("strategy", &self.plan.strategy)
             .finish()
     }
 }
@@ -254,6 +316,27 @@ impl Runtime {
     /// Name of the backend in use.
     pub fn backend_name(&self) -> &'static str {
         self.imp.name()
+    }
+
+    /// The memory visibility and transfer strategy chosen at build, what detection looked
+    /// at, who decided (detection, environment or builder) and why.
+    ///
+    /// **Status:** the bridge that performs the copy strategies has not landed. The CPU
+    /// backend currently runs *every* strategy as zero-copy shared memory, and the CUDA
+    /// backend keeps its rings in mapped pinned memory; the plan is the choice, validated
+    /// and logged, not yet a change in how bytes move.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let rt = gyre::Runtime::builder().backend(gyre::Backend::Cpu).build()?;
+    /// let plan = rt.memory_plan();
+    /// assert!(plan.probe.device.is_none());
+    /// assert!(!plan.reasons.is_empty());
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
+    pub fn memory_plan(&self) -> &MemoryPlan {
+        &self.plan
     }
 
     /// Validates `spec`, allocates its shared region, launches the kernel and starts its
@@ -392,5 +475,77 @@ mod cuda_selection_tests {
                 assert_eq!(rt.backend_name(), "cpu");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod memory_plan_tests {
+    use super::*;
+    use gyre_core::visibility::Source;
+
+    fn env_is_clean() -> bool {
+        [
+            visibility::ENV_MEMORY_VISIBILITY,
+            visibility::ENV_TRANSFER_STRATEGY,
+            visibility::ENV_POLL_INTERVAL_US,
+        ]
+        .iter()
+        .all(|v| std::env::var_os(v).is_none())
+    }
+
+    #[test]
+    fn cpu_backend_detects_system_scope_and_unified() {
+        if !env_is_clean() {
+            return; // a GYRE_* override is set for this run; other tests cover it
+        }
+        let rt = Runtime::builder().backend(Backend::Cpu).build().unwrap();
+        let p = rt.memory_plan();
+        assert_eq!(p.probe.device, None);
+        assert_eq!(p.detected, MemoryVisibility::SystemScope);
+        assert_eq!(p.strategy, TransferStrategy::Unified);
+        assert_eq!(
+            (p.visibility_source, p.source),
+            (Source::Detected, Source::Detected)
+        );
+    }
+
+    #[test]
+    fn builder_overrides_win() {
+        let rt = Runtime::builder()
+            .backend(Backend::Cpu)
+            .memory_visibility(MemoryVisibility::ExplicitDma)
+            .build()
+            .unwrap();
+        let p = rt.memory_plan();
+        assert_eq!(p.visibility, MemoryVisibility::ExplicitDma);
+        assert_eq!(p.visibility_source, Source::Builder);
+        if p.source == Source::Builder {
+            assert_eq!(p.strategy, TransferStrategy::Async);
+        }
+        let s = TransferStrategy::dma_polling(std::time::Duration::from_micros(100)).unwrap();
+        let rt = Runtime::builder()
+            .backend(Backend::Cpu)
+            .transfer_strategy(s)
+            .build()
+            .unwrap();
+        assert_eq!(rt.memory_plan().strategy, s);
+        assert_eq!(rt.memory_plan().source, Source::Builder);
+    }
+
+    #[test]
+    fn invalid_builder_strategy_is_refused() {
+        let bad = TransferStrategy::DmaPolling {
+            poll_interval: std::time::Duration::ZERO,
+        };
+        assert!(matches!(
+            Runtime::builder()
+                .backend(Backend::Cpu)
+                .transfer_strategy(bad)
+                .build(),
+            Err(Error::InvalidArgument {
+                name: "poll_interval",
+                ..
+            })
+        ));
     }
 }

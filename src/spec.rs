@@ -1,12 +1,23 @@
 //! What to launch: [`KernelSpec`].
 
 use std::marker::PhantomData;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytemuck::Pod;
 use gyre_core::kernels::{self, ids, ReduceSum, Sum, VecF32, VecScale};
 use gyre_core::{Handler, IdleStrategy};
+
+/// Where a kernel publishes its telemetry for other processes (see
+/// [`KernelSpec::export_telemetry`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ExportTarget {
+    /// `$GYRE_SHM_DIR/<service>/<kernel name>` (default dir `/dev/shm/gyre`).
+    Service(String),
+    /// An explicit file path.
+    Path(PathBuf),
+}
 
 /// Describes a ring kernel: its handler, ring geometry and polling behaviour.
 ///
@@ -36,6 +47,8 @@ pub struct KernelSpec<Req, Resp> {
     pub(crate) builtin: Option<u32>,
     pub(crate) msg_type: u32,
     pub(crate) timestamps: bool,
+    pub(crate) export: Option<ExportTarget>,
+    pub(crate) export_interval: Duration,
     _types: PhantomData<fn(Req) -> Resp>,
 }
 
@@ -44,6 +57,7 @@ impl<Req, Resp> Clone for KernelSpec<Req, Resp> {
         Self {
             name: self.name.clone(),
             handler: self.handler.clone(),
+            export: self.export.clone(),
             _types: PhantomData,
             ..*self
         }
@@ -62,6 +76,7 @@ impl<Req, Resp> core::fmt::Debug for KernelSpec<Req, Resp> {
             .field("async_spin", &self.async_spin)
             .field("host_timeout", &self.host_timeout)
             .field("builtin", &self.builtin)
+            .field("export", &self.export)
             .finish_non_exhaustive()
     }
 }
@@ -122,6 +137,8 @@ impl<Req: Pod, Resp: Pod> KernelSpec<Req, Resp> {
             builtin,
             msg_type,
             timestamps: false,
+            export: None,
+            export_interval: gyre_core::shm::DEFAULT_INTERVAL,
             _types: PhantomData,
         }
     }
@@ -172,6 +189,28 @@ impl<Req: Pod, Resp: Pod> KernelSpec<Req, Resp> {
     /// it costs a clock read per request; the field is then 0).
     pub fn timestamps(mut self, on: bool) -> Self {
         self.timestamps = on;
+        self
+    }
+    /// Publishes the kernel's telemetry and state for other processes (`gyre top`) in
+    /// the shared-memory file `/dev/shm/gyre/<service>/<kernel name>` (the directory is
+    /// `$GYRE_SHM_DIR` when set), created mode 0600 at launch and removed when the kernel
+    /// handle is shut down or dropped. Launch fails if a live process already exports
+    /// there; a file left by a dead process is replaced. See `docs/telemetry.md`.
+    ///
+    /// On the CPU backend a host thread copies the telemetry into the file every
+    /// [`KernelSpec::export_interval`] (default 50 ms).
+    pub fn export_telemetry(mut self, service: impl Into<String>) -> Self {
+        self.export = Some(ExportTarget::Service(service.into()));
+        self
+    }
+    /// [`KernelSpec::export_telemetry`] to an explicit file path.
+    pub fn export_telemetry_to(mut self, path: impl Into<PathBuf>) -> Self {
+        self.export = Some(ExportTarget::Path(path.into()));
+        self
+    }
+    /// How often the exported telemetry file is refreshed (default 50 ms, at least 1 ms).
+    pub fn export_interval(mut self, interval: Duration) -> Self {
+        self.export_interval = interval;
         self
     }
     /// The kernel terminates itself when the host heartbeat stops changing for this long

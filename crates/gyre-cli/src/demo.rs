@@ -15,6 +15,11 @@ use crate::{DemoArgs, IdleArg};
 
 /// Most producer threads accepted.
 pub const MAX_PRODUCERS: usize = 64;
+/// The service name `gyre demo --serve` exports its kernel under.
+pub const SERVE_SERVICE: &str = "demo";
+/// Echo calls per burst while serving, and the pause between bursts.
+const SERVE_BURST: usize = 256;
+const SERVE_PAUSE: Duration = Duration::from_millis(5);
 /// How long to wait for the kernel's telemetry to account for every reply.
 const TELEMETRY_SETTLE: Duration = Duration::from_secs(1);
 
@@ -33,6 +38,8 @@ pub struct DemoConfig {
     pub capacity: Option<u32>,
     /// Whether kernel and host busy-spin.
     pub busy_spin: bool,
+    /// `--serve`: keep serving and exporting telemetry until interrupted.
+    pub serve: bool,
 }
 
 impl DemoConfig {
@@ -55,6 +62,7 @@ impl DemoConfig {
             producers: args.producers,
             capacity: args.capacity,
             busy_spin: args.idle == IdleArg::Spin,
+            serve: args.serve,
         })
     }
 
@@ -68,6 +76,9 @@ impl DemoConfig {
             spec = spec
                 .idle(IdleStrategy::BusySpin)
                 .host_idle(IdleStrategy::BusySpin);
+        }
+        if self.serve {
+            spec = spec.export_telemetry(SERVE_SERVICE);
         }
         spec
     }
@@ -90,6 +101,9 @@ pub fn run(args: &DemoArgs, out: &mut dyn Write) -> Result<()> {
     let outcome = drive(&kernel, &cfg).and_then(|measured| {
         let telemetry = settled_telemetry(&kernel, cfg.messages)?;
         report(out, &cfg, rt.backend_name(), &kernel, &measured, &telemetry)?;
+        if cfg.serve {
+            serve(&kernel, out)?;
+        }
         Ok(())
     });
     // Stop the kernel whatever happened; a run error is reported before a shutdown error.
@@ -104,6 +118,49 @@ pub fn run(args: &DemoArgs, out: &mut dyn Write) -> Result<()> {
         "shutdown: ok (kernel {})",
         describe_state(kernel.state())
     )?;
+    Ok(())
+}
+
+/// `--serve`: a light echo load (bursts of calls with pauses) until SIGINT / SIGTERM,
+/// while the kernel's telemetry is exported; then returns for the normal shutdown, which
+/// removes the export file.
+fn serve(kernel: &Kernel<Msg, Msg>, out: &mut dyn Write) -> Result<()> {
+    crate::install_stop_handler()?;
+    let path = kernel
+        .telemetry_export_path()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "(not exported)".into());
+    writeln!(
+        out,
+        "serving: telemetry exported at {path}; watch with `gyre top --service {SERVE_SERVICE}`; \
+         Ctrl-C to stop"
+    )?;
+    out.flush()?;
+    let mut msg: Msg = [0; 64];
+    let mut n: u64 = 0;
+    while !crate::stop_requested() {
+        for _ in 0..SERVE_BURST {
+            n += 1;
+            msg[..8].copy_from_slice(&n.to_le_bytes());
+            let reply = kernel.call_blocking(msg)?;
+            if reply != msg {
+                let byte = reply
+                    .iter()
+                    .zip(&msg)
+                    .position(|(a, b)| a != b)
+                    .unwrap_or(0);
+                return Err(CliError::Mismatch {
+                    producer: 0,
+                    seq: n,
+                    byte,
+                    sent: msg[byte],
+                    got: reply[byte],
+                });
+            }
+        }
+        thread::sleep(SERVE_PAUSE);
+    }
+    writeln!(out, "serving: stopped after {n} more messages")?;
     Ok(())
 }
 

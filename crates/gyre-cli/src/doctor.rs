@@ -56,6 +56,8 @@ pub fn run(out: &mut dyn Write) -> Result<()> {
         facts.write_to(out)?;
     }
 
+    memory_plan(out)?;
+
     let mut test = Table::new("self-test");
     test.row(
         "what",
@@ -77,6 +79,70 @@ pub fn run(out: &mut dyn Write) -> Result<()> {
             Err(CliError::SelfTest(Box::new(e)))
         }
     }
+}
+
+/// The memory plan of a `Backend::Auto` runtime: every probe input, the detected
+/// visibility, the chosen strategy and why. A plan that cannot be made (a bad `GYRE_*`
+/// variable, a strategy the platform cannot honour) is shown, not fatal here: the
+/// self-test that follows reports it as a failure.
+fn memory_plan(out: &mut dyn Write) -> Result<()> {
+    let mut t = Table::new("memory");
+    for var in [
+        "GYRE_MEMORY_VISIBILITY",
+        "GYRE_TRANSFER_STRATEGY",
+        "GYRE_POLL_INTERVAL_US",
+    ] {
+        let value = match std::env::var_os(var) {
+            Some(v) => format!("{:?}", v),
+            None => "unset".to_owned(),
+        };
+        t.row(var, value);
+    }
+    match Runtime::builder().backend(Backend::Auto).build() {
+        Ok(rt) => {
+            let p = rt.memory_plan();
+            let yes = |b: bool| if b { "yes" } else { "no" };
+            t.row("backend", rt.backend_name())
+                .row("probe: os", p.probe.os)
+                .row(
+                    "probe: /proc/version",
+                    p.probe.proc_version.as_deref().unwrap_or("(not read)"),
+                )
+                .row(
+                    "probe: WSL_DISTRO_NAME/WSL_INTEROP",
+                    if p.probe.wsl_env { "set" } else { "unset" },
+                );
+            match &p.probe.device {
+                None => {
+                    t.row("probe: device", "none (CPU backend)");
+                }
+                Some(d) => {
+                    for (label, value) in d.fields() {
+                        t.row(format!("probe: {label}"), yes(value));
+                    }
+                }
+            }
+            t.row("detected visibility", p.detected)
+                .row(
+                    "visibility",
+                    format!("{} ({})", p.visibility, p.visibility_source),
+                )
+                .row("strategy", format!("{:#} ({})", p.strategy, p.source));
+            for (i, why) in p.reasons.iter().enumerate() {
+                t.row(if i == 0 { "why" } else { "" }, why);
+            }
+            t.row(
+                "status",
+                "choice only: the copy strategies are not implemented yet; the CPU backend \
+                 runs every strategy as zero-copy shared memory",
+            );
+        }
+        Err(e) => {
+            t.row("plan", format!("FAILED: {e}"));
+        }
+    }
+    t.write_to(out)?;
+    Ok(())
 }
 
 /// Launches echo on `Backend::Auto`, does the calls, shuts down. Returns the backend used

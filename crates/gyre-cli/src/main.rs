@@ -3,6 +3,7 @@
 //! * `gyre demo` — round trips through the built-in echo kernel: latency percentiles,
 //!   throughput and the kernel's telemetry.
 //! * `gyre doctor` — backends, versions, host, and a quick self-test.
+//! * `gyre top` — a live table of the kernels exporting their telemetry (read-only).
 //!
 //! Logging goes to stderr, filtered by `GYRE_LOG` (default `warn`). Errors are printed as
 //! `error: <message>` with a non-zero exit code.
@@ -13,9 +14,12 @@ mod error;
 mod load;
 mod progress;
 mod table;
+mod top;
 
 use std::io::{self, IsTerminal, Write};
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
@@ -35,6 +39,26 @@ enum Command {
     Demo(DemoArgs),
     /// Show backends, versions and host, and run a quick self-test.
     Doctor,
+    /// Show the kernels that export their telemetry (`/dev/shm/gyre` or $GYRE_SHM_DIR),
+    /// refreshed in place until Ctrl-C.
+    Top(TopArgs),
+}
+
+/// Arguments of `gyre top`.
+#[derive(Debug, Clone, Args)]
+pub struct TopArgs {
+    /// Only this service's kernels.
+    #[arg(long, conflicts_with = "path")]
+    pub service: Option<String>,
+    /// One export file instead of the export directory.
+    #[arg(long)]
+    pub path: Option<PathBuf>,
+    /// Print one table and exit (rates measured over one interval).
+    #[arg(long)]
+    pub once: bool,
+    /// Refresh period in milliseconds (also the rate window of --once).
+    #[arg(long, default_value_t = 1000)]
+    pub interval_ms: u64,
 }
 
 /// Arguments of `gyre demo`, as parsed; checked by `demo::DemoConfig::from_args`.
@@ -55,6 +79,10 @@ pub struct DemoArgs {
     /// What the kernel and waiting callers do when idle.
     #[arg(long, value_enum, default_value_t = IdleArg::Backoff)]
     pub idle: IdleArg,
+    /// After the run, keep the kernel serving a light echo load and exporting its
+    /// telemetry (for `gyre top`) until SIGINT or SIGTERM.
+    #[arg(long)]
+    pub serve: bool,
 }
 
 /// `--idle`.
@@ -74,6 +102,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Demo(args) => demo::run(args, &mut out),
         Command::Doctor => doctor::run(&mut out),
+        Command::Top(args) => return top::main(args, &mut out),
     }
     .and_then(|()| out.flush().map_err(CliError::from));
     match result {
@@ -86,6 +115,38 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Set by SIGINT / SIGTERM once [`install_stop_handler`] ran.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop_signal(_: libc::c_int) {
+    // Async-signal-safe: one atomic store.
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// Turns the first SIGINT / SIGTERM into [`stop_requested`]; a second one gets the
+/// default action (terminates), in case the clean stop hangs.
+pub(crate) fn install_stop_handler() -> io::Result<()> {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: a zeroed sigaction is valid; the handler only stores to an atomic.
+        let rc = unsafe {
+            let mut sa: libc::sigaction = core::mem::zeroed();
+            sa.sa_sigaction = on_stop_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            libc::sigemptyset(&mut sa.sa_mask);
+            sa.sa_flags = libc::SA_RESTART | libc::SA_RESETHAND;
+            libc::sigaction(sig, &sa, core::ptr::null_mut())
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Whether SIGINT / SIGTERM arrived since [`install_stop_handler`].
+pub(crate) fn stop_requested() -> bool {
+    STOP.load(Ordering::SeqCst)
 }
 
 /// Logs to stderr, filtered by `GYRE_LOG` (tracing `EnvFilter` syntax, default `warn`).
@@ -120,7 +181,7 @@ mod tests {
         let cli = Cli::try_parse_from(["gyre", "demo"].iter().chain(args))?;
         match cli.command {
             Command::Demo(a) => Ok(a),
-            Command::Doctor => panic!("parsed doctor from demo arguments"),
+            _ => panic!("parsed another command from demo arguments"),
         }
     }
 

@@ -25,8 +25,11 @@ pub mod kernels;
 pub mod memory;
 pub mod region;
 pub mod ring;
+pub mod shm;
+pub mod strategy;
 pub mod sync;
 pub mod telemetry;
+pub mod visibility;
 
 pub use backend::{Backend, KernelInstance, LaunchSpec};
 pub use channel::{Channel, Kind, PublishError};

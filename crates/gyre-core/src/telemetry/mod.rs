@@ -11,6 +11,12 @@ use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 use gyre_abi::{TelemetryBuffer, TelemetrySnapshot};
 
+mod rates;
+mod reader;
+
+pub use rates::{rates, Rates};
+pub use reader::{ExportInfo, ExportSnapshot, TelemetryReader, READ_ATTEMPTS};
+
 /// The kernel-side accumulator; published to the buffer with [`TelemetryWriter::publish`].
 #[derive(Debug, Default, Clone)]
 pub struct TelemetryWriter {

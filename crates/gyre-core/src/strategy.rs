@@ -1,0 +1,689 @@
+//! [`TransferStrategy`]: how the host-side and device-side rings are kept in step.
+//!
+//! The default strategy follows the platform's [`MemoryVisibility`]
+//! (see [`crate::visibility::default_strategy`]); the builder and `GYRE_TRANSFER_STRATEGY`
+//! override it.
+//!
+//! **Status:** only the choice is implemented. The `RingBufferBridge` that performs the
+//! copies of [`TransferStrategy::Sync`], [`TransferStrategy::Async`] and
+//! [`TransferStrategy::DmaPolling`] has not landed; until it does, the CPU backend runs
+//! every strategy as zero-copy shared memory (what [`TransferStrategy::Unified`] means).
+//!
+//! [`MemoryVisibility`]: crate::visibility::MemoryVisibility
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::visibility::{
+    check_strategy, default_strategy, detect, MemoryVisibility, PlatformProbe, VALID_VISIBILITIES,
+};
+
+/// Environment variable overriding the detected [`MemoryVisibility`].
+pub const ENV_MEMORY_VISIBILITY: &str = "GYRE_MEMORY_VISIBILITY";
+/// Environment variable overriding the [`TransferStrategy`].
+pub const ENV_TRANSFER_STRATEGY: &str = "GYRE_TRANSFER_STRATEGY";
+/// Environment variable setting the `dma-polling` interval, in microseconds.
+pub const ENV_POLL_INTERVAL_US: &str = "GYRE_POLL_INTERVAL_US";
+/// Shortest legal [`TransferStrategy::DmaPolling`] interval.
+pub const MIN_POLL_INTERVAL: Duration = Duration::from_micros(1);
+/// Longest legal [`TransferStrategy::DmaPolling`] interval.
+pub const MAX_POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// The [`TransferStrategy::DmaPolling`] interval when none is given. A starting point, not
+/// a measured optimum: the bridge's benchmarks will revisit it.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_micros(10);
+
+/// The names [`TransferStrategy`] parses, for error messages.
+pub const VALID_STRATEGIES: &str = "valid values: sync, async, unified, dma-polling";
+/// What a legal poll interval looks like, for error messages.
+pub const POLL_INTERVAL_RANGE: &str = "must be in 1us..=1s";
+
+/// How ring contents move between host and device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TransferStrategy {
+    /// Blocking copies of the written slot ranges, one direction at a time.
+    Sync,
+    /// Copies on a stream, overlapped with host work; completion is awaited before a
+    /// range is published. The default for [`ExplicitDma`](crate::visibility::MemoryVisibility::ExplicitDma).
+    Async,
+    /// Zero copy: the rings live in memory both sides address coherently (mapped pinned
+    /// memory on a device; ordinary memory on the CPU backend). The default for
+    /// [`SystemScope`](crate::visibility::MemoryVisibility::SystemScope).
+    Unified,
+    /// The device's rings live in device memory; the host copies the control lines and
+    /// new slots every `poll_interval`. The default for
+    /// [`DeviceScope`](crate::visibility::MemoryVisibility::DeviceScope) (WSL2).
+    DmaPolling {
+        /// How often the host polls; in [`MIN_POLL_INTERVAL`]..=[`MAX_POLL_INTERVAL`].
+        poll_interval: Duration,
+    },
+}
+
+impl TransferStrategy {
+    /// [`TransferStrategy::DmaPolling`] with `poll_interval`, validated.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming `poll_interval` when it is outside
+    /// [`MIN_POLL_INTERVAL`]..=[`MAX_POLL_INTERVAL`].
+    pub fn dma_polling(poll_interval: Duration) -> Result<Self> {
+        validate_poll_interval("poll_interval", poll_interval)?;
+        Ok(TransferStrategy::DmaPolling { poll_interval })
+    }
+
+    /// Checks the values a strategy carries (the poll interval).
+    ///
+    /// # Errors
+    ///
+    /// As [`TransferStrategy::dma_polling`].
+    pub fn validate(&self) -> Result<()> {
+        match self {
+            TransferStrategy::DmaPolling { poll_interval } => {
+                validate_poll_interval("poll_interval", *poll_interval)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The name used in the environment, on the command line and in logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            TransferStrategy::Sync => "sync",
+            TransferStrategy::Async => "async",
+            TransferStrategy::Unified => "unified",
+            TransferStrategy::DmaPolling { .. } => "dma-polling",
+        }
+    }
+
+    /// Whether the strategy copies ring contents (everything but `Unified`).
+    pub fn copies(&self) -> bool {
+        !matches!(self, TransferStrategy::Unified)
+    }
+}
+
+/// Checks a poll interval; `name` is the setting reported in the error.
+pub(crate) fn validate_poll_interval(name: &'static str, d: Duration) -> Result<()> {
+    if (MIN_POLL_INTERVAL..=MAX_POLL_INTERVAL).contains(&d) {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument {
+            name,
+            value: format!("{d:?}"),
+            reason: POLL_INTERVAL_RANGE,
+        })
+    }
+}
+
+impl core::fmt::Display for TransferStrategy {
+    /// The name (`dma-polling` without its interval; `{:#}` adds it).
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())?;
+        if let (true, TransferStrategy::DmaPolling { poll_interval }) = (f.alternate(), self) {
+            write!(f, " (every {poll_interval:?})")?;
+        }
+        Ok(())
+    }
+}
+
+impl core::str::FromStr for TransferStrategy {
+    type Err = Error;
+    /// Parses `sync`, `async`, `unified` or `dma-polling` (case-insensitive, `_` for `-`
+    /// accepted). `dma-polling` gets [`DEFAULT_POLL_INTERVAL`].
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().replace('_', "-").as_str() {
+            "sync" => Ok(TransferStrategy::Sync),
+            "async" => Ok(TransferStrategy::Async),
+            "unified" => Ok(TransferStrategy::Unified),
+            "dma-polling" => Ok(TransferStrategy::DmaPolling {
+                poll_interval: DEFAULT_POLL_INTERVAL,
+            }),
+            _ => Err(Error::InvalidArgument {
+                name: "transfer_strategy",
+                value: s.to_owned(),
+                reason: VALID_STRATEGIES,
+            }),
+        }
+    }
+}
+
+/// Overrides from one source (the builder or the environment); `None` means not set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Overrides {
+    /// Replaces the detected visibility (and so the default strategy).
+    pub visibility: Option<MemoryVisibility>,
+    /// Replaces the default strategy.
+    pub strategy: Option<TransferStrategy>,
+    /// The `dma-polling` interval, where the strategy is `dma-polling` and was not given
+    /// with its own interval by a higher-precedence source.
+    pub poll_interval: Option<Duration>,
+}
+
+impl Overrides {
+    /// Reads `GYRE_MEMORY_VISIBILITY`, `GYRE_TRANSFER_STRATEGY` and
+    /// `GYRE_POLL_INTERVAL_US` from the process environment (see [`Self::from_env_with`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::from_env_with`].
+    pub fn from_env() -> Result<Self> {
+        Self::from_env_with(|name| std::env::var_os(name))
+    }
+
+    /// Reads the three variables through `get`. An unset or empty variable is not set.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] named after the variable, with its value and the valid
+    /// values (or range: an integer of microseconds in 1..=1000000).
+    pub fn from_env_with(get: impl Fn(&str) -> Option<OsString>) -> Result<Self> {
+        let read = |name: &'static str, valid: &'static str| -> Result<Option<String>> {
+            match get(name) {
+                None => Ok(None),
+                Some(v) => match v.into_string() {
+                    Ok(s) if s.trim().is_empty() => Ok(None),
+                    Ok(s) => Ok(Some(s)),
+                    Err(raw) => Err(Error::InvalidArgument {
+                        name,
+                        value: raw.to_string_lossy().into_owned(),
+                        reason: valid,
+                    }),
+                },
+            }
+        };
+        let rename = |name: &'static str| {
+            move |e: Error| match e {
+                Error::InvalidArgument { value, reason, .. } => Error::InvalidArgument {
+                    name,
+                    value,
+                    reason,
+                },
+                other => other,
+            }
+        };
+        let visibility = read(ENV_MEMORY_VISIBILITY, VALID_VISIBILITIES)?
+            .map(|s| s.parse::<MemoryVisibility>())
+            .transpose()
+            .map_err(rename(ENV_MEMORY_VISIBILITY))?;
+        let strategy = read(ENV_TRANSFER_STRATEGY, VALID_STRATEGIES)?
+            .map(|s| s.parse::<TransferStrategy>())
+            .transpose()
+            .map_err(rename(ENV_TRANSFER_STRATEGY))?;
+        let poll_interval = match read(ENV_POLL_INTERVAL_US, POLL_INTERVAL_RANGE)? {
+            None => None,
+            Some(s) => {
+                let bad = || Error::InvalidArgument {
+                    name: ENV_POLL_INTERVAL_US,
+                    value: s.clone(),
+                    reason: "must be an integer number of microseconds in 1..=1000000",
+                };
+                let us: u64 = s.trim().parse().map_err(|_| bad())?;
+                let d = Duration::from_micros(us);
+                validate_poll_interval(ENV_POLL_INTERVAL_US, d).map_err(|_| bad())?;
+                Some(d)
+            }
+        };
+        Ok(Overrides {
+            visibility,
+            strategy,
+            poll_interval,
+        })
+    }
+}
+
+/// Which source decided a setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// [`detect`] (for the strategy: [`default_strategy`] of the detected visibility).
+    Detected,
+    /// A `GYRE_*` environment variable.
+    Env,
+    /// The runtime builder.
+    Builder,
+}
+
+impl core::fmt::Display for Source {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            Source::Detected => "detected",
+            Source::Env => "environment",
+            Source::Builder => "builder",
+        })
+    }
+}
+
+/// The memory visibility and transfer strategy a runtime uses, and why.
+///
+/// **Status:** the bridge that performs the copy strategies (`sync`, `async`,
+/// `dma-polling`) has not landed. Until it does, the CPU backend runs *every* strategy as
+/// zero-copy shared memory; the plan records the choice (and refuses impossible ones) but
+/// does not yet change how bytes move.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryPlan {
+    /// What detection looked at.
+    pub probe: PlatformProbe,
+    /// What [`detect`] decided on its own.
+    pub detected: MemoryVisibility,
+    /// The visibility in effect.
+    pub visibility: MemoryVisibility,
+    /// Who set [`Self::visibility`].
+    pub visibility_source: Source,
+    /// The strategy in effect.
+    pub strategy: TransferStrategy,
+    /// Who set [`Self::strategy`] (a strategy that follows an overridden visibility has
+    /// that override's source).
+    pub source: Source,
+    /// Why: detection's reasons, then each override applied or ignored.
+    pub reasons: Vec<String>,
+}
+
+/// Resolves the plan for `probe`: builder over environment over detection, separately for
+/// the visibility and the strategy; an unset strategy follows the visibility in effect.
+///
+/// # Errors
+///
+/// A strategy the platform cannot honour ([`check_strategy`]), with its source in the
+/// value; an invalid poll interval.
+pub fn plan(probe: PlatformProbe, env: &Overrides, builder: &Overrides) -> Result<MemoryPlan> {
+    let detection = detect(&probe);
+    let mut reasons = detection.reasons;
+    let (visibility, visibility_source) = pick(builder.visibility, env.visibility)
+        .unwrap_or((detection.visibility, Source::Detected));
+    if visibility_source != Source::Detected {
+        reasons.push(format!(
+            "memory visibility {visibility} set by the {visibility_source} (detected {})",
+            detection.visibility
+        ));
+    }
+    let (mut strategy, source) = match pick(builder.strategy, env.strategy) {
+        Some((s, src)) => {
+            reasons.push(format!("transfer strategy {s} set by the {src}"));
+            (s, src)
+        }
+        None => {
+            let s = default_strategy(visibility);
+            reasons.push(format!(
+                "transfer strategy {s} is the default for {visibility}"
+            ));
+            (s, visibility_source)
+        }
+    };
+    if let Some((d, src)) = pick(builder.poll_interval, env.poll_interval) {
+        let applies = source != Source::Builder || src == Source::Builder;
+        match &mut strategy {
+            TransferStrategy::DmaPolling { poll_interval } if applies => {
+                validate_poll_interval("poll_interval", d)?;
+                *poll_interval = d;
+                reasons.push(format!("poll interval {d:?} set by the {src}"));
+            }
+            _ => reasons.push(format!(
+                "poll interval {d:?} from the {src} ignored: the strategy is {strategy:#}, \
+                 set by the {source}"
+            )),
+        }
+    }
+    check_strategy(strategy, &probe).map_err(|e| match e {
+        Error::InvalidArgument {
+            name: "transfer_strategy",
+            value,
+            reason,
+        } => Error::InvalidArgument {
+            name: "transfer_strategy",
+            value: format!("{value} (from the {source})"),
+            reason,
+        },
+        other => other,
+    })?;
+    if strategy == TransferStrategy::Unified && visibility != MemoryVisibility::SystemScope {
+        reasons.push(format!(
+            "warning: unified (zero copy) with {visibility} visibility: the kernel and the host \
+             may not see each other's writes in time"
+        ));
+    }
+    Ok(MemoryPlan {
+        probe,
+        detected: detection.visibility,
+        visibility,
+        visibility_source,
+        strategy,
+        source,
+        reasons,
+    })
+}
+
+/// The builder's value over the environment's, with its source.
+fn pick<T>(builder: Option<T>, env: Option<T>) -> Option<(T, Source)> {
+    builder
+        .map(|v| (v, Source::Builder))
+        .or(env.map(|v| (v, Source::Env)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::visibility::fixtures::*;
+    use crate::visibility::TargetOs;
+    use MemoryVisibility::*;
+
+    #[test]
+    fn names_round_trip() {
+        for s in [
+            TransferStrategy::Sync,
+            TransferStrategy::Async,
+            TransferStrategy::Unified,
+            TransferStrategy::DmaPolling {
+                poll_interval: DEFAULT_POLL_INTERVAL,
+            },
+        ] {
+            assert_eq!(s.to_string().parse::<TransferStrategy>(), Ok(s));
+        }
+        assert_eq!(
+            "DMA_Polling".parse::<TransferStrategy>(),
+            Ok(TransferStrategy::DmaPolling {
+                poll_interval: DEFAULT_POLL_INTERVAL
+            })
+        );
+        assert_eq!(
+            format!(
+                "{:#}",
+                TransferStrategy::dma_polling(Duration::from_micros(50)).unwrap()
+            ),
+            "dma-polling (every 50µs)"
+        );
+        assert_eq!(format!("{:#}", TransferStrategy::Async), "async");
+    }
+
+    #[test]
+    fn unknown_name_lists_the_valid_ones() {
+        let e = "zero-copy".parse::<TransferStrategy>().unwrap_err();
+        assert_eq!(
+            e,
+            Error::InvalidArgument {
+                name: "transfer_strategy",
+                value: "zero-copy".into(),
+                reason: VALID_STRATEGIES,
+            }
+        );
+        let s = e.to_string();
+        for v in ["sync", "async", "unified", "dma-polling", "zero-copy"] {
+            assert!(s.contains(v), "{s}");
+        }
+    }
+
+    #[test]
+    fn poll_interval_bounds() {
+        assert!(TransferStrategy::dma_polling(MIN_POLL_INTERVAL).is_ok());
+        assert!(TransferStrategy::dma_polling(MAX_POLL_INTERVAL).is_ok());
+        for bad in [
+            Duration::ZERO,
+            Duration::from_nanos(999),
+            MAX_POLL_INTERVAL + Duration::from_nanos(1),
+        ] {
+            assert!(matches!(
+                TransferStrategy::dma_polling(bad),
+                Err(Error::InvalidArgument {
+                    name: "poll_interval",
+                    reason: POLL_INTERVAL_RANGE,
+                    ..
+                })
+            ));
+            assert!(TransferStrategy::DmaPolling { poll_interval: bad }
+                .validate()
+                .is_err());
+        }
+        assert!(TransferStrategy::Sync.validate().is_ok());
+        assert!(!TransferStrategy::Unified.copies());
+        assert!(TransferStrategy::Sync.copies());
+    }
+
+    fn env(vars: &[(&str, &str)]) -> Result<Overrides> {
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| ((*k).into(), (*v).into()))
+            .collect();
+        Overrides::from_env_with(|name| {
+            vars.iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| OsString::from(v))
+        })
+    }
+
+    #[test]
+    fn env_parsing_valid() {
+        assert_eq!(env(&[]), Ok(Overrides::default()));
+        assert_eq!(
+            env(&[(ENV_MEMORY_VISIBILITY, ""), (ENV_TRANSFER_STRATEGY, "  ")]),
+            Ok(Overrides::default()),
+            "empty means unset"
+        );
+        assert_eq!(
+            env(&[
+                (ENV_MEMORY_VISIBILITY, "device-scope"),
+                (ENV_TRANSFER_STRATEGY, "Sync"),
+                (ENV_POLL_INTERVAL_US, "250"),
+            ]),
+            Ok(Overrides {
+                visibility: Some(DeviceScope),
+                strategy: Some(TransferStrategy::Sync),
+                poll_interval: Some(Duration::from_micros(250)),
+            })
+        );
+        for us in ["1", "1000000"] {
+            assert!(env(&[(ENV_POLL_INTERVAL_US, us)]).is_ok(), "{us}");
+        }
+    }
+
+    #[test]
+    fn env_parsing_invalid_names_the_variable_and_the_valid_values() {
+        let e = env(&[(ENV_MEMORY_VISIBILITY, "coherent")]).unwrap_err();
+        assert_eq!(
+            e,
+            Error::InvalidArgument {
+                name: ENV_MEMORY_VISIBILITY,
+                value: "coherent".into(),
+                reason: VALID_VISIBILITIES,
+            }
+        );
+        assert!(
+            e.to_string()
+                .contains("system-scope, device-scope, explicit-dma"),
+            "{e}"
+        );
+        let e = env(&[(ENV_TRANSFER_STRATEGY, "zero-copy")]).unwrap_err();
+        assert_eq!(
+            e,
+            Error::InvalidArgument {
+                name: ENV_TRANSFER_STRATEGY,
+                value: "zero-copy".into(),
+                reason: VALID_STRATEGIES,
+            }
+        );
+        for bad in ["0", "1000001", "-5", "10ms", "1.5"] {
+            match env(&[(ENV_POLL_INTERVAL_US, bad)]) {
+                Err(Error::InvalidArgument {
+                    name,
+                    value,
+                    reason,
+                }) => {
+                    assert_eq!((name, value.as_str()), (ENV_POLL_INTERVAL_US, bad));
+                    assert!(reason.contains("1..=1000000"), "{reason}");
+                }
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn env_parsing_rejects_non_utf8() {
+        use std::os::unix::ffi::OsStringExt;
+        let e = Overrides::from_env_with(|name| {
+            (name == ENV_TRANSFER_STRATEGY).then(|| OsString::from_vec(vec![b'a', 0xff]))
+        })
+        .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::InvalidArgument {
+                    name: ENV_TRANSFER_STRATEGY,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn builder_beats_env_beats_detection() {
+        let native = probe(TargetOs::Linux, Some(LINUX_PV), false, Some(DISCRETE));
+        let e = Overrides {
+            visibility: Some(ExplicitDma),
+            strategy: None,
+            poll_interval: None,
+        };
+        // Env visibility, strategy follows it.
+        let p = plan(native.clone(), &e, &Overrides::default()).unwrap();
+        assert_eq!(
+            (p.detected, p.visibility, p.strategy),
+            (SystemScope, ExplicitDma, TransferStrategy::Async)
+        );
+        assert_eq!((p.visibility_source, p.source), (Source::Env, Source::Env));
+        // Builder visibility beats env.
+        let b = Overrides {
+            visibility: Some(DeviceScope),
+            ..Overrides::default()
+        };
+        let p = plan(native.clone(), &e, &b).unwrap();
+        assert_eq!((p.visibility, p.strategy), (DeviceScope, dma()));
+        assert_eq!(
+            (p.visibility_source, p.source),
+            (Source::Builder, Source::Builder)
+        );
+        // Strategy from env, visibility detected.
+        let e = Overrides {
+            strategy: Some(TransferStrategy::Sync),
+            ..Overrides::default()
+        };
+        let p = plan(native.clone(), &e, &Overrides::default()).unwrap();
+        assert_eq!(
+            (p.visibility, p.strategy),
+            (SystemScope, TransferStrategy::Sync)
+        );
+        assert_eq!(
+            (p.visibility_source, p.source),
+            (Source::Detected, Source::Env)
+        );
+        // Builder strategy beats env strategy.
+        let b = Overrides {
+            strategy: Some(TransferStrategy::Async),
+            ..Overrides::default()
+        };
+        let p = plan(native, &e, &b).unwrap();
+        assert_eq!(
+            (p.strategy, p.source),
+            (TransferStrategy::Async, Source::Builder)
+        );
+        assert!(
+            p.reasons
+                .iter()
+                .any(|r| r.contains("async set by the builder")),
+            "{:?}",
+            p.reasons
+        );
+    }
+
+    #[test]
+    fn poll_interval_applies_to_dma_polling_only() {
+        let wsl = probe(TargetOs::Linux, Some(WSL2_PV), true, Some(DISCRETE));
+        let us = |n| Some(Duration::from_micros(n));
+        let e = Overrides {
+            poll_interval: us(500),
+            ..Overrides::default()
+        };
+        let p = plan(wsl.clone(), &e, &Overrides::default()).unwrap();
+        assert_eq!(
+            p.strategy,
+            TransferStrategy::DmaPolling {
+                poll_interval: Duration::from_micros(500)
+            }
+        );
+        // A builder-given dma-polling keeps its own interval over the environment's.
+        let b = Overrides {
+            strategy: Some(TransferStrategy::dma_polling(Duration::from_micros(70)).unwrap()),
+            ..Overrides::default()
+        };
+        let p = plan(wsl.clone(), &e, &b).unwrap();
+        assert_eq!(
+            p.strategy,
+            TransferStrategy::DmaPolling {
+                poll_interval: Duration::from_micros(70)
+            }
+        );
+        assert!(
+            p.reasons.iter().any(|r| r.contains("ignored")),
+            "{:?}",
+            p.reasons
+        );
+        // Not dma-polling: noted as ignored, not silently dropped.
+        let b = Overrides {
+            strategy: Some(TransferStrategy::Async),
+            ..Overrides::default()
+        };
+        let p = plan(wsl, &e, &b).unwrap();
+        assert_eq!(p.strategy, TransferStrategy::Async);
+        assert!(
+            p.reasons
+                .iter()
+                .any(|r| r.contains("500µs") && r.contains("ignored")),
+            "{:?}",
+            p.reasons
+        );
+    }
+
+    #[test]
+    fn plan_refuses_what_the_platform_cannot_honour() {
+        let no_map = probe(
+            TargetOs::Linux,
+            Some(LINUX_PV),
+            false,
+            Some(without(|d| d.can_map_host_memory = false)),
+        );
+        let e = Overrides {
+            strategy: Some(TransferStrategy::Unified),
+            ..Overrides::default()
+        };
+        match plan(no_map.clone(), &e, &Overrides::default()) {
+            Err(Error::InvalidArgument {
+                name,
+                value,
+                reason,
+            }) => {
+                assert_eq!(name, "transfer_strategy");
+                assert_eq!(value, "unified (from the environment)");
+                assert!(reason.contains("CAN_MAP_HOST_MEMORY"));
+            }
+            other => panic!("{other:?}"),
+        }
+        // Forcing system-scope there makes unified the default, which is refused too.
+        let b = Overrides {
+            visibility: Some(SystemScope),
+            ..Overrides::default()
+        };
+        assert!(matches!(
+            plan(no_map, &Overrides::default(), &b),
+            Err(Error::InvalidArgument { value, .. }) if value == "unified (from the builder)"
+        ));
+        // A forced unified under device-scope visibility is allowed, with a warning.
+        let wsl = probe(TargetOs::Linux, Some(WSL2_PV), false, Some(DISCRETE));
+        let p = plan(wsl, &e, &Overrides::default()).unwrap();
+        assert_eq!(
+            (p.visibility, p.strategy),
+            (DeviceScope, TransferStrategy::Unified)
+        );
+        assert!(
+            p.reasons.iter().any(|r| r.starts_with("warning")),
+            "{:?}",
+            p.reasons
+        );
+    }
+}
