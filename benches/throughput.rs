@@ -14,6 +14,8 @@
 //! - `gyre_single`: main keeps the request ring full with `try_send` and drains the echo
 //!   replies with `try_recv` on the same thread; the kernel echoes on core 1.
 //! - `gyre_batch64`: the same with `try_send_batch` of 64 and `try_recv_batch` of up to 64.
+//! - `gyre_single_notel`, `gyre_batch64_notel`: context rows, the same with the kernel's
+//!   telemetry off (`KernelSpec::telemetry(false)`): the cost of telemetry on the hot path.
 //! - `rtrb_echo_single`, `rtrb_echo_batch64`: context rows, the like-for-like peer of the
 //!   gyre rows: the same request + reply ring pair and the same main-thread loop as gyre,
 //!   over two rtrb rings with an echo thread on core 1.
@@ -38,7 +40,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use common::{launch_gyre, msg, spawn_server, warmed, Imp, Msg, Session, Summary, CAPACITY};
+use common::{
+    launch_gyre, launch_gyre_with, msg, spawn_server, warmed, Imp, Msg, Session, Summary, CAPACITY,
+};
 use criterion::{Criterion, Throughput};
 use crossbeam_utils::CachePadded;
 use gyre::{Kernel, Runtime};
@@ -60,7 +64,11 @@ const IMPLS: &[Imp] = &[
     },
     Imp {
         name: "gyre_single",
-        start: || Gyre::start(false),
+        start: || Gyre::start(false, true),
+    },
+    Imp {
+        name: "gyre_single_notel",
+        start: || Gyre::start(false, false),
     },
     Imp {
         name: "rtrb_batch64",
@@ -68,7 +76,11 @@ const IMPLS: &[Imp] = &[
     },
     Imp {
         name: "gyre_batch64",
-        start: || Gyre::start(true),
+        start: || Gyre::start(true, true),
+    },
+    Imp {
+        name: "gyre_batch64_notel",
+        start: || Gyre::start(true, false),
     },
     Imp {
         name: "rtrb_echo_single",
@@ -295,9 +307,13 @@ struct Gyre {
 }
 
 impl Gyre {
-    fn start(batched: bool) -> Box<dyn Session> {
+    fn start(batched: bool, telemetry: bool) -> Box<dyn Session> {
         let rt = Runtime::builder().build().expect("gyre runtime");
-        let k = launch_gyre(&rt);
+        let k = if telemetry {
+            launch_gyre(&rt)
+        } else {
+            launch_gyre_with(&rt, false)
+        };
         warmed(Box::new(Self { k, batched }), WARM_UP_RUN)
     }
 }
@@ -372,6 +388,8 @@ const SUMMARY: Summary = Summary {
         ("gyre_batch64", "rtrb_batch64", 1.0),
         ("gyre_single", "rtrb_echo_single", 0.0),
         ("gyre_batch64", "rtrb_echo_batch64", 0.0),
+        ("gyre_single", "gyre_single_notel", 0.0),
+        ("gyre_batch64", "gyre_batch64_notel", 0.0),
     ],
     higher_is_better: true,
     run_target: Duration::from_millis(40),

@@ -16,6 +16,9 @@ export GYRE_REQUIRE_NVRTC=1
 echo "==> cargo test --workspace"
 cargo test --workspace
 
+echo "==> cargo test -p gyre --features metrics"
+cargo test -p gyre --features metrics
+
 # loom explores every interleaving of the host-side protocol under a bounded number of
 # preemptions. Its own target dir keeps the --cfg from invalidating the normal build.
 echo "==> loom models (LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:=3})"

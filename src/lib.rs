@@ -37,6 +37,8 @@
 
 mod futures;
 mod kernel;
+#[cfg(feature = "metrics")]
+mod metrics_export;
 mod runtime;
 mod spec;
 

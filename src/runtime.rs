@@ -396,6 +396,7 @@ impl Runtime {
             handler: spec.handler.clone(),
             builtin: spec.builtin,
             idle: spec.idle,
+            telemetry: spec.telemetry,
         };
         let instance = self.imp.launch(region.clone(), &launch)?;
         tracing::info!(

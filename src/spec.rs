@@ -47,6 +47,7 @@ pub struct KernelSpec<Req, Resp> {
     pub(crate) builtin: Option<u32>,
     pub(crate) msg_type: u32,
     pub(crate) timestamps: bool,
+    pub(crate) telemetry: bool,
     pub(crate) export: Option<ExportTarget>,
     pub(crate) export_interval: Duration,
     _types: PhantomData<fn(Req) -> Resp>,
@@ -76,6 +77,7 @@ impl<Req, Resp> core::fmt::Debug for KernelSpec<Req, Resp> {
             .field("async_spin", &self.async_spin)
             .field("host_timeout", &self.host_timeout)
             .field("builtin", &self.builtin)
+            .field("telemetry", &self.telemetry)
             .field("export", &self.export)
             .finish_non_exhaustive()
     }
@@ -137,6 +139,7 @@ impl<Req: Pod, Resp: Pod> KernelSpec<Req, Resp> {
             builtin,
             msg_type,
             timestamps: false,
+            telemetry: true,
             export: None,
             export_interval: gyre_core::shm::DEFAULT_INTERVAL,
             _types: PhantomData,
@@ -189,6 +192,16 @@ impl<Req: Pod, Resp: Pod> KernelSpec<Req, Resp> {
     /// it costs a clock read per request; the field is then 0).
     pub fn timestamps(mut self, on: bool) -> Self {
         self.timestamps = on;
+        self
+    }
+    /// Whether the kernel keeps its telemetry line up to date (default on): once per
+    /// batch it answers, and every 1 ms while idle or paused. With `false` the kernel
+    /// writes the line only when its state changes (start, pause, resume, stop: the state
+    /// and heartbeat; the counters stay at zero), so [`Kernel::telemetry`](crate::Kernel::telemetry)
+    /// reports no messages. The CPU backend honours it; the CUDA kernel always writes.
+    /// See the cost in `docs/benchmarks.md` ("Telemetry cost").
+    pub fn telemetry(mut self, on: bool) -> Self {
+        self.telemetry = on;
         self
     }
     /// Publishes the kernel's telemetry and state for other processes (`gyre top`) in

@@ -108,12 +108,18 @@ fn pinned_echo() -> impl Fn(u32, &[u8], &mut [u8]) -> Result<usize, u32> + Send 
 }
 
 /// The kernel every gyre measurement uses: echo ([`pinned_echo`]), capacity [`CAPACITY`],
-/// busy-spinning on both sides.
+/// busy-spinning on both sides, telemetry on.
 pub fn launch_gyre(rt: &Runtime) -> Kernel<Msg, Msg> {
+    launch_gyre_with(rt, true)
+}
+
+/// [`launch_gyre`] with telemetry on or off (`KernelSpec::telemetry`).
+pub fn launch_gyre_with(rt: &Runtime, telemetry: bool) -> Kernel<Msg, Msg> {
     let spec = KernelSpec::<Msg, Msg>::raw("echo", pinned_echo())
         .capacity(CAPACITY as u32)
         .idle(IdleStrategy::BusySpin)
-        .host_idle(IdleStrategy::BusySpin);
+        .host_idle(IdleStrategy::BusySpin)
+        .telemetry(telemetry);
     let k = rt.launch(spec).expect("launching the gyre echo kernel");
     // The first call pins the kernel thread (see `pinned_echo`) and checks the echo.
     let probe: Msg = core::array::from_fn(|i| i as u8);

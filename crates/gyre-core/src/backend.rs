@@ -19,6 +19,10 @@ pub struct LaunchSpec {
     pub builtin: Option<u32>,
     /// What the kernel loop does when idle.
     pub idle: IdleStrategy,
+    /// Whether the kernel writes its telemetry line (K8) per batch and when idle. When
+    /// false it writes it only when its state changes (start, pause, resume, stop: state and
+    /// heartbeat, counters left at zero). Device backends may ignore it (CUDA does).
+    pub telemetry: bool,
 }
 
 impl core::fmt::Debug for LaunchSpec {
@@ -27,6 +31,7 @@ impl core::fmt::Debug for LaunchSpec {
             .field("name", &self.name)
             .field("builtin", &self.builtin)
             .field("idle", &self.idle)
+            .field("telemetry", &self.telemetry)
             .finish_non_exhaustive()
     }
 }

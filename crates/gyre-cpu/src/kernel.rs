@@ -19,14 +19,21 @@ const SLOW_EVERY: u32 = 128;
 /// always mid-write.
 const IDLE_TELEMETRY_NS: u64 = 1_000_000;
 
-/// Runs the ring-kernel loop over `region` until it terminates or faults.
+/// Runs the ring-kernel loop over `region` until it terminates or faults. With
+/// `telemetry` false, K8 is skipped except on state changes (see
+/// `gyre_core::LaunchSpec::telemetry`).
 ///
 /// Never panics: a handler panic faults the kernel with [`error::HANDLER_PANIC`], and
 /// anything else escaping the loop faults it too.
-pub fn kernel_loop(region: &SharedRegion, handler: &dyn Handler, idle: IdleStrategy) {
+pub fn kernel_loop(
+    region: &SharedRegion,
+    handler: &dyn Handler,
+    idle: IdleStrategy,
+    telemetry: bool,
+) {
     let cb = region.control();
     let r = catch_unwind(AssertUnwindSafe(|| {
-        Loop::start(region, handler, idle).map(|mut l| l.run())
+        Loop::start(region, handler, idle, telemetry).map(|mut l| l.run())
     }));
     if r.is_err() {
         fault(cb, error::HANDLER_PANIC);
@@ -44,7 +51,7 @@ impl<'a> Stepper<'a> {
     /// Runs step K0 (validation). `None` if the kernel faulted there (see the control
     /// block's error code).
     pub fn new(region: &'a SharedRegion, handler: &'a dyn Handler) -> Option<Self> {
-        let l = Loop::start(region, handler, IdleStrategy::BusySpin)?;
+        let l = Loop::start(region, handler, IdleStrategy::BusySpin, true)?;
         Some(Self {
             l,
             st: state::ACTIVE,
@@ -70,7 +77,7 @@ impl<'a> Stepper<'a> {
                 if self.st == state::DRAINING
                     && self.l.cb.h2k_head.load(Acquire) <= self.l.tail =>
             {
-                self.l.publish_telemetry(state::TERMINATED);
+                self.l.publish_state(state::TERMINATED);
                 self.l.cb.state.store(state::TERMINATED, Release);
                 self.st = state::TERMINATED;
                 None
@@ -105,6 +112,8 @@ struct Loop<'a> {
     /// Reply slots released by the host, as last read.
     k2h_tail: u64,
     tel: TelemetryWriter,
+    /// Whether K8 runs per batch and when idle (else only on state changes).
+    telemetry: bool,
     /// `clock::ticks()` at start.
     epoch: u64,
     host_hb: u64,
@@ -129,6 +138,7 @@ impl<'a> Loop<'a> {
         region: &'a SharedRegion,
         handler: &'a dyn Handler,
         idle: IdleStrategy,
+        telemetry: bool,
     ) -> Option<Self> {
         let cb = region.control();
         cb.state.store(state::LAUNCHING, Release);
@@ -165,6 +175,7 @@ impl<'a> Loop<'a> {
             tail: cb.h2k_tail.load(Acquire),
             k2h_tail: cb.k2h_tail.load(Acquire),
             tel: TelemetryWriter::default(),
+            telemetry,
             epoch: now,
             host_hb: cb.host_heartbeat.load(Acquire),
             host_hb_changed: now,
@@ -181,7 +192,7 @@ impl<'a> Loop<'a> {
         let mut idler = self.idle.idler();
         let mut st = state::ACTIVE;
         let mut iter: u32 = 0;
-        self.publish_telemetry(st);
+        self.publish_state(st);
         loop {
             iter = iter.wrapping_add(1);
             // K1: commands and heartbeats, on the slow path.
@@ -208,7 +219,7 @@ impl<'a> Loop<'a> {
                 if st == state::DRAINING && self.cb.h2k_head.load(Acquire) <= self.tail {
                     // Everything published before Terminate is answered.
                     self.cb.processed.store(self.processed, Release);
-                    self.publish_telemetry(state::TERMINATED);
+                    self.publish_state(state::TERMINATED);
                     self.cb.state.store(state::TERMINATED, Release);
                     return;
                 }
@@ -240,7 +251,7 @@ impl<'a> Loop<'a> {
             self.cb
                 .error_code
                 .store(error::HOST_HEARTBEAT_STALE, Release);
-            self.publish_telemetry(state::TERMINATED);
+            self.publish_state(state::TERMINATED);
             self.cb.state.store(state::TERMINATED, Release);
             return Flow::Stop;
         }
@@ -254,7 +265,7 @@ impl<'a> Loop<'a> {
         if next != *st {
             *st = next;
             self.cb.state.store(next, Release);
-            self.publish_telemetry(next);
+            self.publish_state(next);
         } else if clock::ticks_to_ns(now.wrapping_sub(self.last_published)) >= IDLE_TELEMETRY_NS {
             // Idle or paused: refresh the telemetry heartbeat at a bounded rate.
             self.publish_telemetry(*st);
@@ -316,7 +327,7 @@ impl<'a> Loop<'a> {
                 // K6/K7 for what was answered, including the failed request's error reply.
                 self.publish_indices(k + 1);
                 self.cb.processed.store(self.processed, Release);
-                self.publish_telemetry(state::FAULTED);
+                self.publish_state(state::FAULTED);
                 fault(self.cb, code);
                 return Err(());
             }
@@ -403,11 +414,36 @@ impl<'a> Loop<'a> {
         self.cb.k2h_head.store(self.tail, Release);
     }
 
-    /// K8: telemetry under the seqlock, stamped with the last clock reading.
+    /// K8 after a batch or on the idle refresh: skipped when telemetry is off.
+    #[inline]
     fn publish_telemetry(&mut self, st: u32) {
+        if self.telemetry {
+            self.write_telemetry(st);
+        }
+    }
+
+    /// K8 on a state change: always written. With telemetry off only the state and the
+    /// heartbeat are written; the counters stay at zero.
+    fn publish_state(&mut self, st: u32) {
+        if self.telemetry {
+            self.write_telemetry(st);
+        } else {
+            let mut w = TelemetryWriter::default();
+            w.acc.state = st;
+            w.acc.heartbeat_ms = self.heartbeat_ms();
+            w.publish(self.region.telemetry());
+            self.last_published = self.last_now;
+        }
+    }
+
+    fn heartbeat_ms(&self) -> u32 {
+        (clock::ticks_to_ns(self.last_now.wrapping_sub(self.epoch)) / 1_000_000) as u32
+    }
+
+    /// K8: telemetry under the seqlock, stamped with the last clock reading.
+    fn write_telemetry(&mut self, st: u32) {
         self.tel.acc.state = st;
-        self.tel.acc.heartbeat_ms =
-            (clock::ticks_to_ns(self.last_now.wrapping_sub(self.epoch)) / 1_000_000) as u32;
+        self.tel.acc.heartbeat_ms = self.heartbeat_ms();
         self.tel.publish(self.region.telemetry());
         self.last_published = self.last_now;
     }

@@ -19,6 +19,7 @@
 //!     handler: Arc::new(gyre_core::kernels::echo),
 //!     builtin: None,
 //!     idle: IdleStrategy::default(),
+//!     telemetry: true,
 //! };
 //! let kernel = backend.launch(region.clone(), &spec)?;
 //! let ch = Channel::new(region, "echo");
@@ -71,13 +72,14 @@ impl Backend for CpuBackend {
         spec.idle.validate()?;
         let handler = spec.handler.clone();
         let idle = spec.idle;
+        let telemetry = spec.telemetry;
         let name = spec.name.clone();
         let thread = std::thread::Builder::new()
             .name(format!("gyre-cpu-{}", spec.name))
             .spawn(move || {
                 let _span = tracing::info_span!("gyre_cpu_kernel", kernel = %name).entered();
                 tracing::info!("ring kernel started");
-                kernel_loop(&region, &*handler, idle);
+                kernel_loop(&region, &*handler, idle, telemetry);
                 let (s, c) = {
                     let cb = region.control();
                     (

@@ -39,6 +39,7 @@ fn spec(builtin: Option<u32>) -> LaunchSpec {
         handler: Arc::new(gyre_core::kernels::echo),
         builtin,
         idle: IdleStrategy::default(),
+        telemetry: true,
     }
 }
 

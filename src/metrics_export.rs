@@ -1,0 +1,116 @@
+//! Exports a kernel's telemetry through the [`metrics`] facade (feature `metrics`).
+
+use core::sync::atomic::Ordering::Acquire;
+
+use bytemuck::Pod;
+use gyre_core::Result;
+
+use crate::{Kernel, TelemetrySnapshot};
+
+impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
+    /// Reads a consistent telemetry snapshot and records it through the `metrics` facade,
+    /// labelled `kernel = <name>`: the counters `gyre_messages_in_total`,
+    /// `gyre_messages_out_total`, `gyre_errors_total`, `gyre_busy_polls_total`,
+    /// `gyre_idle_polls_total`, `gyre_handler_ns_total` (set with `absolute`), and the
+    /// gauges `gyre_handler_ns_max`, `gyre_kernel_state` (`gyre_abi::state`),
+    /// `gyre_queue_depth_requests` and `gyre_queue_depth_replies` (from the control
+    /// block's ring indices). Call it periodically (for example before each scrape);
+    /// returns the snapshot it recorded. See `docs/telemetry.md` ("Metrics").
+    pub fn record_metrics(&self) -> Result<TelemetrySnapshot> {
+        let t = self.telemetry()?;
+        let cb = self.inner.ch.region().control();
+        // Tails first: a head read after its tail is never behind it.
+        let (h2k_tail, k2h_tail) = (cb.h2k_tail.load(Acquire), cb.k2h_tail.load(Acquire));
+        let (h2k_head, k2h_head) = (cb.h2k_head.load(Acquire), cb.k2h_head.load(Acquire));
+        let name = self.name().to_owned();
+        let counters = [
+            ("gyre_messages_in_total", t.messages_in),
+            ("gyre_messages_out_total", t.messages_out),
+            ("gyre_errors_total", t.errors),
+            ("gyre_busy_polls_total", t.busy_polls),
+            ("gyre_idle_polls_total", t.idle_polls),
+            ("gyre_handler_ns_total", t.handler_ns_total),
+        ];
+        for (metric, v) in counters {
+            metrics::counter!(metric, "kernel" => name.clone()).absolute(v);
+        }
+        let gauges = [
+            ("gyre_handler_ns_max", f64::from(t.handler_ns_max)),
+            ("gyre_kernel_state", f64::from(t.state)),
+            (
+                "gyre_queue_depth_requests",
+                h2k_head.saturating_sub(h2k_tail) as f64,
+            ),
+            (
+                "gyre_queue_depth_replies",
+                k2h_head.saturating_sub(k2h_tail) as f64,
+            ),
+        ];
+        for (metric, v) in gauges {
+            metrics::gauge!(metric, "kernel" => name.clone()).set(v);
+        }
+        Ok(t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+    use crate::{Backend, KernelSpec, Runtime};
+
+    #[test]
+    fn recorded_metrics_equal_the_telemetry() {
+        let rt = Runtime::builder().backend(Backend::Cpu).build().unwrap();
+        let k = rt
+            .launch(KernelSpec::from_fn("double", |x: u32| x * 2))
+            .unwrap();
+        for i in 0..1000 {
+            assert_eq!(k.call_blocking(i).unwrap(), i * 2);
+        }
+        // Stopped, so the telemetry no longer moves and every reply is taken.
+        k.shutdown_blocking().unwrap();
+
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let t = metrics::with_local_recorder(&recorder, || k.record_metrics()).unwrap();
+        assert_eq!(t.messages_out, 1000);
+
+        let got: std::collections::HashMap<String, DebugValue> = snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .map(|(key, _, _, v)| {
+                let labels: Vec<_> = key
+                    .key()
+                    .labels()
+                    .map(|l| (l.key().to_owned(), l.value().to_owned()))
+                    .collect();
+                assert_eq!(labels, [("kernel".to_owned(), "double".to_owned())]);
+                (key.key().name().to_owned(), v)
+            })
+            .collect();
+        let counter = |n: &str| match got.get(n) {
+            Some(DebugValue::Counter(v)) => *v,
+            other => panic!("{n}: {other:?}"),
+        };
+        let gauge = |n: &str| match got.get(n) {
+            Some(DebugValue::Gauge(v)) => v.into_inner(),
+            other => panic!("{n}: {other:?}"),
+        };
+        assert_eq!(counter("gyre_messages_in_total"), t.messages_in);
+        assert_eq!(counter("gyre_messages_out_total"), t.messages_out);
+        assert_eq!(counter("gyre_errors_total"), t.errors);
+        assert_eq!(counter("gyre_busy_polls_total"), t.busy_polls);
+        assert_eq!(counter("gyre_idle_polls_total"), t.idle_polls);
+        assert_eq!(counter("gyre_handler_ns_total"), t.handler_ns_total);
+        assert_eq!(gauge("gyre_handler_ns_max"), f64::from(t.handler_ns_max));
+        assert_eq!(
+            gauge("gyre_kernel_state"),
+            f64::from(gyre_abi::state::TERMINATED)
+        );
+        assert_eq!(gauge("gyre_queue_depth_requests"), 0.0);
+        assert_eq!(gauge("gyre_queue_depth_replies"), 0.0);
+        assert_eq!(got.len(), 10);
+    }
+}
