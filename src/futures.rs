@@ -238,18 +238,30 @@ impl<Resp: Pod> Recv<Resp> {
     }
 }
 
+impl<Resp: Pod> Recv<Resp> {
+    /// The next item (a reply, or the error of a `send` never answered), or `None` at
+    /// the end: the kernel stopped and every accepted `send` was delivered or failed.
+    fn poll_item(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Resp>>> {
+        let ch = &self.inner.ch;
+        let name = ch.name();
+        let r = ch.poll_recv(cx, self.id, |v| decode::<Resp>(name, v));
+        if r.is_ready() {
+            ch.recv_waiters().remove(ch, self.id);
+        }
+        r
+    }
+}
+
 impl<Resp: Pod> Future for Recv<Resp> {
     type Output = Result<Resp>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        let ch = &this.inner.ch;
-        let name = ch.name();
-        let r = ch.poll_recv(cx, this.id, |v| decode::<Resp>(name, v));
-        if r.is_ready() {
-            ch.recv_waiters().remove(ch, this.id);
+        match this.poll_item(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Some(r)) => Poll::Ready(r),
+            Poll::Ready(None) => Poll::Ready(Err(this.inner.ch.closed_error())),
         }
-        r
     }
 }
 
@@ -281,12 +293,9 @@ impl<Resp: Pod> futures_core::Stream for Replies<Resp> {
     type Item = Result<Resp>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let recv = &mut self.get_mut().0;
-        match Pin::new(&mut *recv).poll(cx) {
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(Err(_)) if recv.inner.ch.recv_exhausted() => Poll::Ready(None),
-            Poll::Ready(r) => Poll::Ready(Some(r)),
-        }
+        // The end is decided before anything is taken, so the last `send`'s error is
+        // yielded as an item, never mistaken for the end of the stream.
+        self.get_mut().0.poll_item(cx)
     }
 }
 

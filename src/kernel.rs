@@ -303,7 +303,14 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
     }
 
     /// Publishes, waiting on this thread while the ring is full.
-    fn publish_blocking(&self, kind: Kind, req: &Req) -> Result<u64> {
+    /// Publishes, waiting on this thread while the ring is full, until `timeout` (if any)
+    /// has passed since `start`.
+    fn publish_blocking(
+        &self,
+        kind: Kind,
+        req: &Req,
+        timeout: Option<(Instant, Duration)>,
+    ) -> Result<u64> {
         let mut idler = self.inner.host_idle.idler();
         let mut polls: u32 = 0;
         loop {
@@ -314,6 +321,14 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
                     if polls % 256 == 0 {
                         if let Some(e) = self.inner.ch.check_stopped() {
                             return Err(e);
+                        }
+                    }
+                    if let Some((start, t)) = timeout {
+                        if polls % 16 == 0 && start.elapsed() >= t {
+                            return Err(Error::Timeout {
+                                op: "call",
+                                after: t,
+                            });
                         }
                     }
                     idler.idle(false);
@@ -336,28 +351,29 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
     /// Sends `req`, waiting on this thread while the ring is full. Its reply is delivered
     /// by `recv`.
     pub fn send_blocking(&self, req: Req) -> Result<()> {
-        self.publish_blocking(Kind::Send, &req).map(|_| ())
+        self.publish_blocking(Kind::Send, &req, None).map(|_| ())
     }
 
     /// Sends `req` and waits on this thread for its reply.
     pub fn call_blocking(&self, req: Req) -> Result<Resp> {
-        let idx = self.publish_blocking(Kind::Call, &req)?;
+        let idx = self.publish_blocking(Kind::Call, &req, None)?;
         let name = self.inner.ch.name();
         self.inner
             .ch
             .wait_blocking(idx, &self.inner.host_idle, None, |v| decode(name, v))
     }
 
-    /// [`Kernel::call_blocking`] giving up after `timeout` ([`Error::Timeout`]). A request
-    /// already sent stays accepted; its late reply is discarded.
+    /// [`Kernel::call_blocking`] giving up after `timeout` ([`Error::Timeout`]), whether it
+    /// is still waiting for a free slot (nothing was sent) or for the reply (the request
+    /// stays accepted; its late reply is discarded).
     pub fn call_timeout(&self, req: Req, timeout: Duration) -> Result<Resp> {
-        let idx = self.publish_blocking(Kind::Call, &req)?;
+        let start = Instant::now();
+        let idx = self.publish_blocking(Kind::Call, &req, Some((start, timeout)))?;
         let name = self.inner.ch.name();
+        let left = timeout.saturating_sub(start.elapsed());
         self.inner
             .ch
-            .wait_blocking(idx, &self.inner.host_idle, Some(timeout), |v| {
-                decode(name, v)
-            })
+            .wait_blocking(idx, &self.inner.host_idle, Some(left), |v| decode(name, v))
     }
 
     /// Sends a batch of requests with one claim and one publication; their replies are

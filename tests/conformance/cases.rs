@@ -653,3 +653,115 @@ pub fn call_timeout_abandons(b: Backend) {
     }
     k.shutdown_blocking().unwrap();
 }
+
+/// The error of the last `send` is an item of the replies stream, not its end.
+pub fn replies_stream_yields_last_error(b: Backend) {
+    use futures_core::Stream;
+    if !host_handlers(b) {
+        return;
+    }
+    let k = rt(b)
+        .launch(KernelSpec::try_from_fn("reject3", |x: u32| {
+            if x == 3 {
+                Err(gyre_abi::error::USER_BASE)
+            } else {
+                Ok(x)
+            }
+        }))
+        .unwrap();
+    for x in 1..=3u32 {
+        k.send_blocking(x).unwrap();
+    }
+    k.shutdown_blocking().unwrap();
+    let items = tokio_rt().block_on(async {
+        let mut stream = std::pin::pin!(k.replies());
+        let mut items = Vec::new();
+        while let Some(item) = std::future::poll_fn(|cx| stream.as_mut().poll_next(cx)).await {
+            items.push(item);
+        }
+        items
+    });
+    assert_eq!(items.len(), 3, "{items:?}");
+    assert_eq!(items[0], Ok(1));
+    assert_eq!(items[1], Ok(2));
+    assert!(matches!(
+        items[2],
+        Err(Error::Handler {
+            status: gyre_abi::error::USER_BASE,
+            ..
+        })
+    ));
+}
+
+/// `call_timeout` gives up while still waiting for a free slot, sending nothing.
+pub fn call_timeout_while_ring_full(b: Backend) {
+    let k = rt(b)
+        .launch(KernelSpec::<u32, u32>::echo().capacity(4))
+        .unwrap();
+    k.pause();
+    eventually("Paused", || k.state() == KernelState::Paused);
+    for i in 0..4 {
+        k.try_send(i).unwrap();
+    }
+    let e = k.call_timeout(9, Duration::from_millis(20)).unwrap_err();
+    assert!(matches!(e, Error::Timeout { op: "call", .. }), "{e}");
+    k.resume();
+    for i in 0..4 {
+        assert_eq!(k.recv_timeout(Duration::from_secs(5)).unwrap(), i);
+    }
+    // Nothing was sent by the timed-out call.
+    assert!(k.try_recv().unwrap().is_none());
+    k.shutdown_blocking().unwrap();
+}
+
+/// Liveness under a batch sender, a single sender and a receiver racing: shutdown always
+/// completes. (Slot reuse must wait for the previous lap's publication or the published
+/// head can stick; the loom model `reuse_waits_for_publication_of_previous_lap` checks
+/// that interleaving deterministically, this stress only rarely hits it.)
+pub fn mixed_batch_and_single_senders_always_shut_down(b: Backend) {
+    for _ in 0..10 {
+        let k = rt(b)
+            .launch(
+                KernelSpec::<[u8; 8000], [u8; 8000]>::echo()
+                    .capacity(32)
+                    .slot_size(8192),
+            )
+            .unwrap();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let spawn_sender = |batch: bool| {
+            let (k, stop) = (k.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let msgs = vec![[7u8; 8000]; 32];
+                while !stop.load(Ordering::Relaxed) {
+                    let r = if batch {
+                        k.try_send_batch(&msgs).map_err(|_| ())
+                    } else {
+                        k.try_send([1; 8000]).map_err(|_| ())
+                    };
+                    if r.is_err() {
+                        std::thread::yield_now();
+                    }
+                }
+            })
+        };
+        let senders = [spawn_sender(true), spawn_sender(false)];
+        let receiver = {
+            let (k, stop) = (k.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut out = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    out.clear();
+                    let _ = k.try_recv_batch(&mut out, 64);
+                }
+            })
+        };
+        std::thread::sleep(Duration::from_millis(30));
+        stop.store(true, Ordering::Relaxed);
+        for t in senders {
+            t.join().unwrap();
+        }
+        receiver.join().unwrap();
+        k.shutdown_timeout(Duration::from_secs(10))
+            .expect("shutdown must not hang");
+    }
+}

@@ -19,7 +19,9 @@ macro_rules! conformance_suite {
             terminate_with_messages_in_flight, handler_panic_faults_kernel,
             handler_error_keeps_serving, async_call_send_recv_stream,
             dropped_call_futures_release_slots, async_shutdown_drains, telemetry_counts,
-            batch_send_and_recv_order, call_timeout_abandons
+            batch_send_and_recv_order, call_timeout_abandons,
+            replies_stream_yields_last_error, call_timeout_while_ring_full,
+            mixed_batch_and_single_senders_always_shut_down
         );
     };
     (@cases $backend:expr; $($name:ident),* $(,)?) => {

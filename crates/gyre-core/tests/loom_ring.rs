@@ -47,33 +47,39 @@ impl Ring {
         }
     }
 
-    /// P1..P4: claim, write, stamp, publish. Spins (yielding) while full.
-    fn produce(&self, value: u64) {
-        let idx = loop {
-            match try_claim(&self.claim, &self.tail, CAP, 1) {
+    /// P1..P4 for consecutive messages: one claim, write and stamp each, one publish.
+    /// Spins (yielding) while full.
+    fn produce_batch(&self, values: &[u64]) {
+        let n = values.len() as u64;
+        let first = loop {
+            match try_claim(&self.claim, &self.tail, &self.head, CAP, n) {
                 Ok(i) => break i,
                 Err(ClaimError::Full) => thread::yield_now(),
                 Err(ClaimError::Closed) => unreachable!(),
             }
         };
-        let s = (idx % CAP) as usize;
-        self.data[s].with_mut(|p| unsafe { *p = value });
-        self.seq[s].store(idx + 1, Release);
-        advance_prefix(&self.head, idx + 1, CAP, |i| &self.seq[(i % CAP) as usize]);
+        for (k, v) in values.iter().enumerate() {
+            let idx = first + k as u64;
+            let s = (idx % CAP) as usize;
+            self.data[s].with_mut(|p| unsafe { *p = *v });
+            self.seq[s].store(idx + 1, Release);
+        }
+        advance_prefix(&self.head, first + n, CAP, |i| {
+            &self.seq[(i % CAP) as usize]
+        });
     }
 
-    /// K2..K7 for one message: wait for the published head, check the sequence, read,
-    /// release.
+    fn produce(&self, value: u64) {
+        self.produce_batch(&[value]);
+    }
+
+    /// K2..K7 for one message, as the CPU kernel does it: poll the slot's sequence (not
+    /// the head) until it says `idx`, read, release.
     fn consume(&self, idx: u64) -> u64 {
-        while self.head.load(Acquire) <= idx {
+        let s = (idx % CAP) as usize;
+        while self.seq[s].load(Acquire) != idx + 1 {
             thread::yield_now();
         }
-        let s = (idx % CAP) as usize;
-        assert_eq!(
-            self.seq[s].load(Acquire),
-            idx + 1,
-            "sequence under the published head"
-        );
         let v = self.data[s].with(|p| unsafe { *p });
         self.tail.store(idx + 1, Release);
         v
@@ -149,6 +155,29 @@ fn wraparound_with_back_pressure() {
     });
 }
 
+/// A batch publisher stamps index 0, is preempted before it publishes, the consumer
+/// answers and releases index 0 (it polls sequences, not the head), and a second
+/// producer wants the next lap of slot 0. The claim must wait until the head passes
+/// index 0; otherwise the second producer overwrites the marker the first still has to
+/// scan and the head never moves again.
+#[test]
+fn reuse_waits_for_publication_of_previous_lap() {
+    loom::model(|| {
+        let r = Arc::new(Ring::new());
+        let r1 = r.clone();
+        let batch = thread::spawn(move || r1.produce_batch(&[1, 2]));
+        // The consumer answers index 0 as soon as its sequence is stamped, then wants
+        // the next lap of slot 0 for a message of its own.
+        assert_eq!(r.consume(0), 1);
+        r.produce(3);
+        assert_eq!(r.consume(1), 2);
+        assert_eq!(r.consume(2), 3);
+        batch.join().unwrap();
+        // Everything consumed was published: the head covers all three.
+        assert_eq!(r.head.load(Acquire), 3);
+    });
+}
+
 /// Reply slots released out of order by two consumers: `k2h_tail` must reach the end
 /// whichever finishes first.
 #[test]
@@ -179,7 +208,10 @@ fn claim_sees_release() {
         let r = Arc::new(Ring::new());
         r.produce(1);
         r.produce(2);
-        assert_eq!(try_claim(&r.claim, &r.tail, CAP, 1), Err(ClaimError::Full));
+        assert_eq!(
+            try_claim(&r.claim, &r.tail, &r.head, CAP, 1),
+            Err(ClaimError::Full)
+        );
         let r2 = r.clone();
         let c = thread::spawn(move || r2.consume(0));
         r.produce(3);

@@ -282,11 +282,12 @@ impl Channel {
         }
         let cb = self.region.control();
         // P1: claim n consecutive indices.
-        let first = match prefix::try_claim(&*self.claim, &cb.k2h_tail, self.capacity, n) {
-            Ok(i) => i,
-            Err(ClaimError::Full) => return Err(PublishError::Full),
-            Err(ClaimError::Closed) => return Err(PublishError::Closed),
-        };
+        let first =
+            match prefix::try_claim(&*self.claim, &cb.k2h_tail, &cb.h2k_head, self.capacity, n) {
+                Ok(i) => i,
+                Err(ClaimError::Full) => return Err(PublishError::Full),
+                Err(ClaimError::Closed) => return Err(PublishError::Closed),
+            };
         let now = if self.timestamps {
             crate::clock::now_ns()
         } else {

@@ -32,6 +32,16 @@ pub struct ReplyView<'a> {
     pub payload: &'a [u8],
 }
 
+/// One step of `recv`.
+enum RecvStep<R> {
+    /// A `send` reply, or the error of a `send` that will never be answered.
+    Item(Result<R>),
+    /// Nothing ready yet.
+    Empty,
+    /// The kernel stopped and every accepted request is accounted for.
+    End(Error),
+}
+
 /// Outcome of a waiter's slow-path check.
 enum Slow {
     Wait,
@@ -379,6 +389,16 @@ impl Channel {
     /// kernel will never answer (it stopped), and once the kernel stopped and nothing is
     /// outstanding.
     pub fn try_recv<R>(&self, f: impl FnOnce(ReplyView<'_>) -> Result<R>) -> Result<Option<R>> {
+        match self.recv_step(f) {
+            RecvStep::Item(r) => r.map(Some),
+            RecvStep::Empty => Ok(None),
+            RecvStep::End(e) => Err(e),
+        }
+    }
+
+    /// One step of `recv`: an item (a reply or the error of an unanswered send), nothing
+    /// yet, or the end (the kernel stopped and every accepted request is accounted for).
+    fn recv_step<R>(&self, f: impl FnOnce(ReplyView<'_>) -> Result<R>) -> RecvStep<R> {
         let tail_of = || self.region.control().k2h_tail.load(Acquire);
         loop {
             let r = self.recv_cursor.load(Acquire);
@@ -390,8 +410,8 @@ impl Channel {
             }
             if r >= self.claimed() {
                 return match self.poll_stopped() {
-                    Some(e) if r >= self.claimed() => Err(e),
-                    _ => Ok(None),
+                    Some(e) if r >= self.claimed() => RecvStep::End(e),
+                    _ => RecvStep::Empty,
                 };
             }
             let advance = |to: u64| {
@@ -407,7 +427,7 @@ impl Channel {
                     let w = self.cell(r).word.load(Acquire);
                     if w >> 3 == r && w & SEND_BIT != 0 {
                         if advance(r + 1) {
-                            return self.take(r, f).map(Some);
+                            return RecvStep::Item(self.take(r, f));
                         }
                     } else {
                         advance(r + 1);
@@ -415,17 +435,22 @@ impl Channel {
                 }
                 Probe::Pending => {
                     let Some(err) = self.poll_stopped() else {
-                        return Ok(None);
+                        return RecvStep::Empty;
                     };
                     if self.probe(r) != Probe::Pending {
                         continue;
                     }
-                    // Never answered. A send gets its error here; a call's owner gets its own.
                     let w = self.cell(r).word.load(Acquire);
-                    let is_send = w >> 3 == r && w & SEND_BIT != 0;
-                    if advance(r + 1) && is_send {
+                    if w >> 3 != r {
+                        // Claimed but its producer has not written the cell yet: it will
+                        // in nanoseconds (then publish). Look again rather than skip an
+                        // accepted send.
+                        return RecvStep::Empty;
+                    }
+                    // Never answered. A send gets its error here; a call's owner gets its own.
+                    if advance(r + 1) && w & SEND_BIT != 0 {
                         self.free(r);
-                        return Err(err);
+                        return RecvStep::Item(Err(err));
                     }
                 }
             }
@@ -443,23 +468,23 @@ impl Channel {
     }
 
     /// Async form of [`Channel::try_recv`]: registers `cx` with the driver when nothing is
-    /// ready. `id` identifies the waiting future (see [`super::WakerSet`]).
+    /// ready. `id` identifies the waiting future (see [`super::WakerSet`]). `Ready(None)`
+    /// is the end: the kernel stopped and every accepted `send` was delivered or failed.
     pub fn poll_recv<R>(
         &self,
         cx: &mut Context<'_>,
         id: u64,
         mut f: impl FnMut(ReplyView<'_>) -> Result<R>,
-    ) -> Poll<Result<R>> {
-        match self.try_recv(&mut f) {
-            Ok(Some(r)) => return Poll::Ready(Ok(r)),
-            Err(e) => return Poll::Ready(Err(e)),
-            Ok(None) => {}
+    ) -> Poll<Option<Result<R>>> {
+        let mut step = self.recv_step(&mut f);
+        if matches!(step, RecvStep::Empty) {
+            self.recv_waiters.register(self, id, cx.waker());
+            step = self.recv_step(&mut f);
         }
-        self.recv_waiters.register(self, id, cx.waker());
-        match self.try_recv(&mut f) {
-            Ok(Some(r)) => Poll::Ready(Ok(r)),
-            Err(e) => Poll::Ready(Err(e)),
-            Ok(None) => Poll::Pending,
+        match step {
+            RecvStep::Item(r) => Poll::Ready(Some(r)),
+            RecvStep::Empty => Poll::Pending,
+            RecvStep::End(_) => Poll::Ready(None),
         }
     }
 

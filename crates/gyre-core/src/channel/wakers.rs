@@ -1,8 +1,9 @@
 //! A small set of wakers for futures waiting on a condition the completion driver
 //! watches (free space, a `send` reply, the kernel's end).
 
+use core::sync::atomic::fence;
 use core::sync::atomic::AtomicUsize;
-use core::sync::atomic::Ordering::{AcqRel, Acquire};
+use core::sync::atomic::Ordering::{AcqRel, Acquire, SeqCst};
 use core::task::Waker;
 
 use parking_lot::Mutex;
@@ -30,6 +31,10 @@ impl WakerSet {
         self.len.fetch_add(1, AcqRel);
         drop(e);
         ch.add_interest();
+        // Dekker with `wake_all`: our registration is ordered before the caller's
+        // re-check of the ring, and the driver's ring read before its `is_empty`, so at
+        // least one side sees the other (no lost wake-up).
+        fence(SeqCst);
     }
 
     /// Removes future `id` (it completed or was dropped).
@@ -52,6 +57,8 @@ impl WakerSet {
 
     /// Wakes and removes every waiter.
     pub fn wake_all(&self, ch: &Channel) {
+        // See `register`.
+        fence(SeqCst);
         if self.is_empty() {
             return;
         }

@@ -7,8 +7,9 @@
 //! side still sees a single, gap-free published head:
 //!
 //! 1. **Claim.** A producer reserves `n` consecutive indices with one compare-and-swap on
-//!    a host-side claim counter, after checking that `claim + n - tail <= capacity`
-//!    ([`try_claim`]). The top bit of the claim word is the *closed* flag: once set, no
+//!    a host-side claim counter, after checking that `claim + n - min(released,
+//!    published) <= capacity` ([`try_claim`]): the slot's previous lap must be both
+//!    consumed and published. The top bit of the claim word is the *closed* flag: once set, no
 //!    claim succeeds, so shutdown knows exactly which indices were accepted.
 //! 2. **Write.** The producer fills its slots, then stores each slot's marker (the slot
 //!    header's `sequence = index + 1`) with release ordering, last.
@@ -43,12 +44,18 @@ pub enum ClaimError {
 
 /// Reserves `n` consecutive indices and returns the first.
 ///
-/// `tail` is the index below which slots may be reused. Succeeds only while
-/// `claim + n - tail <= capacity`; `n` must be in `1..=capacity`.
+/// Index `i` may be claimed only when both the slot's previous lap is finished and its
+/// previous lap is published: `i - released < capacity` (the reply of `i - capacity` was
+/// released) **and** `i - published < capacity` (`h2k_head` has passed `i - capacity`).
+/// The second bound matters because a consumer that polls slot sequences (K2) can answer
+/// a request, and its reply can be released, before the head passes it; overwriting that
+/// slot then would change the marker a late publisher still has to scan, and the head
+/// would stop there for good. `n` must be in `1..=capacity`.
 #[inline]
 pub fn try_claim<A: IndexAtomic>(
     claim: &A,
-    tail: &A,
+    released: &A,
+    published: &A,
     capacity: u64,
     n: u64,
 ) -> Result<u64, ClaimError> {
@@ -59,9 +66,10 @@ pub fn try_claim<A: IndexAtomic>(
             return Err(ClaimError::Closed);
         }
         // Acquire: the consumer's reads of the slots we are about to overwrite happen
-        // before its release of `tail`.
-        let t = tail.load(Acquire);
-        // A corrupt tail beyond the claim wraps to a huge value and reads as Full.
+        // before its release of `released`; the publisher's scan of the old markers
+        // happens before its release of `published`.
+        let t = released.load(Acquire).min(published.load(Acquire));
+        // A corrupt bound beyond the claim wraps to a huge value and reads as Full.
         if cur.wrapping_add(n).wrapping_sub(t) > capacity {
             return Err(ClaimError::Full);
         }
@@ -127,22 +135,36 @@ mod tests {
     #[test]
     fn claim_respects_capacity_and_close() {
         let (claim, tail) = (AtomicU64::new(0), AtomicU64::new(0));
-        assert_eq!(try_claim(&claim, &tail, 4, 3), Ok(0));
-        assert_eq!(try_claim(&claim, &tail, 4, 2), Err(ClaimError::Full));
-        assert_eq!(try_claim(&claim, &tail, 4, 1), Ok(3));
-        assert_eq!(try_claim(&claim, &tail, 4, 1), Err(ClaimError::Full));
+        let head = AtomicU64::new(u64::MAX);
+        assert_eq!(try_claim(&claim, &tail, &head, 4, 3), Ok(0));
+        assert_eq!(try_claim(&claim, &tail, &head, 4, 2), Err(ClaimError::Full));
+        assert_eq!(try_claim(&claim, &tail, &head, 4, 1), Ok(3));
+        assert_eq!(try_claim(&claim, &tail, &head, 4, 1), Err(ClaimError::Full));
         tail.store(2, Release);
-        assert_eq!(try_claim(&claim, &tail, 4, 2), Ok(4));
+        assert_eq!(try_claim(&claim, &tail, &head, 4, 2), Ok(4));
         assert_eq!(close(&claim), 6);
         assert_eq!(claimed(&claim), 6);
         tail.store(6, Release);
-        assert_eq!(try_claim(&claim, &tail, 4, 1), Err(ClaimError::Closed));
+        assert_eq!(
+            try_claim(&claim, &tail, &head, 4, 1),
+            Err(ClaimError::Closed)
+        );
+    }
+
+    #[test]
+    fn claim_waits_for_the_previous_lap_to_be_published() {
+        // Indices 0..4 claimed; 0 answered and released, but the head is still 0.
+        let (claim, tail, head) = (AtomicU64::new(4), AtomicU64::new(1), AtomicU64::new(0));
+        assert_eq!(try_claim(&claim, &tail, &head, 4, 1), Err(ClaimError::Full));
+        head.store(1, Release);
+        assert_eq!(try_claim(&claim, &tail, &head, 4, 1), Ok(4));
     }
 
     #[test]
     fn corrupt_tail_beyond_claim_reads_full() {
         let (claim, tail) = (AtomicU64::new(1), AtomicU64::new(100));
-        assert_eq!(try_claim(&claim, &tail, 4, 1), Err(ClaimError::Full));
+        let head = AtomicU64::new(100);
+        assert_eq!(try_claim(&claim, &tail, &head, 4, 1), Err(ClaimError::Full));
     }
 
     #[test]
