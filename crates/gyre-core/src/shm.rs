@@ -397,33 +397,18 @@ impl Drop for Mapping {
 /// Takes a consistent copy of an [`ExportControl`] (same protocol as
 /// [`read_consistent`]); `None` after `attempts` torn reads.
 pub fn read_control(c: &ExportControl, attempts: u32) -> Option<ControlSnapshot> {
-    for attempt in 0..attempts.max(1) {
-        if attempt >= 64 {
-            std::thread::yield_now();
-        }
-        let s1 = c.seq.load(Acquire);
-        if s1 & 1 == 1 {
-            core::hint::spin_loop();
-            continue;
-        }
-        let snap = ControlSnapshot {
-            seq: s1,
-            state: c.state.load(Relaxed),
-            error_code: c.error_code.load(Relaxed),
-            capacity: c.capacity.load(Relaxed),
-            h2k_head: c.h2k_head.load(Relaxed),
-            h2k_tail: c.h2k_tail.load(Relaxed),
-            k2h_head: c.k2h_head.load(Relaxed),
-            k2h_tail: c.k2h_tail.load(Relaxed),
-            heartbeat_unix_ms: c.heartbeat_unix_ms.load(Relaxed),
-            published_unix_ms: c.published_unix_ms.load(Relaxed),
-        };
-        fence(Acquire);
-        if c.seq.load(Relaxed) == s1 {
-            return Some(snap);
-        }
-    }
-    None
+    crate::telemetry::seqlock_read(&c.seq, attempts, |seq| ControlSnapshot {
+        seq,
+        state: c.state.load(Relaxed),
+        error_code: c.error_code.load(Relaxed),
+        capacity: c.capacity.load(Relaxed),
+        h2k_head: c.h2k_head.load(Relaxed),
+        h2k_tail: c.h2k_tail.load(Relaxed),
+        k2h_head: c.k2h_head.load(Relaxed),
+        k2h_tail: c.k2h_tail.load(Relaxed),
+        heartbeat_unix_ms: c.heartbeat_unix_ms.load(Relaxed),
+        published_unix_ms: c.published_unix_ms.load(Relaxed),
+    })
 }
 
 /// Writes `v` to `c` under its sequence lock. Single writer only.

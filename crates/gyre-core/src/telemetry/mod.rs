@@ -6,8 +6,8 @@
 //! (relaxed); acquire fence; `seq` again (relaxed); a change means retry. All fields are
 //! atomics, so a torn read is detected, never undefined behaviour.
 
-use core::sync::atomic::fence;
 use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use core::sync::atomic::{fence, AtomicU32};
 
 use gyre_abi::{TelemetryBuffer, TelemetrySnapshot};
 
@@ -76,37 +76,45 @@ pub fn read_consistent(
     buf: &TelemetryBuffer,
     attempts: u32,
 ) -> Result<TelemetrySnapshot, TornRead> {
+    seqlock_read(&buf.seq, attempts, |seq| TelemetrySnapshot {
+        seq,
+        state: buf.state.load(Relaxed),
+        messages_in: buf.messages_in.load(Relaxed),
+        messages_out: buf.messages_out.load(Relaxed),
+        errors: buf.errors.load(Relaxed),
+        busy_polls: buf.busy_polls.load(Relaxed),
+        idle_polls: buf.idle_polls.load(Relaxed),
+        handler_ns_total: buf.handler_ns_total.load(Relaxed),
+        handler_ns_max: buf.handler_ns_max.load(Relaxed),
+        heartbeat_ms: buf.heartbeat_ms.load(Relaxed),
+    })
+    .ok_or(TornRead {
+        attempts: attempts.max(1),
+    })
+}
+
+/// The reader side of a sequence lock, for any seqlocked line: load `seq` (acquire),
+/// retry while it is odd, `load` the fields (relaxed), acquire fence, retry if `seq`
+/// changed. Spins for the first 64 attempts, then yields before each further one (the
+/// writer may be descheduled mid-write). `None` after `attempts` torn reads.
+pub fn seqlock_read<T>(seq: &AtomicU32, attempts: u32, load: impl Fn(u32) -> T) -> Option<T> {
     for attempt in 0..attempts.max(1) {
         if attempt >= SPIN_ATTEMPTS {
-            // The writer may be descheduled mid-write (on this core, even): let it run.
             std::thread::yield_now();
         }
-        let s1 = buf.seq.load(Acquire);
+        let s1 = seq.load(Acquire);
         if s1 & 1 == 1 {
             core::hint::spin_loop();
             continue;
         }
-        let snap = TelemetrySnapshot {
-            seq: s1,
-            state: buf.state.load(Relaxed),
-            messages_in: buf.messages_in.load(Relaxed),
-            messages_out: buf.messages_out.load(Relaxed),
-            errors: buf.errors.load(Relaxed),
-            busy_polls: buf.busy_polls.load(Relaxed),
-            idle_polls: buf.idle_polls.load(Relaxed),
-            handler_ns_total: buf.handler_ns_total.load(Relaxed),
-            handler_ns_max: buf.handler_ns_max.load(Relaxed),
-            heartbeat_ms: buf.heartbeat_ms.load(Relaxed),
-        };
+        let snap = load(s1);
         // Orders the field loads before the re-check of the sequence.
         fence(Acquire);
-        if buf.seq.load(Relaxed) == s1 {
-            return Ok(snap);
+        if seq.load(Relaxed) == s1 {
+            return Some(snap);
         }
     }
-    Err(TornRead {
-        attempts: attempts.max(1),
-    })
+    None
 }
 
 #[cfg(test)]
