@@ -40,10 +40,13 @@
 #include "gyre/port_cuda.h"
 #include "gyre/ring.h"
 
-/** Largest block the kernel is compiled for (__launch_bounds__): bounds registers to
- *  65536 / GYRE_MAX_LANES per thread. Overridable with -DGYRE_MAX_LANES=... */
+/** Largest block the kernel is compiled for (__launch_bounds__(GYRE_MAX_LANES, 1)): one
+ *  resident block per SM is all a persistent ring kernel needs, so ptxas may spend up to
+ *  255 registers per thread instead of spilling to reach an occupancy nobody uses (with
+ *  the default minimum it spilled 8 bytes on some handler x arch pairs). The backend
+ *  launches 128 lanes. Overridable with -DGYRE_MAX_LANES=... */
 #ifndef GYRE_MAX_LANES
-#define GYRE_MAX_LANES 256
+#define GYRE_MAX_LANES 128
 #endif
 
 /** What thread 0 broadcasts to the block. */
@@ -59,7 +62,7 @@ typedef struct gyre_block_shared {
     uint32_t len; /* request length */
 } gyre_block_shared;
 
-extern "C" __global__ void __launch_bounds__(GYRE_MAX_LANES)
+extern "C" __global__ void __launch_bounds__(GYRE_MAX_LANES, 1)
     gyre_ring_kernel(unsigned char *region) {
     __shared__ gyre_block_shared sh;
     const unsigned int lane = threadIdx.x;

@@ -8,9 +8,11 @@ use std::time::{Duration, Instant};
 
 use bytemuck::Pod;
 use gyre_abi::{command, error, state};
+use gyre_core::bridge::{BridgeAgent, TransferStats};
 use gyre_core::channel::driver::Driver;
 use gyre_core::channel::{Kind, PublishError, ReplyView};
 use gyre_core::shm::{ExportPublisher, ExportWriter};
+use gyre_core::strategy::TransferStrategy;
 use gyre_core::telemetry::read_consistent;
 use gyre_core::{Channel, Error, IdleStrategy, KernelInstance, Result, SharedRegion, TrySendError};
 use parking_lot::Mutex;
@@ -67,6 +69,9 @@ pub(crate) struct Inner {
     /// The telemetry export publisher, if the spec asked for one; dropping it removes
     /// the file.
     export: Mutex<Option<ExportPublisher>>,
+    /// The bridge to the kernel's device-resident rings under a copy strategy; `None`
+    /// for zero copy. Dropped (its copy thread joined) after the kernel stopped.
+    transfer: Option<Arc<BridgeAgent>>,
 }
 
 impl Inner {
@@ -77,6 +82,7 @@ impl Inner {
     /// Joins the kernel once it reached a final state; reports a fault.
     pub(crate) fn finish(&self) -> Result<()> {
         let _ = self.instance.join();
+        self.drain_transfer();
         match self.ch.kernel_state() {
             (state::FAULTED, code) => Err(Error::KernelFaulted {
                 kernel: self.ch.name().to_owned(),
@@ -84,6 +90,15 @@ impl Inner {
                 name: error::name(code),
             }),
             _ => Ok(()),
+        }
+    }
+
+    /// After the kernel stopped: one last blocking pull, so the host rings hold every
+    /// reply and the final state before shutdown returns (a copy thread may not have
+    /// moved them yet).
+    fn drain_transfer(&self) {
+        if let Some(t) = &self.transfer {
+            t.drain();
         }
     }
 
@@ -106,6 +121,7 @@ impl Drop for Inner {
         }
         if self.is_final() {
             let _ = self.instance.join();
+            self.drain_transfer();
         } else {
             tracing::warn!(kernel = %self.ch.name(), "kernel did not stop within 5 s of its last handle dropping; detaching it");
         }
@@ -183,9 +199,14 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
     pub(crate) fn start(
         region: Arc<SharedRegion>,
         instance: Box<dyn KernelInstance>,
+        transfer: Option<Arc<BridgeAgent>>,
         spec: &KernelSpec<Req, Resp>,
     ) -> Result<Self> {
-        let ch = Arc::new(Channel::new(region, spec.name.clone()).with_timestamps(spec.timestamps));
+        let mut ch = Channel::new(region, spec.name.clone()).with_timestamps(spec.timestamps);
+        if let Some(t) = &transfer {
+            ch = ch.with_transfer(t.clone());
+        }
+        let ch = Arc::new(ch);
         let hb = if spec.host_timeout.is_zero() {
             Duration::from_secs(1)
         } else {
@@ -197,6 +218,9 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
             max_park: Duration::from_micros(50),
         };
         let driver = Driver::start(ch.clone(), driver_idle, hb)?;
+        if let (Some(t), Some(th)) = (&transfer, driver.thread()) {
+            t.notify(th);
+        }
         let kernel = Self {
             inner: Arc::new(Inner {
                 ch,
@@ -207,6 +231,7 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
                 msg_type: spec.msg_type,
                 next_id: AtomicU64::new(0),
                 export: Mutex::new(None),
+                transfer,
             }),
             _types: PhantomData,
         };
@@ -549,11 +574,45 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
 
     /// A consistent snapshot of the kernel's telemetry (retrying a torn read).
     pub fn telemetry(&self) -> Result<crate::TelemetrySnapshot> {
+        if let Some(t) = &self.inner.transfer {
+            t.refresh_telemetry();
+        }
         read_consistent(self.inner.ch.region().telemetry(), 1024).map_err(|e| {
             Error::TornTelemetry {
                 attempts: e.attempts,
             }
         })
+    }
+
+    /// The transfer strategy this kernel's bytes move by.
+    pub fn transfer_strategy(&self) -> TransferStrategy {
+        self.inner
+            .transfer
+            .as_ref()
+            .map_or(TransferStrategy::Unified, |t| t.strategy())
+    }
+
+    /// Host <-> device copies and bytes of the bridge so far, under a copy strategy;
+    /// `None` under [`TransferStrategy::Unified`] (zero copy: nothing is copied).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gyre::{Backend, KernelSpec, Runtime, TransferStrategy};
+    ///
+    /// let rt = Runtime::builder()
+    ///     .backend(Backend::Cpu)
+    ///     .transfer_strategy(TransferStrategy::Sync)
+    ///     .build()?;
+    /// let k = rt.launch(KernelSpec::<u64, u64>::echo())?;
+    /// assert_eq!(k.call_blocking(7)?, 7);
+    /// let s = k.transfer_stats().expect("a copy strategy");
+    /// assert_eq!((s.slots_down, s.slots_up), (1, 1));
+    /// k.shutdown_blocking()?;
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
+    pub fn transfer_stats(&self) -> Option<TransferStats> {
+        self.inner.transfer.as_ref().map(|t| t.stats())
     }
 
     /// Replies that failed the host's protocol checks so far.

@@ -44,6 +44,7 @@ mod spec;
 
 pub use futures::{Call, Recv, Replies, Send, Shutdown};
 pub use gyre_abi::TelemetrySnapshot;
+pub use gyre_core::bridge::TransferStats;
 pub use gyre_core::kernels::{self, ReduceSum, Sum, VecF32, VecScale};
 pub use gyre_core::strategy::TransferStrategy;
 pub use gyre_core::visibility::{MemoryPlan, MemoryVisibility, Source};

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use bytemuck::Pod;
+use gyre_core::bridge::{BridgeAgent, RingBufferBridge};
 use gyre_core::ring::Geometry;
 use gyre_core::strategy::TransferStrategy;
 use gyre_core::visibility::{self, MemoryPlan, MemoryVisibility, Overrides, PlatformProbe};
@@ -321,10 +322,11 @@ impl Runtime {
     /// The memory visibility and transfer strategy chosen at build, what detection looked
     /// at, who decided (detection, environment or builder) and why.
     ///
-    /// **Status:** the bridge that performs the copy strategies has not landed. The CPU
-    /// backend currently runs *every* strategy as zero-copy shared memory, and the CUDA
-    /// backend keeps its rings in mapped pinned memory; the plan is the choice, validated
-    /// and logged, not yet a change in how bytes move.
+    /// Every kernel this runtime launches uses the plan's strategy: `unified` shares the
+    /// rings with the kernel; `sync`, `async` and `dma-polling` keep them device-resident
+    /// behind a bridge (on the CPU backend, a separate allocation and an emulated copy
+    /// engine). A backend that cannot place rings that way fails the launch with
+    /// [`Error::StrategyUnsupported`].
     ///
     /// # Examples
     ///
@@ -386,11 +388,14 @@ impl Runtime {
                 value: format!("{:?}", spec.host_timeout),
                 reason: "must be below 2^32 ms",
             })?;
-        let mem = self.imp.alloc_region(SharedRegion::bytes_for(&g))?;
-        let region = Arc::new(SharedRegion::new(mem, g, host_timeout_ms)?);
-        let _span =
-            tracing::info_span!("gyre_launch", kernel = %spec.name, backend = self.imp.name())
-                .entered();
+        let strategy = self.plan.strategy;
+        let _span = tracing::info_span!(
+            "gyre_launch",
+            kernel = %spec.name,
+            backend = self.imp.name(),
+            strategy = strategy.name()
+        )
+        .entered();
         let launch = LaunchSpec {
             name: spec.name.clone(),
             handler: spec.handler.clone(),
@@ -398,14 +403,26 @@ impl Runtime {
             idle: spec.idle,
             telemetry: spec.telemetry,
         };
-        let instance = self.imp.launch(region.clone(), &launch)?;
+        // The host's rings: shared with the kernel (zero copy), or the mirror of its
+        // device-resident rings that the bridge keeps in step.
+        let mem = self.imp.alloc_region(SharedRegion::bytes_for(&g))?;
+        let region = Arc::new(SharedRegion::new(mem, g, host_timeout_ms)?);
+        let (instance, transfer) = if strategy.copies() {
+            let device = self.imp.alloc_resident(&g, host_timeout_ms)?;
+            let bridge = Arc::new(RingBufferBridge::new(region.clone(), device.clone())?);
+            // Starting the agent writes the device's control block (the first push).
+            let agent = BridgeAgent::start(bridge, strategy, &spec.name)?;
+            (self.imp.launch_resident(device, &launch)?, Some(agent))
+        } else {
+            (self.imp.launch(region.clone(), &launch)?, None)
+        };
         tracing::info!(
             capacity = g.capacity(),
             slot_size = g.slot_size(),
             batch = g.batch(),
             "kernel launched"
         );
-        Kernel::start(region, instance, &spec)
+        Kernel::start(region, instance, transfer, &spec)
     }
 }
 

@@ -1,5 +1,34 @@
-//! The conformance suite on the CPU backend.
+//! The conformance suite on the CPU backend, once under each transfer strategy: zero copy
+//! (`unified`), and the three copy strategies, whose "device" rings are a separate
+//! allocation reached only by the emulated copy engine (`gyre_core::bridge`).
 
 mod conformance;
 
-conformance_suite!(gyre::Backend::Cpu);
+mod unified {
+    use crate::conformance::cases::Target;
+    use gyre::{Backend, TransferStrategy};
+    crate::conformance_suite!(Target::new(Backend::Cpu, TransferStrategy::Unified));
+}
+
+mod sync {
+    use crate::conformance::cases::Target;
+    use gyre::{Backend, TransferStrategy};
+    crate::conformance_suite!(Target::new(Backend::Cpu, TransferStrategy::Sync));
+}
+
+mod async_copy {
+    use crate::conformance::cases::Target;
+    use gyre::{Backend, TransferStrategy};
+    crate::conformance_suite!(Target::new(Backend::Cpu, TransferStrategy::Async));
+}
+
+mod dma_polling {
+    use crate::conformance::cases::Target;
+    use gyre::{Backend, TransferStrategy};
+    crate::conformance_suite!(Target::new(
+        Backend::Cpu,
+        TransferStrategy::DmaPolling {
+            poll_interval: gyre_core::strategy::DEFAULT_POLL_INTERVAL
+        }
+    ));
+}

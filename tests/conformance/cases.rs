@@ -5,10 +5,42 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gyre::{Backend, Error, KernelSpec, KernelState, Runtime, TrySendError};
+use gyre::{Backend, Error, KernelSpec, KernelState, Runtime, TransferStrategy, TrySendError};
 
-fn rt(b: Backend) -> Runtime {
-    Runtime::builder().backend(b).build().expect("runtime")
+/// Where a case runs: a backend, and the transfer strategy (`None`: the plan's default).
+#[derive(Debug, Clone, Copy)]
+pub struct Target {
+    /// The backend.
+    pub backend: Backend,
+    /// The transfer strategy, when the suite pins one.
+    pub strategy: Option<TransferStrategy>,
+}
+
+impl Target {
+    /// `backend` under `strategy`.
+    pub fn new(backend: Backend, strategy: TransferStrategy) -> Self {
+        Self {
+            backend,
+            strategy: Some(strategy),
+        }
+    }
+}
+
+impl From<Backend> for Target {
+    fn from(backend: Backend) -> Self {
+        Self {
+            backend,
+            strategy: None,
+        }
+    }
+}
+
+fn rt(t: Target) -> Runtime {
+    let mut b = Runtime::builder().backend(t.backend);
+    if let Some(s) = t.strategy {
+        b = b.transfer_strategy(s);
+    }
+    b.build().expect("runtime")
 }
 
 fn tokio_rt() -> tokio::runtime::Runtime {
@@ -21,7 +53,7 @@ fn tokio_rt() -> tokio::runtime::Runtime {
 
 /// Whether `b` runs Rust closure handlers (the CPU backend). Device backends run
 /// device-code handlers only, so cases built on closures are skipped there.
-fn host_handlers(b: Backend) -> bool {
+fn host_handlers(b: Target) -> bool {
     let resolved = rt(b).backend();
     if resolved != Backend::Cpu {
         eprintln!(
@@ -41,7 +73,7 @@ fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
-pub fn echo_round_trip(b: Backend) {
+pub fn echo_round_trip(b: Target) {
     let k = rt(b)
         .launch(KernelSpec::<[u8; 64], [u8; 64]>::echo())
         .unwrap();
@@ -55,7 +87,7 @@ pub fn echo_round_trip(b: Backend) {
     assert_eq!(k.state(), KernelState::Terminated { code: 0 });
 }
 
-pub fn builtin_kernels_match_reference(b: Backend) {
+pub fn builtin_kernels_match_reference(b: Target) {
     use gyre::kernels::reference;
     use gyre::{ReduceSum, VecScale};
     let r = rt(b);
@@ -111,7 +143,7 @@ pub fn builtin_kernels_match_reference(b: Backend) {
 }
 
 /// Per-producer FIFO order, no loss, no duplication: 4 producers x 100 000 sends.
-pub fn fifo_and_no_loss_4x100k_send(b: Backend) {
+pub fn fifo_and_no_loss_4x100k_send(b: Target) {
     const P: u64 = 4;
     const N: u64 = 100_000;
     let k = rt(b)
@@ -150,7 +182,7 @@ pub fn fifo_and_no_loss_4x100k_send(b: Backend) {
     assert!(t.messages_in <= P * N);
 }
 
-pub fn no_loss_4_producers_call(b: Backend) {
+pub fn no_loss_4_producers_call(b: Target) {
     if !host_handlers(b) {
         return;
     }
@@ -174,7 +206,7 @@ pub fn no_loss_4_producers_call(b: Backend) {
     k.shutdown_blocking().unwrap();
 }
 
-pub fn many_wraparounds(b: Backend) {
+pub fn many_wraparounds(b: Target) {
     let k = rt(b)
         .launch(KernelSpec::<u64, u64>::echo().capacity(4).batch_size(2))
         .unwrap();
@@ -190,7 +222,7 @@ pub fn many_wraparounds(b: Backend) {
     k.shutdown_blocking().unwrap();
 }
 
-pub fn full_ring_back_pressure(b: Backend) {
+pub fn full_ring_back_pressure(b: Target) {
     let k = rt(b)
         .launch(KernelSpec::<u32, u32>::echo().capacity(8))
         .unwrap();
@@ -230,7 +262,7 @@ pub fn full_ring_back_pressure(b: Backend) {
     k.shutdown_blocking().unwrap();
 }
 
-pub fn oversize_type_rejected_at_launch(b: Backend) {
+pub fn oversize_type_rejected_at_launch(b: Target) {
     let r = rt(b);
     let e = r
         .launch(KernelSpec::<[u8; 65], [u8; 65]>::echo())
@@ -255,7 +287,7 @@ pub fn oversize_type_rejected_at_launch(b: Backend) {
     k.shutdown_blocking().unwrap();
 }
 
-pub fn bad_geometry_rejected(b: Backend) {
+pub fn bad_geometry_rejected(b: Target) {
     let r = rt(b);
     let spec = || KernelSpec::<u32, u32>::echo();
     for c in [0u32, 1, 3, 1000, (1 << 24) + 1, u32::MAX] {
@@ -286,7 +318,7 @@ pub fn bad_geometry_rejected(b: Backend) {
     assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
 }
 
-pub fn pause_resume(b: Backend) {
+pub fn pause_resume(b: Target) {
     let k = rt(b)
         .launch(KernelSpec::<u32, u32>::echo().capacity(16))
         .unwrap();
@@ -310,7 +342,7 @@ pub fn pause_resume(b: Backend) {
 
 /// Shutdown with requests in flight: every accepted request gets exactly one reply or one
 /// error.
-pub fn terminate_with_messages_in_flight(b: Backend) {
+pub fn terminate_with_messages_in_flight(b: Target) {
     for round in 0..20u64 {
         let k = rt(b)
             .launch(KernelSpec::<u64, u64>::echo().capacity(64))
@@ -365,7 +397,7 @@ pub fn terminate_with_messages_in_flight(b: Backend) {
     }
 }
 
-pub fn handler_panic_faults_kernel(b: Backend) {
+pub fn handler_panic_faults_kernel(b: Target) {
     if !host_handlers(b) {
         return;
     }
@@ -426,7 +458,7 @@ pub fn handler_panic_faults_kernel(b: Backend) {
     ));
 }
 
-pub fn handler_error_keeps_serving(b: Backend) {
+pub fn handler_error_keeps_serving(b: Target) {
     if !host_handlers(b) {
         return;
     }
@@ -455,7 +487,7 @@ pub fn handler_error_keeps_serving(b: Backend) {
     k.shutdown_blocking().unwrap();
 }
 
-pub fn async_call_send_recv_stream(b: Backend) {
+pub fn async_call_send_recv_stream(b: Target) {
     use futures_core::Stream;
     let k = rt(b)
         .launch(KernelSpec::<u64, u64>::echo().capacity(32))
@@ -497,7 +529,7 @@ pub fn async_call_send_recv_stream(b: Backend) {
 }
 
 /// Dropping `call` futures at every await point never loses, corrupts or leaks a slot.
-pub fn dropped_call_futures_release_slots(b: Backend) {
+pub fn dropped_call_futures_release_slots(b: Target) {
     if !host_handlers(b) {
         return;
     }
@@ -538,7 +570,7 @@ async fn futures_poll_once<F: std::future::Future + Unpin>(mut f: F) -> Option<F
     .await
 }
 
-pub fn async_shutdown_drains(b: Backend) {
+pub fn async_shutdown_drains(b: Target) {
     if !host_handlers(b) {
         return;
     }
@@ -574,7 +606,7 @@ pub fn async_shutdown_drains(b: Backend) {
     });
 }
 
-pub fn telemetry_counts(b: Backend) {
+pub fn telemetry_counts(b: Target) {
     let k = rt(b).launch(KernelSpec::<u32, u32>::echo()).unwrap();
     for i in 0..500 {
         k.call_blocking(i).unwrap();
@@ -593,7 +625,7 @@ pub fn telemetry_counts(b: Backend) {
     k.shutdown_blocking().unwrap();
 }
 
-pub fn batch_send_and_recv_order(b: Backend) {
+pub fn batch_send_and_recv_order(b: Target) {
     let k = rt(b)
         .launch(KernelSpec::<u32, u32>::echo().capacity(64).batch_size(64))
         .unwrap();
@@ -628,7 +660,7 @@ pub fn batch_send_and_recv_order(b: Backend) {
     k.shutdown_blocking().unwrap();
 }
 
-pub fn call_timeout_abandons(b: Backend) {
+pub fn call_timeout_abandons(b: Target) {
     if !host_handlers(b) {
         return;
     }
@@ -655,7 +687,7 @@ pub fn call_timeout_abandons(b: Backend) {
 }
 
 /// The error of the last `send` is an item of the replies stream, not its end.
-pub fn replies_stream_yields_last_error(b: Backend) {
+pub fn replies_stream_yields_last_error(b: Target) {
     use futures_core::Stream;
     if !host_handlers(b) {
         return;
@@ -694,7 +726,7 @@ pub fn replies_stream_yields_last_error(b: Backend) {
 }
 
 /// `call_timeout` gives up while still waiting for a free slot, sending nothing.
-pub fn call_timeout_while_ring_full(b: Backend) {
+pub fn call_timeout_while_ring_full(b: Target) {
     let k = rt(b)
         .launch(KernelSpec::<u32, u32>::echo().capacity(4))
         .unwrap();
@@ -718,7 +750,7 @@ pub fn call_timeout_while_ring_full(b: Backend) {
 /// completes. (Slot reuse must wait for the previous lap's publication or the published
 /// head can stick; the loom model `reuse_waits_for_publication_of_previous_lap` checks
 /// that interleaving deterministically, this stress only rarely hits it.)
-pub fn mixed_batch_and_single_senders_always_shut_down(b: Backend) {
+pub fn mixed_batch_and_single_senders_always_shut_down(b: Target) {
     for _ in 0..10 {
         let k = rt(b)
             .launch(

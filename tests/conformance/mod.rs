@@ -8,7 +8,8 @@
 
 pub mod cases;
 
-/// Expands every conformance case as a `#[test]` running on `$backend`.
+/// Expands every conformance case as a `#[test]` running on `$backend`: a
+/// [`gyre::Backend`], or a [`cases::Target`] (a backend under a pinned transfer strategy).
 #[macro_export]
 macro_rules! conformance_suite {
     ($backend:expr) => {
@@ -28,7 +29,7 @@ macro_rules! conformance_suite {
         $(
             #[test]
             fn $name() {
-                $crate::conformance::cases::$name($backend);
+                $crate::conformance::cases::$name($backend.into());
             }
         )*
     };

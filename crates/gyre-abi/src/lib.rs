@@ -39,7 +39,7 @@ use static_assertions::{const_assert, const_assert_eq};
 /// `"GYRE"` in little-endian ASCII; the first word of every [`ControlBlock`].
 pub const MAGIC: u32 = u32::from_le_bytes(*b"GYRE");
 /// Version of this ABI. Bumped on any layout or protocol change; checked at launch.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 /// Alignment (and size granularity) of a message slot, in bytes.
 pub const SLOT_ALIGN: usize = 128;
@@ -118,6 +118,9 @@ pub mod error {
     /// The kernel failed before answering (reported by the host for requests that
     /// never received a reply).
     pub const KERNEL_GONE: u32 = 10;
+    /// A host <-> device copy of the bridge failed (reported by the host in its mirror of
+    /// the control block; the kernel itself never writes it).
+    pub const TRANSFER_FAILED: u32 = 11;
     /// First code available to user handlers.
     pub const USER_BASE: u32 = 0x1000;
 
@@ -135,6 +138,7 @@ pub mod error {
             HANDLER_REJECTED => "handler rejected request",
             UNKNOWN_TYPE => "unknown message type",
             KERNEL_GONE => "kernel stopped before replying",
+            TRANSFER_FAILED => "host-device transfer failed",
             c if c >= USER_BASE => "user error",
             _ => "unknown error",
         }
@@ -146,6 +150,17 @@ pub mod flags {
     /// The request came from `call` (its reply completes a waiting caller) rather than
     /// `send` (its reply goes to `recv`). The kernel copies it into the reply.
     pub const CALL: u32 = 1 << 0;
+}
+
+/// Flags of [`ControlBlock::host_flags`], set by the host before launch.
+pub mod host_flags {
+    /// Requests exist only below `h2k_head`: the kernel bounds every batch by the
+    /// published head (the doorbell) instead of trusting a slot's sequence alone. Set
+    /// when a copy engine fills the request ring: a DMA copy writes a slot's words in no
+    /// particular order, so its sequence may land before its payload. Without it (zero
+    /// copy) the host's producers write the sequence last, and the kernel polls slot
+    /// sequences directly.
+    pub const DOORBELL: u32 = 1 << 0;
 }
 
 /// The 128-byte control block of one ring kernel.
@@ -175,8 +190,8 @@ pub struct ControlBlock {
     /// The kernel terminates itself when the host heartbeat has not changed for this
     /// many milliseconds (0 = never).
     pub host_timeout_ms: AtomicU32,
-    /// Reserved, zero.
-    pub _reserved0: u32,
+    /// [`host_flags`]: how the kernel learns of new requests; written before launch.
+    pub host_flags: AtomicU32,
     /// Requests published: every request index below it is fully written.
     pub h2k_head: AtomicU64,
     /// Replies consumed: every reply slot below it may be reused by the kernel.

@@ -29,8 +29,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use gyre_abi::{
-    command, error, flags, state, ControlBlock, SlotHeader, TelemetryBuffer, ABI_VERSION, MAGIC,
-    MAX_CAPACITY, MAX_SLOT_SIZE, MIN_CAPACITY, MIN_SLOT_SIZE, SLOT_ALIGN, SLOT_HEADER_SIZE,
+    command, error, flags, host_flags, state, ControlBlock, SlotHeader, TelemetryBuffer,
+    ABI_VERSION, MAGIC, MAX_CAPACITY, MAX_SLOT_SIZE, MIN_CAPACITY, MIN_SLOT_SIZE, SLOT_ALIGN,
+    SLOT_HEADER_SIZE,
 };
 
 /// The include directory holding `gyre/abi.h`.
@@ -140,7 +141,7 @@ fn layouts() -> Vec<Layout> {
     vec![
         layout!(ControlBlock => "gyre_control_block" {
             magic, abi_version, command, capacity, slot_size, batch_size, host_timeout_ms,
-            _reserved0, h2k_head, k2h_tail, host_heartbeat, _reserved1,
+            host_flags, h2k_head, k2h_tail, host_heartbeat, _reserved1,
             state, error_code, h2k_tail, k2h_head, kernel_heartbeat, processed, _reserved2,
         }),
         layout!(SlotHeader => "gyre_slot_header" {
@@ -201,8 +202,10 @@ fn constants() -> Vec<Constant> {
         error::HANDLER_REJECTED => GYRE_ERR_HANDLER_REJECTED,
         error::UNKNOWN_TYPE => GYRE_ERR_UNKNOWN_TYPE,
         error::KERNEL_GONE => GYRE_ERR_KERNEL_GONE,
+        error::TRANSFER_FAILED => GYRE_ERR_TRANSFER_FAILED,
         error::USER_BASE => GYRE_ERR_USER_BASE,
         flags::CALL => GYRE_FLAG_CALL,
+        host_flags::DOORBELL => GYRE_HOST_FLAG_DOORBELL,
     ]
 }
 

@@ -6,7 +6,9 @@ use std::str::FromStr;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use gyre::{Backend, IdleStrategy, Kernel, KernelSpec, Runtime, TelemetrySnapshot};
+use gyre::{
+    Backend, IdleStrategy, Kernel, KernelSpec, Runtime, TelemetrySnapshot, TransferStrategy,
+};
 
 use crate::error::{CliError, Result};
 use crate::load::{drive, Measured, Msg};
@@ -40,6 +42,8 @@ pub struct DemoConfig {
     pub busy_spin: bool,
     /// `--serve`: keep serving and exporting telemetry until interrupted.
     pub serve: bool,
+    /// `--strategy` (with `--poll-interval-us`), if given.
+    pub strategy: Option<TransferStrategy>,
 }
 
 impl DemoConfig {
@@ -55,7 +59,18 @@ impl DemoConfig {
                 max: MAX_PRODUCERS,
             });
         }
+        let strategy = match (&args.strategy, args.poll_interval_us) {
+            (None, _) => None,
+            (Some(s), None) => Some(TransferStrategy::from_str(s)?),
+            (Some(s), Some(us)) => match TransferStrategy::from_str(s)? {
+                TransferStrategy::DmaPolling { .. } => {
+                    Some(TransferStrategy::dma_polling(Duration::from_micros(us))?)
+                }
+                other => return Err(CliError::PollIntervalWithout(other.name())),
+            },
+        };
         Ok(Self {
+            strategy,
             backend_name: args.backend.clone(),
             backend,
             messages: args.messages,
@@ -95,7 +110,11 @@ impl DemoConfig {
 /// `gyre demo`.
 pub fn run(args: &DemoArgs, out: &mut dyn Write) -> Result<()> {
     let cfg = DemoConfig::from_args(args)?;
-    let rt = Runtime::builder().backend(cfg.backend).build()?;
+    let mut builder = Runtime::builder().backend(cfg.backend);
+    if let Some(s) = cfg.strategy {
+        builder = builder.transfer_strategy(s);
+    }
+    let rt = builder.build()?;
     let kernel = rt.launch(cfg.spec())?;
     tracing::debug!(?cfg, backend = rt.backend_name(), "demo kernel launched");
     let outcome = drive(&kernel, &cfg).and_then(|measured| {
@@ -119,6 +138,23 @@ pub fn run(args: &DemoArgs, out: &mut dyn Write) -> Result<()> {
         describe_state(kernel.state())
     )?;
     Ok(())
+}
+
+/// The strategy and, for a copy strategy, what the bridge moved.
+fn describe_transfer(kernel: &Kernel<Msg, Msg>) -> String {
+    let s = kernel.transfer_strategy();
+    match kernel.transfer_stats() {
+        None => format!("{s:#} (zero copy: host and kernel share the rings)"),
+        Some(t) => format!(
+            "{s:#}: {} slots down in {} copies ({} B), {} slots up in {} copies ({} B)",
+            table::count(t.slots_down),
+            table::count(t.h2d_copies),
+            table::count(t.h2d_bytes),
+            table::count(t.slots_up),
+            table::count(t.d2h_copies),
+            table::count(t.d2h_bytes),
+        ),
+    }
 }
 
 /// `--serve`: a light echo load (bursts of calls with pauses) until SIGINT / SIGTERM,
@@ -203,6 +239,7 @@ fn report(
             kernel.capacity()
         ),
     )
+    .row("transfer", describe_transfer(kernel))
     .row(
         "idle",
         if cfg.busy_spin {

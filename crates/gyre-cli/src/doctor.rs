@@ -132,9 +132,13 @@ fn memory_plan(out: &mut dyn Write) -> Result<()> {
                 t.row(if i == 0 { "why" } else { "" }, why);
             }
             t.row(
-                "status",
-                "choice only: the copy strategies are not implemented yet; the CPU backend \
-                 runs every strategy as zero-copy shared memory",
+                "placement",
+                if p.strategy.copies() {
+                    "device-resident rings behind the bridge (CPU backend: a separate \
+                     allocation and an emulated copy engine)"
+                } else {
+                    "rings shared zero copy by host and kernel"
+                },
             );
         }
         Err(e) => {

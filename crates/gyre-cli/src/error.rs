@@ -14,6 +14,9 @@ pub enum CliError {
         /// The largest accepted value.
         max: usize,
     },
+    /// `--poll-interval-us` given with a strategy that does not poll.
+    #[error("--poll-interval-us applies to --strategy dma-polling only, not {0}")]
+    PollIntervalWithout(&'static str),
     /// An error from the gyre runtime (launch, call, shutdown, ...), or a bad backend name.
     #[error(transparent)]
     Gyre(#[from] gyre::Error),

@@ -83,6 +83,13 @@ pub struct DemoArgs {
     /// telemetry (for `gyre top`) until SIGINT or SIGTERM.
     #[arg(long)]
     pub serve: bool,
+    /// How message bytes cross between host and kernel: sync, async, unified or
+    /// dma-polling [default: the memory plan's, see `gyre doctor`].
+    #[arg(long)]
+    pub strategy: Option<String>,
+    /// The dma-polling interval in microseconds (1..=1000000) [default: 10].
+    #[arg(long, requires = "strategy")]
+    pub poll_interval_us: Option<u64>,
 }
 
 /// `--idle`.

@@ -3,10 +3,12 @@
 
 use std::sync::Arc;
 
-use crate::error::Result;
+use crate::bridge::CopyEngine;
+use crate::error::{Error, Result};
 use crate::handler::Handler;
 use crate::idle::IdleStrategy;
 use crate::region::{HostMemory, RegionMemory, SharedRegion};
+use crate::ring::Geometry;
 
 /// Everything a backend needs to launch one ring kernel.
 #[derive(Clone)]
@@ -62,4 +64,34 @@ pub trait Backend: Send + Sync {
         region: Arc<SharedRegion>,
         spec: &LaunchSpec,
     ) -> Result<Box<dyn KernelInstance>>;
+
+    /// Device-resident memory for a kernel of geometry `g` under a copy strategy
+    /// ([`crate::bridge`]): zeroed, laid out as a [`SharedRegion`], reachable from the host
+    /// only through the returned engine's copies. The bridge writes its control block
+    /// before [`Backend::launch_resident`].
+    ///
+    /// The default refuses: a backend that cannot keep rings on the device supports only
+    /// the zero-copy strategy.
+    fn alloc_resident(&self, g: &Geometry, host_timeout_ms: u32) -> Result<Arc<dyn CopyEngine>> {
+        let _ = (g, host_timeout_ms);
+        Err(Error::StrategyUnsupported {
+            backend: self.name(),
+            strategy: "copy",
+            reason: "this backend keeps its rings only in shared memory (use unified)".into(),
+        })
+    }
+
+    /// Starts the device loop over memory from [`Backend::alloc_resident`] of this backend.
+    fn launch_resident(
+        &self,
+        mem: Arc<dyn CopyEngine>,
+        spec: &LaunchSpec,
+    ) -> Result<Box<dyn KernelInstance>> {
+        let _ = (mem, spec);
+        Err(Error::StrategyUnsupported {
+            backend: self.name(),
+            strategy: "copy",
+            reason: "this backend keeps its rings only in shared memory (use unified)".into(),
+        })
+    }
 }

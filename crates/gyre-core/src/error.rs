@@ -165,6 +165,32 @@ pub enum Error {
         /// Kernel name.
         kernel: String,
     },
+    /// A copy between host and device memory failed (the copy strategies' bridge).
+    #[error(
+        "{engine} copy engine: {op} of {len} bytes at device offset {offset} failed: {reason}"
+    )]
+    Transfer {
+        /// Engine name (`host`, `cuda`).
+        engine: &'static str,
+        /// The operation (`copy host to device`, ...).
+        op: &'static str,
+        /// Byte offset in the device region.
+        offset: usize,
+        /// Bytes to copy.
+        len: usize,
+        /// Why (the driver's error name and code, or the violated bound).
+        reason: String,
+    },
+    /// The backend cannot place a kernel's rings the way a transfer strategy needs.
+    #[error("{backend} backend cannot run the {strategy} transfer strategy: {reason}")]
+    StrategyUnsupported {
+        /// Backend name.
+        backend: &'static str,
+        /// Strategy name.
+        strategy: &'static str,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// Result alias for [`Error`].

@@ -16,6 +16,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod backend;
+pub mod bridge;
 pub mod channel;
 pub mod clock;
 mod error;

@@ -4,10 +4,10 @@
 //! (see [`crate::visibility::default_strategy`]); the builder and `GYRE_TRANSFER_STRATEGY`
 //! override it.
 //!
-//! **Status:** only the choice is implemented. The `RingBufferBridge` that performs the
-//! copies of [`TransferStrategy::Sync`], [`TransferStrategy::Async`] and
-//! [`TransferStrategy::DmaPolling`] has not landed; until it does, the CPU backend runs
-//! every strategy as zero-copy shared memory (what [`TransferStrategy::Unified`] means).
+//! The copy strategies ([`TransferStrategy::Sync`], [`TransferStrategy::Async`],
+//! [`TransferStrategy::DmaPolling`]) are performed by [`crate::bridge`]: the kernel's rings
+//! are device-resident and the bridge copies slots and control lines. On the CPU backend
+//! the "device" is a separate allocation reached only by an emulated copy engine.
 //!
 //! [`MemoryVisibility`]: crate::visibility::MemoryVisibility
 
@@ -254,10 +254,8 @@ impl core::fmt::Display for Source {
 
 /// The memory visibility and transfer strategy a runtime uses, and why.
 ///
-/// **Status:** the bridge that performs the copy strategies (`sync`, `async`,
-/// `dma-polling`) has not landed. Until it does, the CPU backend runs *every* strategy as
-/// zero-copy shared memory; the plan records the choice (and refuses impossible ones) but
-/// does not yet change how bytes move.
+/// The strategy decides placement at launch: `unified` shares the rings, the others put
+/// them on the device behind a [`crate::bridge::RingBufferBridge`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemoryPlan {
     /// What detection looked at.

@@ -111,6 +111,10 @@ struct Loop<'a> {
     tail: u64,
     /// Reply slots released by the host, as last read.
     k2h_tail: u64,
+    /// Under `host_flags::DOORBELL` (a copy engine fills the ring; requests exist only
+    /// below `h2k_head`): the head as last read. Otherwise `u64::MAX`, so K2 never reads
+    /// the head on its fast path.
+    head: u64,
     tel: TelemetryWriter,
     /// Whether K8 runs per batch and when idle (else only on state changes).
     telemetry: bool,
@@ -174,6 +178,11 @@ impl<'a> Loop<'a> {
             payload: g.payload(),
             tail: cb.h2k_tail.load(Acquire),
             k2h_tail: cb.k2h_tail.load(Acquire),
+            head: if cb.host_flags.load(Acquire) & gyre_abi::host_flags::DOORBELL != 0 {
+                cb.h2k_tail.load(Acquire)
+            } else {
+                u64::MAX
+            },
             tel: TelemetryWriter::default(),
             telemetry,
             epoch: now,
@@ -281,6 +290,13 @@ impl<'a> Loop<'a> {
         let mut n = 0;
         while n < self.batch {
             let idx = self.tail + n;
+            if idx >= self.head {
+                // Doorbell mode: only slots below the published head are complete.
+                self.head = self.cb.h2k_head.load(Acquire);
+                if idx >= self.head {
+                    break;
+                }
+            }
             if region.slot(RingId::Request, idx).sequence().load(Acquire) != idx + 1 {
                 break;
             }

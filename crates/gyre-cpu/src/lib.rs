@@ -41,6 +41,8 @@ mod kernel;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use gyre_core::bridge::{CopyEngine, HostDeviceMemory};
+use gyre_core::ring::Geometry;
 use gyre_core::{Backend, Error, KernelInstance, LaunchSpec, Result, SharedRegion};
 use std::sync::Mutex;
 
@@ -97,6 +99,30 @@ impl Backend for CpuBackend {
         Ok(Box::new(CpuKernel {
             thread: Mutex::new(Some(thread)),
         }))
+    }
+
+    /// "Device" memory that is a separate host allocation; the host reaches it only by
+    /// the emulated copy engine's real copies ([`HostDeviceMemory`]).
+    fn alloc_resident(&self, g: &Geometry, host_timeout_ms: u32) -> Result<Arc<dyn CopyEngine>> {
+        Ok(Arc::new(HostDeviceMemory::new(*g, host_timeout_ms)?))
+    }
+
+    fn launch_resident(
+        &self,
+        mem: Arc<dyn CopyEngine>,
+        spec: &LaunchSpec,
+    ) -> Result<Box<dyn KernelInstance>> {
+        let Some(dev) = mem.as_any().downcast_ref::<HostDeviceMemory>() else {
+            return Err(Error::Launch {
+                backend: "cpu",
+                kernel: spec.name.clone(),
+                reason: format!(
+                    "device memory from the '{}' engine, not from the CPU backend",
+                    mem.name()
+                ),
+            });
+        };
+        self.launch(dev.region().clone(), spec)
     }
 }
 

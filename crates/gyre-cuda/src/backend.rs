@@ -22,7 +22,7 @@ use crate::nvrtc::{CompileOptions, Handler, Nvrtc, RING_KERNEL_ENTRY};
 use crate::probe::{self, CudaInfo, CudaProbe};
 use crate::toolchain::Toolchain;
 
-/// Threads in the ring kernel's block (at most `GYRE_MAX_LANES`, 256).
+/// Threads in the ring kernel's block (at most `GYRE_MAX_LANES` of `cuda/ring_kernel.cu`, 128).
 pub const LANES: u32 = 128;
 
 /// The CUDA backend on device 0.

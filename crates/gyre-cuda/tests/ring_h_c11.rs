@@ -255,6 +255,18 @@ int main(void) {
     CHECK(cb->state == GYRE_STATE_TERMINATED &&
           cb->error_code == GYRE_ERR_HOST_HEARTBEAT_STALE);
 
+    /* Doorbell mode (GYRE_HOST_FLAG_DOORBELL, the copy strategies): a slot whose sequence
+     * landed before the head covering it is not taken; once the head covers it, it is. */
+    init(GYRE_MAGIC, GYRE_ABI_VERSION, CAP, BATCH, 0);
+    cb->host_flags = GYRE_HOST_FLAG_DOORBELL;
+    CHECK(gyre_k0_validate(&r, region) == GYRE_ERR_NONE);
+    publish(0, 1u, "a", 1u);
+    publish(1, 1u, "b", 1u);
+    cb->h2k_head = 1u; /* slot 1's copy has not completed: no doorbell for it yet */
+    CHECK(step(&r) == 1 && cb->h2k_tail == 1u); /* two sequences, one covered slot */
+    cb->h2k_head = 2u;
+    CHECK(step(&r) == 1 && cb->h2k_tail == 2u && reply_ok(1, GYRE_ERR_NONE, 1u));
+
     /* K1 transitions (gyre-cpu slow_tick). */
     CHECK(gyre_k1_next_state(GYRE_CMD_PAUSE, GYRE_STATE_ACTIVE) == GYRE_STATE_PAUSED);
     CHECK(gyre_k1_next_state(GYRE_CMD_RUN, GYRE_STATE_PAUSED) == GYRE_STATE_ACTIVE);

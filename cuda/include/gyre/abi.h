@@ -67,7 +67,7 @@ typedef unsigned long long uint64_t;
 /** "GYRE" in little-endian ASCII; the first word of every control block. */
 #define GYRE_MAGIC 0x45525947u
 /** Version of this ABI; bumped on any layout or protocol change, checked at launch. */
-#define GYRE_ABI_VERSION 1u
+#define GYRE_ABI_VERSION 2u
 
 /** Alignment (and size granularity) of a message slot, in bytes. */
 #define GYRE_SLOT_ALIGN 128u
@@ -113,12 +113,16 @@ typedef unsigned long long uint64_t;
 #define GYRE_ERR_HANDLER_REJECTED 8u
 #define GYRE_ERR_UNKNOWN_TYPE 9u
 #define GYRE_ERR_KERNEL_GONE 10u
+#define GYRE_ERR_TRANSFER_FAILED 11u
 /** First code available to user handlers. */
 #define GYRE_ERR_USER_BASE 0x1000u
 
 /* Slot header flags (gyre_abi::flags), gyre_slot_header.flags. */
 /** The request came from `call` (not `send`); the kernel copies it into the reply. */
 #define GYRE_FLAG_CALL 1u
+/* Control-block host flags (gyre_abi::host_flags), gyre_control_block.host_flags:
+ * requests exist only below h2k_head (a copy engine fills the request ring). */
+#define GYRE_HOST_FLAG_DOORBELL 1u
 
 /* ---- structures ------------------------------------------------------------------- */
 
@@ -132,7 +136,7 @@ typedef struct gyre_control_block {
     uint32_t slot_size;             /* multiple of SLOT_ALIGN, MIN..=MAX_SLOT_SIZE */
     uint32_t batch_size;            /* >= 1 */
     uint32_t host_timeout_ms;       /* 0 = never */
-    uint32_t _reserved0;
+    uint32_t host_flags;            /* GYRE_HOST_FLAG_* */
     uint64_t h2k_head;       /* requests published */
     uint64_t k2h_tail;       /* replies consumed */
     uint64_t host_heartbeat; /* changes while the host is alive (host ns) */
@@ -201,8 +205,8 @@ GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_control_block, batch_size) == 20,
                    "gyre_control_block.batch_size");
 GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_control_block, host_timeout_ms) == 24,
                    "gyre_control_block.host_timeout_ms");
-GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_control_block, _reserved0) == 28,
-                   "gyre_control_block._reserved0");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_control_block, host_flags) == 28,
+                   "gyre_control_block.host_flags");
 GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_control_block, h2k_head) == 32,
                    "gyre_control_block.h2k_head");
 GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_control_block, k2h_tail) == 40,

@@ -80,6 +80,7 @@ typedef struct gyre_ring {
     uint64_t reply_off;       /* offset of the reply ring: 256 + capacity * slot_size */
     uint64_t tail;            /* next request index to consume (our copy of h2k_tail) */
     uint64_t k2h_tail;        /* reply slots released by the host, as last read */
+    uint64_t head;            /* doorbell mode: h2k_head as last read; else UINT64_MAX */
     uint64_t epoch;           /* GYRE_NOW_NS() at K0 */
     uint64_t host_hb;         /* host_heartbeat as last read */
     uint64_t host_hb_changed; /* GYRE_NOW_NS() when host_hb last changed */
@@ -199,6 +200,11 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k0_validate(gyre_ring *r,
     r->reply_off = (uint64_t)GYRE_RINGS_OFFSET + (uint64_t)cap * (uint64_t)slot;
     r->tail = GYRE_LOAD_ACQUIRE_U64(&cb->h2k_tail);
     r->k2h_tail = GYRE_LOAD_ACQUIRE_U64(&cb->k2h_tail);
+    /* GYRE_HOST_FLAG_DOORBELL: requests exist only below h2k_head. Without it the cached
+     * head is "infinite", so K2 never reads h2k_head on its fast path. */
+    r->head = (GYRE_LOAD_ACQUIRE_U32(&cb->host_flags) & GYRE_HOST_FLAG_DOORBELL) != 0u
+                  ? r->tail
+                  : ~(uint64_t)0;
     r->epoch = now;
     r->host_hb = GYRE_LOAD_ACQUIRE_U64(&cb->host_heartbeat);
     r->host_hb_changed = now;
@@ -311,10 +317,19 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k2_k3_take(gyre_ring *r, uint32_t che
     const uint64_t cap = r->mask + 1u;
     uint32_t n = 0u;
     *bad_seq = 0u;
+    if (r->head != ~(uint64_t)0) {
+        /* Doorbell mode: a copy engine fills the ring, so only slots below the published
+         * head are complete (a DMA copy may land a sequence before its payload). One
+         * acquire of the head per poll; payloads are read after it. */
+        r->head = GYRE_LOAD_ACQUIRE_U64(&cb->h2k_head);
+    }
     while (n < r->batch) {
         const uint64_t idx = r->tail + n;
         if (GYRE_LOAD_ACQUIRE_U64(&gyre_request_slot(r, idx)->sequence) != idx + 1u) {
             break;
+        }
+        if (idx >= r->head) {
+            break; /* doorbell mode: not yet covered by the published head */
         }
         if (idx - r->k2h_tail >= cap) {
             r->k2h_tail = GYRE_LOAD_ACQUIRE_U64(&cb->k2h_tail);

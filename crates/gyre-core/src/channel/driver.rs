@@ -48,6 +48,13 @@ impl Driver {
     }
 }
 
+impl Driver {
+    /// The driver's thread (to unpark it when new replies arrive), while it runs.
+    pub fn thread(&self) -> Option<std::thread::Thread> {
+        self.thread.as_ref().map(|t| t.thread().clone())
+    }
+}
+
 impl Drop for Driver {
     fn drop(&mut self) {
         self.ch.driver_stop.store(true, Release);

@@ -37,6 +37,21 @@ use crate::ring::slot::SlotMeta;
 pub use reply::{Probe, ReplyView};
 pub use wakers::WakerSet;
 
+/// What a channel calls when its rings are not the ones the kernel reads (the copy
+/// strategies of [`crate::bridge`]): the bridge moves bytes between the host rings this
+/// channel works on and the kernel's device-resident rings.
+///
+/// Both calls are hints that must be cheap when there is nothing to do; neither may call
+/// back into the channel's waiting paths.
+pub trait Transfer: Send + Sync {
+    /// The host line changed (requests published, a command, the host heartbeat): move
+    /// new request slots, then the host line, towards the kernel.
+    fn flush(&self);
+    /// A waiter wants fresher kernel-side data (replies, state, telemetry): bring them
+    /// up (and push the host line first, so released reply slots reach the kernel).
+    fn refresh(&self);
+}
+
 /// Whether a request's reply completes a caller or goes to `recv`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -130,6 +145,9 @@ pub struct Channel {
     driver_stop: AtomicBool,
     /// Whether producers stamp `enqueue_ns` (a clock read per publish).
     timestamps: bool,
+    /// The bridge to device-resident rings, for the copy strategies; `None` when the
+    /// kernel reads these very rings (zero copy).
+    transfer: Option<Arc<dyn Transfer>>,
 }
 
 impl core::fmt::Debug for Channel {
@@ -165,7 +183,35 @@ impl Channel {
             driver: OnceLock::new(),
             driver_stop: AtomicBool::new(false),
             timestamps: false,
+            transfer: None,
             region,
+        }
+    }
+
+    /// Connects the channel to a bridge: it calls [`Transfer::flush`] after it changes
+    /// the host line and [`Transfer::refresh`] while a waiter finds nothing new.
+    pub fn with_transfer(mut self, t: Arc<dyn Transfer>) -> Self {
+        self.transfer = Some(t);
+        self
+    }
+
+    /// The bridge hook after a host-line change.
+    #[inline(always)]
+    fn flushed(&self) {
+        if let Some(t) = &self.transfer {
+            t.flush();
+        }
+    }
+
+    /// The bridge hook before looking again at kernel-written data.
+    #[inline(always)]
+    pub(crate) fn refresh(&self) -> bool {
+        match &self.transfer {
+            Some(t) => {
+                t.refresh();
+                true
+            }
+            None => false,
         }
     }
 
@@ -320,6 +366,7 @@ impl Channel {
         prefix::advance_prefix(&cb.h2k_head, first + n, self.capacity, |i| {
             self.region.slot(RingId::Request, i).sequence()
         });
+        self.flushed();
         Ok(first)
     }
 
@@ -344,10 +391,12 @@ impl Channel {
     /// Writes a host command into the control block.
     pub fn command(&self, cmd: u32) {
         self.region.control().command.store(cmd, Release);
+        self.flushed();
     }
 
     /// The kernel's state and error code, as written in the control block.
     pub fn kernel_state(&self) -> (u32, u32) {
+        self.refresh();
         let cb = self.region.control();
         let s = cb.state.load(Acquire);
         (s, cb.error_code.load(Acquire))
@@ -359,6 +408,7 @@ impl Channel {
             .control()
             .host_heartbeat
             .store(crate::clock::now_ns(), Release);
+        self.flushed();
     }
 
     /// Closes the request ring to new claims and returns how many were ever accepted.

@@ -58,11 +58,12 @@ impl Channel {
     /// H1: where the reply of `index` stands (its slot's sequence, acquire).
     #[inline(always)]
     pub fn probe(&self, index: u64) -> Probe {
-        let s = self
-            .region
-            .slot(RingId::Reply, index)
-            .sequence()
-            .load(Acquire);
+        let seq = self.region.slot(RingId::Reply, index).sequence();
+        let mut s = seq.load(Acquire);
+        if s < index + 1 && self.refresh() {
+            // Copy strategies: bring new replies up, then look again.
+            s = seq.load(Acquire);
+        }
         if s == index + 1 {
             Probe::Ready
         } else if s > index + 1 {

@@ -62,6 +62,12 @@ impl<'a> SlotPtr<'a> {
         unsafe { &*ptr::addr_of!((*self.hdr.as_ptr()).sequence) }
     }
 
+    /// The first byte of the slot (its header), for copying whole slots.
+    #[inline(always)]
+    pub fn header_ptr(&self) -> *mut u8 {
+        self.hdr.as_ptr().cast()
+    }
+
     /// Payload capacity in bytes.
     #[inline(always)]
     pub fn payload_capacity(&self) -> usize {

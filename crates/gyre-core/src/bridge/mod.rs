@@ -1,0 +1,619 @@
+//! `RingBufferBridge`: keeps the host rings and a kernel's device-resident rings in step
+//! under the copy strategies ([`TransferStrategy::Sync`], [`TransferStrategy::Async`],
+//! [`TransferStrategy::DmaPolling`]).
+//!
+//! Under those strategies the kernel does not see the host's memory. It runs over a
+//! *device region* (same layout as [`SharedRegion`]: control block, telemetry line,
+//! request ring, reply ring) that only a [`CopyEngine`] can reach, and the host's
+//! [`Channel`](crate::Channel) works on a *mirror* region. The bridge moves bytes:
+//!
+//! **push** (host -> device), one snapshot of control-block line 0 at a time:
+//! 1. load the mirror's `h2k_head` (acquire) and the rest of line 0 into a staging line;
+//! 2. copy the request slots `[pushed, h2k_head)` down, one copy per contiguous range
+//!    (two at the wrap);
+//! 3. copy the staged line 0 down, after the slots in stream order, so the kernel never
+//!    sees a head before the slots it covers (the *doorbell*). A line identical to the
+//!    last one pushed is not copied again.
+//!
+//! **pull** (device -> host):
+//! 1. copy the kernel's line 1 up into staging (its `k2h_head` says which replies exist);
+//! 2. copy the reply slots `[pulled, k2h_head)` up into a staging ring (one copy per
+//!    contiguous range, two at the wrap);
+//! 3. publish each reply into the mirror like the kernel would: header and payload, then
+//!    the slot's sequence last with release (a DMA write lands in no particular order, so
+//!    it never targets a slot a host consumer may be probing);
+//! 4. at most once a millisecond (or when asked, [`RingBufferBridge::pull_telemetry`]),
+//!    copy the telemetry line up with a sequence-lock read across the copy engine and
+//!    republish it under the mirror's own sequence lock;
+//! 5. store line 1 into the mirror (release): `k2h_head` after the slots it covers, the
+//!    kernel state after its last replies.
+//!
+//! The bridge counts every copy and its bytes in each direction ([`TransferStats`]).
+//! When to push and pull is the strategy's business ([`agent`]).
+//!
+//! Why this is safe without locks between host and kernel: a request slot is copied only
+//! below the mirror's published head (its producers are done), and is reused by a
+//! producer only after the reply of its previous lap was released, which needs the
+//! kernel to have answered it, which needs it to have been copied. A reply slot is copied
+//! only below the device's published `k2h_head`; the kernel reuses it only after the host
+//! released the previous lap, which the host does only after the bridge published it.
+//!
+//! # Examples
+//!
+//! ```
+//! use std::sync::Arc;
+//! use gyre_core::bridge::{HostDeviceMemory, RingBufferBridge};
+//! use gyre_core::ring::Geometry;
+//! use gyre_core::{Channel, Kind, SharedRegion};
+//!
+//! let g = Geometry::new(8, 128, 4)?;
+//! let device = Arc::new(HostDeviceMemory::new(g, 0)?);
+//! let mirror = Arc::new(SharedRegion::new_host(g, 0)?);
+//! let bridge = RingBufferBridge::new(mirror.clone(), device.clone())?;
+//! let ch = Channel::new(mirror, "doc");
+//! ch.try_publish(Kind::Send, 1, b"down").unwrap();
+//! bridge.push()?;
+//! let dev = device.region().control();
+//! assert_eq!(dev.h2k_head.load(std::sync::atomic::Ordering::Acquire), 1);
+//! assert_eq!(bridge.stats().h2d_copies, 2); // one slot range, then the doorbell line
+//! # Ok::<(), gyre_core::Error>(())
+//! ```
+
+pub mod agent;
+mod host;
+mod lines;
+
+use core::sync::atomic::Ordering::{Relaxed, Release};
+use core::sync::atomic::{AtomicU64, AtomicU8};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use gyre_abi::{state, TelemetrySnapshot, SLOT_HEADER_SIZE};
+use parking_lot::Mutex;
+
+use crate::error::{Error, Result};
+use crate::region::{RegionMemory, RingId, SharedRegion, RINGS_OFFSET, TELEMETRY_OFFSET};
+use crate::ring::Geometry;
+use crate::telemetry::TelemetryWriter;
+
+pub use agent::BridgeAgent;
+pub use host::HostDeviceMemory;
+use lines::{HostLine, KernelLine, LINE};
+
+#[allow(unused_imports)] // rustdoc links
+use crate::strategy::TransferStrategy;
+
+/// A device's copy engine over one kernel's device region.
+///
+/// Offsets are byte offsets into the device region (laid out as [`SharedRegion`]).
+/// Copies of one engine complete in the order they were issued (*stream order*): a
+/// copy issued after another lands after it.
+///
+/// # Safety
+///
+/// Implementors guarantee that a copy moves exactly `len` bytes between the given host
+/// pointer and the device region, touches nothing else, and, when it returns `Ok` from a
+/// synchronous copy or from [`CopyEngine::synchronize`], has completed. Device-side stores
+/// must become visible to the kernel no earlier than the engine's earlier copies (release
+/// order); device-side loads must observe every kernel store that the kernel ordered
+/// before the value they read (acquire order).
+pub unsafe trait CopyEngine: Send + Sync + 'static {
+    /// Short name for errors (`host`, `cuda`).
+    fn name(&self) -> &'static str;
+
+    /// Length of the device region in bytes.
+    fn len(&self) -> usize;
+
+    /// Whether the region is empty (never, for a real kernel).
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Copies `len` bytes from host `src` to device offset `dst`, blocking until done.
+    ///
+    /// # Safety
+    ///
+    /// `src` is valid for `len` reads and nobody writes those bytes until the copy
+    /// completes.
+    unsafe fn copy_h2d(&self, dst: usize, src: *const u8, len: usize) -> Result<()>;
+
+    /// Copies `len` bytes from device offset `src` to host `dst`, blocking until done.
+    ///
+    /// # Safety
+    ///
+    /// `dst` is valid for `len` writes and nobody else accesses those bytes until the
+    /// copy completes.
+    unsafe fn copy_d2h(&self, dst: *mut u8, src: usize, len: usize) -> Result<()>;
+
+    /// [`CopyEngine::copy_h2d`] issued on the engine's stream without waiting; complete
+    /// after [`CopyEngine::synchronize`]. The default copies synchronously.
+    ///
+    /// # Safety
+    ///
+    /// As [`CopyEngine::copy_h2d`], until the next `synchronize` returns.
+    unsafe fn copy_h2d_async(&self, dst: usize, src: *const u8, len: usize) -> Result<()> {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.copy_h2d(dst, src, len) }
+    }
+
+    /// [`CopyEngine::copy_d2h`] issued on the engine's stream without waiting.
+    ///
+    /// # Safety
+    ///
+    /// As [`CopyEngine::copy_d2h`], until the next `synchronize` returns.
+    unsafe fn copy_d2h_async(&self, dst: *mut u8, src: usize, len: usize) -> Result<()> {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.copy_d2h(dst, src, len) }
+    }
+
+    /// Waits for every copy issued so far (a stream event).
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Host memory the engine copies to and from fastest (pinned for a GPU), zeroed,
+    /// 128-aligned. The default is an ordinary host allocation.
+    fn alloc_staging(&self, bytes: usize) -> Result<Box<dyn RegionMemory>> {
+        Ok(Box::new(crate::region::HostMemory::zeroed(bytes)?))
+    }
+
+    /// The engine as `Any`, so the backend that made it can find its own type again.
+    fn as_any(&self) -> &dyn core::any::Any;
+}
+
+/// Copies and bytes moved by a bridge since it was created.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TransferStats {
+    /// Host -> device copies (slot ranges and control lines).
+    pub h2d_copies: u64,
+    /// Bytes copied host -> device.
+    pub h2d_bytes: u64,
+    /// Device -> host copies (control lines, slot ranges, telemetry).
+    pub d2h_copies: u64,
+    /// Bytes copied device -> host.
+    pub d2h_bytes: u64,
+    /// Request slots moved down.
+    pub slots_down: u64,
+    /// Reply slots moved up.
+    pub slots_up: u64,
+    /// Pushes that moved something.
+    pub pushes: u64,
+    /// Pulls that ran (a pull always copies the kernel's line).
+    pub pulls: u64,
+    /// Telemetry line reads (two device -> host copies each: the line, then its
+    /// sequence word again).
+    pub telemetry_reads: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    h2d_copies: AtomicU64,
+    h2d_bytes: AtomicU64,
+    d2h_copies: AtomicU64,
+    d2h_bytes: AtomicU64,
+    slots_down: AtomicU64,
+    slots_up: AtomicU64,
+    pushes: AtomicU64,
+    pulls: AtomicU64,
+    telemetry_reads: AtomicU64,
+}
+
+/// Whether copies wait one by one or are issued on the stream and synchronised once per
+/// step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CopyMode {
+    /// Every copy blocks until done.
+    Blocking,
+    /// Copies are issued asynchronously in stream order; each step synchronises once.
+    Stream,
+}
+
+/// Staging layout: line 0 out, line 1 in, telemetry in, a second telemetry sequence read,
+/// then a reply ring.
+const ST_LINE0: usize = 0;
+const ST_LINE1: usize = 64;
+const ST_TEL: usize = 128;
+const ST_TEL_SEQ: usize = 192;
+const ST_RING: usize = 256;
+
+/// How often a pull refreshes the telemetry line on its own.
+const TELEMETRY_EVERY: Duration = Duration::from_millis(1);
+
+#[derive(Debug)]
+struct PushState {
+    /// Request slots below this index are on the device.
+    pushed: u64,
+    /// The last line 0 copied down (`None` before the first).
+    last: Option<HostLine>,
+}
+
+#[derive(Debug)]
+struct PullState {
+    /// Reply slots below this index are in the mirror.
+    pulled: u64,
+    last_line: KernelLine,
+    last_telemetry: Instant,
+    /// The last device snapshot republished (its own `seq`).
+    last_snapshot: TelemetrySnapshot,
+    telemetry: TelemetryWriter,
+}
+
+/// The host end of one kernel's device-resident rings. See the [module documentation](self).
+pub struct RingBufferBridge {
+    mirror: Arc<SharedRegion>,
+    engine: Arc<dyn CopyEngine>,
+    geometry: Geometry,
+    /// Host memory the engine copies through; see the `ST_*` offsets. Line 0 staging is
+    /// used under `push`, the rest under `pull`.
+    staging: Box<dyn RegionMemory>,
+    push: Mutex<PushState>,
+    pull: Mutex<PullState>,
+    mode: AtomicU8,
+    counters: Counters,
+    failed: OnceLock<Error>,
+}
+
+impl core::fmt::Debug for RingBufferBridge {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RingBufferBridge")
+            .field("engine", &self.engine.name())
+            .field("geometry", &self.geometry)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RingBufferBridge {
+    /// A bridge between `mirror` (the host rings a [`Channel`](crate::Channel) works on)
+    /// and `engine`'s device region of the same geometry.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] when the device region is smaller than the mirror's
+    /// layout needs; the engine's error when staging memory cannot be allocated.
+    pub fn new(mirror: Arc<SharedRegion>, engine: Arc<dyn CopyEngine>) -> Result<Self> {
+        let geometry = *mirror.geometry();
+        let need = SharedRegion::bytes_for(&geometry);
+        if engine.len() < need {
+            return Err(Error::InvalidArgument {
+                name: "device region",
+                value: format!("{} bytes (need {need})", engine.len()),
+                reason: "smaller than the ring geometry's layout",
+            });
+        }
+        let staging = engine.alloc_staging(ST_RING + geometry.ring_bytes())?;
+        // The kernel must trust only the doorbell: the engine's slot copies land in no
+        // particular order (gyre_abi::host_flags::DOORBELL).
+        mirror
+            .control()
+            .host_flags
+            .fetch_or(gyre_abi::host_flags::DOORBELL, Release);
+        Ok(Self {
+            mirror,
+            engine,
+            geometry,
+            staging,
+            push: Mutex::new(PushState {
+                pushed: 0,
+                last: None,
+            }),
+            pull: Mutex::new(PullState {
+                pulled: 0,
+                last_line: KernelLine::default(),
+                last_telemetry: Instant::now(),
+                last_snapshot: TelemetrySnapshot::default(),
+                telemetry: TelemetryWriter::default(),
+            }),
+            mode: AtomicU8::new(CopyMode::Blocking as u8),
+            counters: Counters::default(),
+            failed: OnceLock::new(),
+        })
+    }
+
+    /// Sets whether copies block one by one or go on the engine's stream.
+    pub fn set_copy_mode(&self, mode: CopyMode) {
+        self.mode.store(mode as u8, Relaxed);
+    }
+
+    fn stream(&self) -> bool {
+        self.mode.load(Relaxed) == CopyMode::Stream as u8
+    }
+
+    /// The mirror region the host works on.
+    pub fn mirror(&self) -> &Arc<SharedRegion> {
+        &self.mirror
+    }
+
+    /// The copy engine.
+    pub fn engine(&self) -> &Arc<dyn CopyEngine> {
+        &self.engine
+    }
+
+    /// Copies and bytes so far.
+    pub fn stats(&self) -> TransferStats {
+        let c = &self.counters;
+        TransferStats {
+            h2d_copies: c.h2d_copies.load(Relaxed),
+            h2d_bytes: c.h2d_bytes.load(Relaxed),
+            d2h_copies: c.d2h_copies.load(Relaxed),
+            d2h_bytes: c.d2h_bytes.load(Relaxed),
+            slots_down: c.slots_down.load(Relaxed),
+            slots_up: c.slots_up.load(Relaxed),
+            pushes: c.pushes.load(Relaxed),
+            pulls: c.pulls.load(Relaxed),
+            telemetry_reads: c.telemetry_reads.load(Relaxed),
+        }
+    }
+
+    /// The first transfer error, after which the bridge refuses to move anything.
+    pub fn failure(&self) -> Option<&Error> {
+        self.failed.get()
+    }
+
+    fn staging_ptr(&self, off: usize) -> *mut u8 {
+        debug_assert!(off < self.staging.len());
+        // SAFETY: `off` is inside the staging allocation (the ST_* offsets and ring
+        // offsets are bounded by its size, ST_RING + ring_bytes).
+        unsafe { self.staging.base().as_ptr().add(off) }
+    }
+
+    fn h2d(&self, dst: usize, src: *const u8, len: usize) -> Result<()> {
+        // SAFETY: callers pass staging or published request slots, which nobody writes
+        // until the copy completes (module docs); `dst..dst+len` is inside the region.
+        unsafe {
+            if self.stream() {
+                self.engine.copy_h2d_async(dst, src, len)?;
+            } else {
+                self.engine.copy_h2d(dst, src, len)?;
+            }
+        }
+        self.counters.h2d_copies.fetch_add(1, Relaxed);
+        self.counters.h2d_bytes.fetch_add(len as u64, Relaxed);
+        Ok(())
+    }
+
+    fn d2h(&self, dst: *mut u8, src: usize, len: usize) -> Result<()> {
+        // SAFETY: `dst` is staging owned by the caller's pull (under the pull lock).
+        unsafe {
+            if self.stream() {
+                self.engine.copy_d2h_async(dst, src, len)?;
+            } else {
+                self.engine.copy_d2h(dst, src, len)?;
+            }
+        }
+        self.counters.d2h_copies.fetch_add(1, Relaxed);
+        self.counters.d2h_bytes.fetch_add(len as u64, Relaxed);
+        Ok(())
+    }
+
+    fn sync_stream(&self) -> Result<()> {
+        if self.stream() {
+            self.engine.synchronize()?;
+        }
+        Ok(())
+    }
+
+    /// The contiguous pieces of slots `[from, to)` of one ring: `(byte offset in the
+    /// ring, bytes)`, at most two (split at the wrap).
+    fn ranges(&self, from: u64, to: u64) -> [(usize, usize); 2] {
+        let g = &self.geometry;
+        let cap = u64::from(g.capacity());
+        let ss = g.slot_size() as usize;
+        debug_assert!(to >= from && to - from <= cap);
+        let start = (from & g.mask()) as usize;
+        let n = (to - from) as usize;
+        let first = n.min(cap as usize - start);
+        [(start * ss, first * ss), (0, (n - first) * ss)]
+    }
+
+    /// Writes the mirror's initial control block and telemetry line to the device, before
+    /// the kernel is launched.
+    pub fn init(&self) -> Result<()> {
+        let _span = tracing::debug_span!("gyre_bridge_init", engine = self.engine.name()).entered();
+        self.push()?;
+        self.sync_stream()
+    }
+
+    /// Moves new request slots and then control-block line 0 down. See the
+    /// [module documentation](self).
+    ///
+    /// # Errors
+    ///
+    /// The engine's error ([`Error::Transfer`]), or [`Error::Protocol`] if the mirror's
+    /// head went backwards or beyond the capacity. The first error is kept and makes
+    /// every later push and pull fail with it.
+    pub fn push(&self) -> Result<()> {
+        self.check_failed()?;
+        let mut st = self.push.lock();
+        let r = self.push_locked(&mut st);
+        self.record(r)
+    }
+
+    fn push_locked(&self, st: &mut PushState) -> Result<()> {
+        let line = HostLine::load(self.mirror.control());
+        let head = line.h2k_head;
+        let cap = u64::from(self.geometry.capacity());
+        if head < st.pushed || head - st.pushed > cap {
+            return Err(Error::Protocol {
+                ring: "request",
+                index: st.pushed,
+                what: "mirror h2k_head out of range",
+                expected: st.pushed + cap,
+                found: head,
+            });
+        }
+        let new_slots = head - st.pushed;
+        if new_slots == 0 && st.last == Some(line) {
+            return Ok(());
+        }
+        if new_slots > 0 {
+            let ring = RINGS_OFFSET;
+            for (off, len) in self.ranges(st.pushed, head) {
+                if len > 0 {
+                    let src = self.mirror.slot(RingId::Request, 0).header_ptr();
+                    // SAFETY: `off + len` is within the request ring (ranges splits at
+                    // the wrap), which starts at `src`.
+                    let src = unsafe { src.add(off) };
+                    self.h2d(ring + off, src, len)?;
+                }
+            }
+            self.counters.slots_down.fetch_add(new_slots, Relaxed);
+        }
+        // The doorbell: line 0 after the slots it covers, in stream order.
+        let p = self.staging_ptr(ST_LINE0);
+        // SAFETY: ST_LINE0..+64 is staging used only under the push lock, which we hold;
+        // the previous push synchronised before it released the lock.
+        unsafe { line.store_to(p) };
+        self.h2d(0, p, LINE)?;
+        self.sync_stream()?;
+        st.pushed = head;
+        st.last = Some(line);
+        self.counters.pushes.fetch_add(1, Relaxed);
+        Ok(())
+    }
+
+    /// Moves the kernel's line, new reply slots and (at a bounded rate) the telemetry line
+    /// up into the mirror. Returns whether anything changed; `Ok(false)` without copying
+    /// when another thread is pulling (its pull covers this one's purpose).
+    ///
+    /// # Errors
+    ///
+    /// As [`RingBufferBridge::push`]; a device `k2h_head` that went backwards or beyond
+    /// the capacity is [`Error::Protocol`].
+    pub fn pull(&self) -> Result<bool> {
+        self.check_failed()?;
+        let Some(mut st) = self.pull.try_lock() else {
+            return Ok(false);
+        };
+        let r = self.pull_locked(&mut st, false);
+        self.record(r)
+    }
+
+    /// A pull that always refreshes the telemetry line (for a caller about to read it).
+    /// Waits for a concurrent pull instead of skipping.
+    pub fn pull_telemetry(&self) -> Result<bool> {
+        self.check_failed()?;
+        let mut st = self.pull.lock();
+        let r = self.pull_locked(&mut st, true);
+        self.record(r)
+    }
+
+    fn pull_locked(&self, st: &mut PullState, telemetry: bool) -> Result<bool> {
+        self.counters.pulls.fetch_add(1, Relaxed);
+        let l1 = self.staging_ptr(ST_LINE1);
+        self.d2h(l1, LINE, LINE)?;
+        self.sync_stream()?;
+        // SAFETY: staging written by the completed copy above, under the pull lock.
+        let line = unsafe { KernelLine::load_from(l1) };
+        let head = line.k2h_head;
+        let cap = u64::from(self.geometry.capacity());
+        if head < st.pulled || head - st.pulled > cap {
+            return Err(Error::Protocol {
+                ring: "reply",
+                index: st.pulled,
+                what: "device k2h_head out of range",
+                expected: st.pulled + cap,
+                found: head,
+            });
+        }
+        let new = head - st.pulled;
+        if new > 0 {
+            let ring = RINGS_OFFSET + self.geometry.ring_bytes();
+            for (off, len) in self.ranges(st.pulled, head) {
+                if len > 0 {
+                    self.d2h(self.staging_ptr(ST_RING + off), ring + off, len)?;
+                }
+            }
+            self.sync_stream()?;
+            for i in st.pulled..head {
+                self.publish_reply(i);
+            }
+            self.counters.slots_up.fetch_add(new, Relaxed);
+            st.pulled = head;
+        }
+        if telemetry || st.last_telemetry.elapsed() >= TELEMETRY_EVERY {
+            self.pull_telemetry_line(st)?;
+        }
+        let changed = new > 0 || line != st.last_line;
+        if changed {
+            line.store_into(self.mirror.control());
+            st.last_line = line;
+        }
+        Ok(changed)
+    }
+
+    /// Publishes reply `i` from the staging ring into the mirror: header and payload,
+    /// then the sequence last (release), as the kernel does in K6.
+    fn publish_reply(&self, i: u64) {
+        let g = &self.geometry;
+        let ss = g.slot_size() as usize;
+        let at = ST_RING + (i & g.mask()) as usize * ss;
+        let src = self.staging_ptr(at);
+        let dst = self.mirror.slot(RingId::Reply, i);
+        // SAFETY: staging slot `at..at+ss` was filled by the completed copy; the mirror
+        // slot of `i` is not read by the host before its sequence says `i + 1` and not
+        // written by anyone else (module docs). The header's `len` is untrusted: at most
+        // the payload is copied, and the host's reply checks (H2) reject a bad length.
+        unsafe {
+            let len = core::ptr::read_unaligned(src.add(LEN_OFFSET).cast::<u32>()) as usize;
+            let body = SLOT_HEADER_SIZE - 8 + len.min(g.payload());
+            core::ptr::copy_nonoverlapping(src.add(8), dst.header_ptr().add(8), body);
+            let seq = core::ptr::read(src.cast::<u64>());
+            dst.sequence().store(seq, Release);
+        }
+    }
+
+    /// A sequence-lock read of the device's telemetry line through the engine (line,
+    /// then its sequence word again), republished under the mirror's own sequence lock.
+    /// A torn copy is skipped: the next pull tries again.
+    fn pull_telemetry_line(&self, st: &mut PullState) -> Result<()> {
+        st.last_telemetry = Instant::now();
+        let t = self.staging_ptr(ST_TEL);
+        let s2 = self.staging_ptr(ST_TEL_SEQ);
+        self.d2h(t, TELEMETRY_OFFSET, 64)?;
+        self.d2h(s2, TELEMETRY_OFFSET, 8)?;
+        self.sync_stream()?;
+        // SAFETY: both staging areas were filled by the completed copies, under the lock.
+        let (snap, seq2) = unsafe {
+            (
+                core::ptr::read(t.cast::<TelemetrySnapshot>()),
+                core::ptr::read(s2.cast::<u32>()),
+            )
+        };
+        self.counters.telemetry_reads.fetch_add(1, Relaxed);
+        if snap.seq % 2 == 0 && snap.seq == seq2 && snap != st.last_snapshot {
+            st.last_snapshot = snap;
+            st.telemetry.acc = snap;
+            st.telemetry.publish(self.mirror.telemetry());
+        }
+        Ok(())
+    }
+
+    fn check_failed(&self) -> Result<()> {
+        match self.failed.get() {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+
+    /// Keeps the first error and turns it into a faulted kernel in the mirror, so every
+    /// waiter fails with it instead of waiting for bytes that will never move.
+    fn record<T>(&self, r: Result<T>) -> Result<T> {
+        if let Err(e) = &r {
+            if self.failed.set(e.clone()).is_ok() {
+                tracing::error!(engine = self.engine.name(), error = %e, "bridge transfer failed");
+                let cb = self.mirror.control();
+                cb.error_code
+                    .store(gyre_abi::error::TRANSFER_FAILED, Release);
+                cb.state.store(state::FAULTED, Release);
+            }
+        }
+        r
+    }
+}
+
+/// Offset of `len` in a slot header.
+const LEN_OFFSET: usize = core::mem::offset_of!(gyre_abi::SlotHeader, len);
+
+#[cfg(test)]
+mod tests;
