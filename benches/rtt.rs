@@ -450,6 +450,7 @@ const SUMMARY: Summary = Summary {
     // ns per round trip
     figure: |n, d| d.as_nanos() as f64 / n as f64,
     placement_probe,
+    own_threads: 0,
 };
 
 /// The atomic ping-pong RTT now, in ns (a few ms): the VM's current core placement.

@@ -397,50 +397,9 @@ const SUMMARY: Summary = Summary {
     max_ops: 50_000_000,
     // M messages per second
     figure: |n, d| n as f64 / d.as_secs_f64() / 1e6,
-    placement_probe,
+    placement_probe: common::pingpong_probe,
+    own_threads: 0,
 };
-
-/// Round-trip time of two atomics on separate cache lines between the two cores, in ns
-/// (a few ms):
-/// a probe of the VM's current core placement (about 100 ns between two physical cores
-/// here; it changes between minutes on these VMs), printed beside each round.
-fn placement_probe() -> f64 {
-    let lines = Arc::new([
-        CachePadded::new(AtomicU64::new(0)),
-        CachePadded::new(AtomicU64::new(0)),
-    ]);
-    let l = lines.clone();
-    let server = spawn_server("tput-pingpong", move || {
-        let mut last = 0;
-        loop {
-            let v = l[0].load(Acquire);
-            if v == last {
-                core::hint::spin_loop();
-                continue;
-            }
-            if v == u64::MAX {
-                return;
-            }
-            l[1].store(v, Release);
-            last = v;
-        }
-    });
-    let n = 20_000u64;
-    let mut t = Instant::now();
-    for i in 1..=2 * n {
-        if i == n + 1 {
-            t = Instant::now();
-        }
-        lines[0].store(i, Release);
-        while lines[1].load(Acquire) != i {
-            core::hint::spin_loop();
-        }
-    }
-    let ns = t.elapsed().as_nanos() as f64 / n as f64;
-    lines[0].store(u64::MAX, Release);
-    server.join().unwrap();
-    ns
-}
 
 fn main() {
     common::main(&SUMMARY, criterion_benches);

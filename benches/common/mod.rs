@@ -16,14 +16,18 @@
 //! placement band. Ratios are taken within a round, then the median over the kept rounds
 //! of a band; figures are the median over them.
 
+#![allow(dead_code)] // shared by the benches; each uses part of it
+
 use std::hint::black_box;
-use std::sync::atomic::AtomicBool;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use core_affinity::CoreId;
 use criterion::Criterion;
+use crossbeam_utils::CachePadded;
 use gyre::{IdleStrategy, Kernel, KernelSpec, Runtime};
 
 /// The message: 64 bytes, the payload of one 128-byte gyre slot.
@@ -88,7 +92,8 @@ pub fn spawn_server(name: &str, f: impl FnOnce() + Send + 'static) -> JoinHandle
 /// gyre's built-in echo handler, pinning the kernel thread that runs it to the server core
 /// on its first request. The check afterwards is one relaxed load of a flag the kernel
 /// thread alone writes.
-fn pinned_echo() -> impl Fn(u32, &[u8], &mut [u8]) -> Result<usize, u32> + Send + Sync + 'static {
+pub fn pinned_echo() -> impl Fn(u32, &[u8], &mut [u8]) -> Result<usize, u32> + Send + Sync + 'static
+{
     let core = core_id(SERVER_CORE);
     let pinned = AtomicBool::new(false);
     move |ty, req, reply| {
@@ -160,10 +165,17 @@ pub fn warmed(mut s: Box<dyn Session>, per_run: u64) -> Box<dyn Session> {
 /// The whole bench: pins the main thread, then runs `summary` when `GYRE_BENCH_SUMMARY=1`,
 /// else criterion with `criterion_benches`.
 pub fn main(summary: &Summary, criterion_benches: fn(&mut Criterion)) {
+    main_many(&[summary], criterion_benches);
+}
+
+/// [`main`] for a bench with several summaries, run one after the other.
+pub fn main_many(summaries: &[&Summary], criterion_benches: fn(&mut Criterion)) {
     init_cores();
     pin_current(MAIN_CORE);
     if std::env::var("GYRE_BENCH_SUMMARY").is_ok_and(|v| v == "1") {
-        summary.run();
+        for s in summaries {
+            s.run();
+        }
         return;
     }
     let mut c = Criterion::default()
@@ -209,6 +221,9 @@ pub struct Summary {
     pub figure: fn(n: u64, d: Duration) -> f64,
     /// The core-to-core ping-pong RTT now, in ns (a few ms): the VM's current placement.
     pub placement_probe: fn() -> f64,
+    /// Runnable threads an implementation itself adds beyond the client and the server
+    /// (a copy thread): a run counts as contended above `2 + own_threads`.
+    pub own_threads: u32,
 }
 
 /// One round: the placement probes before, between and after its implementations, and
@@ -324,7 +339,7 @@ impl Summary {
                     .map(|_| {
                         let v = self.measure(&mut *s, n);
                         runs += 1;
-                        contended += u32::from(procs_running() > 2);
+                        contended += u32::from(procs_running() > 2 + self.own_threads);
                         v
                     })
                     .collect();
@@ -436,4 +451,46 @@ impl Summary {
             }
         }
     }
+}
+
+/// Round-trip time of two atomics on separate cache lines between the two cores, in ns
+/// (a few ms):
+/// a probe of the VM's current core placement (about 100 ns between two physical cores
+/// here; it changes between minutes on these VMs), printed beside each round.
+pub fn pingpong_probe() -> f64 {
+    let lines = Arc::new([
+        CachePadded::new(AtomicU64::new(0)),
+        CachePadded::new(AtomicU64::new(0)),
+    ]);
+    let l = lines.clone();
+    let server = spawn_server("probe-pingpong", move || {
+        let mut last = 0;
+        loop {
+            let v = l[0].load(Acquire);
+            if v == last {
+                core::hint::spin_loop();
+                continue;
+            }
+            if v == u64::MAX {
+                return;
+            }
+            l[1].store(v, Release);
+            last = v;
+        }
+    });
+    let n = 20_000u64;
+    let mut t = Instant::now();
+    for i in 1..=2 * n {
+        if i == n + 1 {
+            t = Instant::now();
+        }
+        lines[0].store(i, Release);
+        while lines[1].load(Acquire) != i {
+            core::hint::spin_loop();
+        }
+    }
+    let ns = t.elapsed().as_nanos() as f64 / n as f64;
+    lines[0].store(u64::MAX, Release);
+    server.join().unwrap();
+    ns
 }

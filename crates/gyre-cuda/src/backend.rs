@@ -11,11 +11,14 @@ use std::ffi::{c_void, CString};
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys::{self, CUresult};
+use gyre_core::bridge::CopyEngine;
 use gyre_core::region::RegionMemory;
+use gyre_core::ring::Geometry;
 use gyre_core::{KernelInstance, LaunchSpec, SharedRegion};
 
 use crate::cache::{CacheKey, PtxCache};
 use crate::context::Context;
+use crate::copy::CudaCopyEngine;
 use crate::error::{check, Error, Result};
 use crate::memory::PinnedBuffer;
 use crate::nvrtc::{CompileOptions, Handler, Nvrtc, RING_KERNEL_ENTRY};
@@ -101,7 +104,30 @@ impl CudaBackend {
         }
     }
 
-    fn launch_inner(&self, region: &Arc<SharedRegion>, spec: &LaunchSpec) -> Result<CudaKernel> {
+    /// The device address of a zero-copy region: its mapping of mapped pinned memory.
+    fn mapped_ptr(&self, region: &SharedRegion) -> Result<sys::CUdeviceptr> {
+        self.ctx.bind()?;
+        let host = region.base().as_ptr().cast::<c_void>();
+        let mut dptr: sys::CUdeviceptr = 0;
+        // SAFETY: queries the mapping of a host address; fails (typed) if it is not mapped
+        // pinned memory.
+        let r = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dptr, host, 0) };
+        check("cuMemHostGetDevicePointer", r, || {
+            format!(
+                ", region at {host:p} is not mapped pinned memory (use CudaBackend::alloc_region)"
+            )
+        })?;
+        Ok(dptr)
+    }
+
+    /// Launches the ring kernel over the region at device address `dptr`; `keep` owns the
+    /// memory behind it and lives until the kernel has finished.
+    fn launch_inner(
+        &self,
+        mut dptr: sys::CUdeviceptr,
+        keep: Keep,
+        spec: &LaunchSpec,
+    ) -> Result<CudaKernel> {
         let handler =
             spec.builtin
                 .and_then(Handler::builtin)
@@ -156,16 +182,6 @@ impl CudaBackend {
             unsafe { sys::cuStreamCreate(&mut res.stream, flags) },
             || ", CU_STREAM_NON_BLOCKING".into(),
         )?;
-        let host = region.base().as_ptr().cast::<c_void>();
-        let mut dptr: sys::CUdeviceptr = 0;
-        // SAFETY: queries the mapping of a host address; fails (typed) if it is not mapped
-        // pinned memory.
-        let r = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dptr, host, 0) };
-        check("cuMemHostGetDevicePointer", r, || {
-            format!(
-                ", region at {host:p} is not mapped pinned memory (use CudaBackend::alloc_region)"
-            )
-        })?;
         let mut params = [std::ptr::addr_of_mut!(dptr).cast::<c_void>()];
         // SAFETY: `func` is the ring kernel, whose one parameter is a pointer, passed as
         // the address of `dptr` (read by the driver during the call); the region stays
@@ -190,7 +206,7 @@ impl CudaBackend {
         })?;
         Ok(CudaKernel {
             ctx: self.ctx.clone(),
-            state: Mutex::new(Some((res, region.clone()))),
+            state: Mutex::new(Some((res, keep))),
         })
     }
 }
@@ -221,12 +237,54 @@ impl gyre_core::Backend for CudaBackend {
     ) -> gyre_core::Result<Box<dyn KernelInstance>> {
         spec.idle.validate()?;
         let k = self
-            .launch_inner(&region, spec)
+            .mapped_ptr(&region)
+            .and_then(|dptr| self.launch_inner(dptr, Box::new(region), spec))
             .map_err(|e| to_core(&spec.name, e))?;
         tracing::info!(kernel = %spec.name, lanes = LANES, "CUDA ring kernel launched");
         Ok(Box::new(k))
     }
+
+    /// Device memory (`cuMemAlloc`) behind a [`CudaCopyEngine`] on its own copy stream.
+    fn alloc_resident(
+        &self,
+        g: &Geometry,
+        _host_timeout_ms: u32,
+    ) -> gyre_core::Result<Arc<dyn CopyEngine>> {
+        let engine = CudaCopyEngine::new(&self.ctx, SharedRegion::bytes_for(g))
+            .map_err(|e| to_core("(device-resident region)", e))?;
+        Ok(Arc::new(engine))
+    }
+
+    fn launch_resident(
+        &self,
+        mem: Arc<dyn CopyEngine>,
+        spec: &LaunchSpec,
+    ) -> gyre_core::Result<Box<dyn KernelInstance>> {
+        spec.idle.validate()?;
+        let Some(dptr) = mem
+            .as_any()
+            .downcast_ref::<CudaCopyEngine>()
+            .map(CudaCopyEngine::device_ptr)
+        else {
+            return Err(to_core(
+                &spec.name,
+                Error::InvalidInput {
+                    what: format!("device memory from the '{}' engine", mem.name()),
+                    reason: "not allocated by this CUDA backend",
+                },
+            ));
+        };
+        let k = self
+            .launch_inner(dptr, Box::new(mem), spec)
+            .map_err(|e| to_core(&spec.name, e))?;
+        tracing::info!(kernel = %spec.name, lanes = LANES, "CUDA ring kernel launched over device-resident rings");
+        Ok(Box::new(k))
+    }
 }
+
+/// What a running kernel's memory is owned by (the shared region, or the copy engine's
+/// device buffer).
+type Keep = Box<dyn core::any::Any + Send + Sync>;
 
 /// The module and stream of one launch; destroyed once the kernel has finished.
 struct Resources {
@@ -261,7 +319,7 @@ impl Drop for Resources {
 struct CudaKernel {
     ctx: Arc<Context>,
     /// `None` once joined. The region is kept alive while the kernel may touch it.
-    state: Mutex<Option<(Resources, Arc<SharedRegion>)>>,
+    state: Mutex<Option<(Resources, Keep)>>,
 }
 
 // SAFETY: the raw handles are driver objects usable from any thread with the context

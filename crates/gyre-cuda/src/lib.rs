@@ -20,6 +20,7 @@
 pub mod backend;
 pub mod cache;
 pub mod context;
+pub mod copy;
 pub mod error;
 pub mod memory;
 pub mod nvrtc;
@@ -29,6 +30,7 @@ pub mod toolchain;
 pub use backend::CudaBackend;
 pub use cache::{CacheKey, PtxCache};
 pub use context::Context;
+pub use copy::CudaCopyEngine;
 pub use error::{Error, Result};
 pub use memory::{DeviceBuffer, DeviceRepr, Location, PinnedBuffer, UnifiedBuffer};
 pub use nvrtc::{CompileOptions, Handler, Nvrtc, Ptx};

@@ -1,0 +1,222 @@
+//! [`CudaCopyEngine`]: device-resident rings for the copy strategies (`sync`, `async`,
+//! `dma-polling`), reached through the driver's copy calls on a stream of their own.
+//!
+//! The kernel's region is a [`DeviceBuffer<u8>`] (`cuMemAlloc`). Every copy is issued with
+//! `cuMemcpyHtoDAsync` / `cuMemcpyDtoHAsync` on the engine's non-blocking copy stream, so
+//! copies complete in issue order (the stream order the bridge's doorbell relies on) and
+//! never wait on the persistent kernel's stream. A synchronous copy waits for its stream;
+//! [`CopyEngine::synchronize`] records an event behind everything issued and waits for it
+//! (`cuEventRecord` + `cuEventSynchronize`), which is what the bridge's async strategy does
+//! once per step. Staging memory is mapped pinned memory (not write-combined: the bridge
+//! reads it back on the CPU), so async copies are true DMA.
+//!
+//! **Not validated on a GPU** (none was available while this was written): it compiles,
+//! and the same bridge runs the conformance suite over the CPU backend's emulated engine.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use cudarc::driver::sys;
+use gyre_core::bridge::CopyEngine;
+use gyre_core::region::RegionMemory;
+
+use crate::context::Context;
+use crate::error::{check, Error, Result};
+use crate::memory::{DeviceBuffer, PinnedBuffer};
+
+/// A kernel's device-resident region and the stream its copies run on.
+#[derive(Debug)]
+pub struct CudaCopyEngine {
+    ctx: Arc<Context>,
+    buf: DeviceBuffer<u8>,
+    stream: sys::CUstream,
+    event: sys::CUevent,
+}
+
+// SAFETY: the stream and event are driver handles usable from any thread once the context
+// is bound, which every method does first; the buffer is Send + Sync.
+unsafe impl Send for CudaCopyEngine {}
+// SAFETY: as above; copies issued from several threads are serialised by the bridge's
+// locks, and the driver API is thread-safe.
+unsafe impl Sync for CudaCopyEngine {}
+
+impl CudaCopyEngine {
+    /// Allocates `bytes` of zeroed device memory, a non-blocking copy stream and an event
+    /// (timing disabled).
+    ///
+    /// # Errors
+    ///
+    /// The driver's error naming the call and the size.
+    pub fn new(ctx: &Arc<Context>, bytes: usize) -> Result<Self> {
+        let buf = DeviceBuffer::<u8>::zeroed(ctx, bytes)?;
+        ctx.bind()?;
+        let mut stream: sys::CUstream = std::ptr::null_mut();
+        let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
+        // SAFETY: context current; one handle written through a valid pointer.
+        check(
+            "cuStreamCreate",
+            unsafe { sys::cuStreamCreate(&mut stream, flags) },
+            || ", the bridge's copy stream".into(),
+        )?;
+        let mut event: sys::CUevent = std::ptr::null_mut();
+        let eflags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+        // SAFETY: as above.
+        let r = unsafe { sys::cuEventCreate(&mut event, eflags) };
+        if let Err(e) = check("cuEventCreate", r, String::new) {
+            // SAFETY: created above, destroyed once.
+            unsafe { sys::cuStreamDestroy_v2(stream) };
+            return Err(e);
+        }
+        Ok(Self {
+            ctx: ctx.clone(),
+            buf,
+            stream,
+            event,
+        })
+    }
+
+    /// The device address of the region (the ring kernel's argument).
+    pub fn device_ptr(&self) -> sys::CUdeviceptr {
+        self.buf.device_ptr()
+    }
+
+    fn transfer_error(op: &'static str, offset: usize, len: usize, e: Error) -> gyre_core::Error {
+        gyre_core::Error::Transfer {
+            engine: "cuda",
+            op,
+            offset,
+            len,
+            reason: e.to_string(),
+        }
+    }
+
+    fn bounds(&self, op: &'static str, offset: usize, len: usize) -> gyre_core::Result<()> {
+        if offset
+            .checked_add(len)
+            .is_none_or(|end| end > self.buf.len())
+        {
+            return Err(gyre_core::Error::Transfer {
+                engine: "cuda",
+                op,
+                offset,
+                len,
+                reason: format!("outside the {}-byte device region", self.buf.len()),
+            });
+        }
+        self.ctx
+            .bind()
+            .map_err(|e| Self::transfer_error(op, offset, len, e))
+    }
+
+    fn wait_stream(&self, op: &'static str, offset: usize, len: usize) -> gyre_core::Result<()> {
+        // SAFETY: a live stream in the bound context.
+        let r = unsafe { sys::cuStreamSynchronize(self.stream) };
+        check("cuStreamSynchronize", r, || {
+            ", the bridge's copy stream".into()
+        })
+        .map_err(|e| Self::transfer_error(op, offset, len, e))
+    }
+}
+
+// SAFETY: every copy is bounds-checked against the device buffer and moves exactly `len`
+// bytes; all copies go on one stream, so they complete in issue order, and the synchronous
+// forms and `synchronize` return only once the stream (or an event behind everything
+// issued) completed. Device-side visibility to the kernel follows DMA completion order.
+unsafe impl CopyEngine for CudaCopyEngine {
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    unsafe fn copy_h2d(&self, dst: usize, src: *const u8, len: usize) -> gyre_core::Result<()> {
+        // SAFETY: forwarded caller contract; completed by the wait below.
+        unsafe { self.copy_h2d_async(dst, src, len)? };
+        self.wait_stream("copy host to device", dst, len)
+    }
+
+    unsafe fn copy_d2h(&self, dst: *mut u8, src: usize, len: usize) -> gyre_core::Result<()> {
+        // SAFETY: forwarded caller contract; completed by the wait below.
+        unsafe { self.copy_d2h_async(dst, src, len)? };
+        self.wait_stream("copy device to host", src, len)
+    }
+
+    unsafe fn copy_h2d_async(
+        &self,
+        dst: usize,
+        src: *const u8,
+        len: usize,
+    ) -> gyre_core::Result<()> {
+        const OP: &str = "copy host to device";
+        self.bounds(OP, dst, len)?;
+        // SAFETY: bounds checked; the caller keeps `src` valid and unwritten until the
+        // stream completes; context bound by `bounds`.
+        let r = unsafe {
+            sys::cuMemcpyHtoDAsync_v2(
+                self.buf.device_ptr() + dst as u64,
+                src.cast::<c_void>(),
+                len,
+                self.stream,
+            )
+        };
+        check("cuMemcpyHtoDAsync", r, || format!(", {len} bytes"))
+            .map_err(|e| Self::transfer_error(OP, dst, len, e))
+    }
+
+    unsafe fn copy_d2h_async(&self, dst: *mut u8, src: usize, len: usize) -> gyre_core::Result<()> {
+        const OP: &str = "copy device to host";
+        self.bounds(OP, src, len)?;
+        // SAFETY: bounds checked; the caller keeps `dst` valid and untouched until the
+        // stream completes; context bound by `bounds`.
+        let r = unsafe {
+            sys::cuMemcpyDtoHAsync_v2(
+                dst.cast::<c_void>(),
+                self.buf.device_ptr() + src as u64,
+                len,
+                self.stream,
+            )
+        };
+        check("cuMemcpyDtoHAsync", r, || format!(", {len} bytes"))
+            .map_err(|e| Self::transfer_error(OP, src, len, e))
+    }
+
+    fn synchronize(&self) -> gyre_core::Result<()> {
+        const OP: &str = "synchronize the copy stream";
+        self.ctx
+            .bind()
+            .map_err(|e| Self::transfer_error(OP, 0, 0, e))?;
+        // SAFETY: a live event and stream in the bound context.
+        let r = unsafe { sys::cuEventRecord(self.event, self.stream) };
+        check("cuEventRecord", r, String::new).map_err(|e| Self::transfer_error(OP, 0, 0, e))?;
+        // SAFETY: as above; blocks this (non-tokio) thread until the copies are done.
+        let r = unsafe { sys::cuEventSynchronize(self.event) };
+        check("cuEventSynchronize", r, String::new).map_err(|e| Self::transfer_error(OP, 0, 0, e))
+    }
+
+    fn alloc_staging(&self, bytes: usize) -> gyre_core::Result<Box<dyn RegionMemory>> {
+        let mem = PinnedBuffer::<u8>::region_zeroed(&self.ctx, bytes)
+            .map_err(|e| Self::transfer_error("allocate pinned staging", 0, bytes, e))?;
+        Ok(Box::new(mem))
+    }
+
+    fn as_any(&self) -> &dyn core::any::Any {
+        self
+    }
+}
+
+impl Drop for CudaCopyEngine {
+    fn drop(&mut self) {
+        if let Err(e) = self.ctx.bind() {
+            tracing::error!(error = %e, "leaking the bridge's CUDA stream and event");
+            return;
+        }
+        // SAFETY: created in `new`, destroyed once; nothing is issued after drop starts.
+        unsafe {
+            sys::cuStreamSynchronize(self.stream);
+            sys::cuEventDestroy_v2(self.event);
+            sys::cuStreamDestroy_v2(self.stream);
+        }
+    }
+}
