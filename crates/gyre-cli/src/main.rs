@@ -269,6 +269,33 @@ mod tests {
     }
 
     #[test]
+    fn strategy_and_poll_interval() {
+        use gyre::TransferStrategy;
+        let c = demo_config(&["--strategy", "sync"]).expect("valid");
+        assert_eq!(c.strategy, Some(TransferStrategy::Sync));
+        let c =
+            demo_config(&["--strategy", "dma-polling", "--poll-interval-us", "50"]).expect("valid");
+        assert_eq!(
+            c.strategy,
+            Some(TransferStrategy::DmaPolling {
+                poll_interval: std::time::Duration::from_micros(50)
+            })
+        );
+        let e = demo_config(&["--strategy", "warp"]).expect_err("warp");
+        assert!(e.to_string().contains("dma-polling"), "{e}");
+        let e =
+            demo_config(&["--strategy", "async", "--poll-interval-us", "5"]).expect_err("async");
+        assert!(matches!(e, CliError::PollIntervalWithout("async")), "{e:?}");
+        let e = demo_config(&["--strategy", "dma-polling", "--poll-interval-us", "0"])
+            .expect_err("0 us");
+        assert!(e.to_string().contains("poll"), "{e}");
+        assert!(
+            parse_demo(&["--poll-interval-us", "5"]).is_err(),
+            "needs --strategy"
+        );
+    }
+
+    #[test]
     fn messages_are_shared_between_producers() {
         let c = demo_config(&["--messages", "10", "--producers", "4"]).expect("valid");
         let shares: Vec<u64> = (0..4).map(|p| c.share(p)).collect();

@@ -84,6 +84,39 @@ fn demo_busy_spin_with_small_ring() {
 }
 
 #[test]
+fn demo_runs_under_every_transfer_strategy() {
+    for (strategy, copies) in [
+        ("unified", false),
+        ("sync", true),
+        ("async", true),
+        ("dma-polling", true),
+    ] {
+        let out = gyre(&[
+            "demo",
+            "--backend",
+            "cpu",
+            "--strategy",
+            strategy,
+            "--messages",
+            "3000",
+            "--producers",
+            "2",
+        ]);
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{strategy}: {}", text(&out.stderr));
+        let t = row(&stdout, "transfer").unwrap_or_else(|| panic!("{strategy}: {stdout}"));
+        assert!(t.starts_with(strategy), "{strategy}: {t}");
+        if copies {
+            // Every echo crossed both ways (plus the demo's own warm-up, if any).
+            assert!(t.contains("slots down") && t.contains("slots up"), "{t}");
+        } else {
+            assert!(t.contains("zero copy"), "{t}");
+        }
+        assert!(stdout.contains("shutdown: ok"), "{strategy}: {stdout}");
+    }
+}
+
+#[test]
 fn demo_unknown_backend_fails_listing_valid_ones() {
     let out = gyre(&["demo", "--backend", "nope"]);
     let stderr = text(&out.stderr);
@@ -120,7 +153,8 @@ fn doctor_reports_cpu_and_passes_self_test() {
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
     assert!(stdout.contains("cpu"), "{stdout}");
-    assert_eq!(row(&stdout, "ABI"), Some("1"), "{stdout}");
+    let abi = gyre::ABI_VERSION.to_string();
+    assert_eq!(row(&stdout, "ABI"), Some(abi.as_str()), "{stdout}");
     assert!(row(&stdout, "median RTT").is_some(), "{stdout}");
     assert_eq!(row(&stdout, "result"), Some("OK"), "{stdout}");
 }
