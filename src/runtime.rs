@@ -256,7 +256,27 @@ impl RuntimeBuilder {
         if resolved == Backend::Cuda {
             probe.device = cuda::device_attributes();
         }
-        let plan = visibility::plan(probe, &Overrides::from_env()?, &self.memory)?;
+        let mut plan = visibility::plan(probe, &Overrides::from_env()?, &self.memory)?;
+        if resolved != Backend::Cpu && plan.needs_confirmation() {
+            // Device attributes claim coherent mapped memory: confirm it with a running
+            // kernel before trusting it with zero-copy rings (WSL2-like setups fail here).
+            plan = match imp.confirm_system_scope(VISIBILITY_CHECK_TIMEOUT) {
+                Ok(Ok(rtt)) => {
+                    plan.reasons.push(format!(
+                        "confirmed by a mapped-memory round trip with a running kernel ({rtt:?})"
+                    ));
+                    plan
+                }
+                Ok(Err(why)) => {
+                    tracing::warn!(reason = %why, "mapped memory failed the empirical check: downgrading to device-scope");
+                    plan.downgrade(&why)
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "the mapped-memory check could not run: downgrading to device-scope");
+                    plan.downgrade(&format!("the check could not run ({e})"))
+                }
+            };
+        }
         tracing::info!(
             backend = resolved.name(),
             visibility = %plan.visibility,
@@ -274,6 +294,9 @@ impl RuntimeBuilder {
         })
     }
 }
+
+/// How long the empirical mapped-memory check waits for a running kernel's answer.
+const VISIBILITY_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Launches ring kernels on one backend.
 ///

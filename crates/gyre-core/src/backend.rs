@@ -58,6 +58,19 @@ pub trait Backend: Send + Sync {
         Ok(Box::new(HostMemory::zeroed(bytes)?))
     }
 
+    /// Checks empirically that a running kernel and the host see each other's writes
+    /// through the memory [`Backend::alloc_region`] returns, within `timeout` — the claim
+    /// behind `system-scope` visibility. `Ok(Ok(rtt))` confirms it; `Ok(Err(why))` says
+    /// it does not hold (the runtime downgrades to `device-scope`); `Err` means the check
+    /// itself could not run. The default (host memory, host threads) holds trivially.
+    fn confirm_system_scope(
+        &self,
+        timeout: std::time::Duration,
+    ) -> Result<std::result::Result<std::time::Duration, String>> {
+        let _ = timeout;
+        Ok(Ok(std::time::Duration::ZERO))
+    }
+
     /// Starts the device loop over `region`, which the host has initialised.
     fn launch(
         &self,

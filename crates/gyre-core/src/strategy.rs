@@ -349,6 +349,41 @@ pub fn plan(probe: PlatformProbe, env: &Overrides, builder: &Overrides) -> Resul
     })
 }
 
+impl MemoryPlan {
+    /// Whether the runtime should confirm this plan empirically before the first launch:
+    /// `system-scope` that came from detection (device attributes), not from an override.
+    pub fn needs_confirmation(&self) -> bool {
+        self.visibility == MemoryVisibility::SystemScope
+            && self.visibility_source == Source::Detected
+    }
+
+    /// The plan after the empirical mapped-memory round trip failed (`why`): visibility
+    /// becomes `device-scope`; a strategy that followed detection follows it there
+    /// (`dma-polling`), one set by the environment or the builder is kept (you asserted
+    /// it), with a warning. Both are recorded in the reasons.
+    pub fn downgrade(mut self, why: &str) -> Self {
+        self.reasons.push(format!(
+            "empirical check failed: {why}; visibility downgraded from {} to {}",
+            self.visibility,
+            MemoryVisibility::DeviceScope
+        ));
+        self.visibility = MemoryVisibility::DeviceScope;
+        if self.source == Source::Detected {
+            self.strategy = default_strategy(MemoryVisibility::DeviceScope);
+            self.reasons.push(format!(
+                "transfer strategy {:#} is the default for {}",
+                self.strategy, self.visibility
+            ));
+        } else if self.strategy == TransferStrategy::Unified {
+            self.reasons.push(format!(
+                "warning: unified (zero copy) set by the {} kept although the check failed",
+                self.source
+            ));
+        }
+        self
+    }
+}
+
 /// The builder's value over the environment's, with its source.
 fn pick<T>(builder: Option<T>, env: Option<T>) -> Option<(T, Source)> {
     builder
@@ -362,6 +397,52 @@ mod tests {
     use crate::visibility::fixtures::*;
     use crate::visibility::TargetOs;
     use MemoryVisibility::*;
+
+    #[test]
+    fn a_failed_empirical_check_downgrades_a_detected_plan() {
+        let linux = probe(TargetOs::Linux, Some(LINUX_PV), false, Some(DISCRETE));
+        let p = plan(linux.clone(), &Overrides::default(), &Overrides::default()).unwrap();
+        assert!(p.needs_confirmation());
+        assert_eq!(p.strategy, TransferStrategy::Unified);
+        let d = p.downgrade("no answer within 1s");
+        assert_eq!((d.visibility, d.strategy), (DeviceScope, dma()));
+        assert!(!d.needs_confirmation());
+        assert!(
+            d.reasons.iter().any(|r| r.contains("no answer within 1s")),
+            "{:?}",
+            d.reasons
+        );
+
+        // A strategy the user set is kept (with a warning for unified).
+        let user = Overrides {
+            strategy: Some(TransferStrategy::Unified),
+            ..Overrides::default()
+        };
+        let d = plan(linux.clone(), &Overrides::default(), &user)
+            .unwrap()
+            .downgrade("x");
+        assert_eq!(
+            (d.visibility, d.strategy),
+            (DeviceScope, TransferStrategy::Unified)
+        );
+        assert!(
+            d.reasons.iter().any(|r| r.starts_with("warning")),
+            "{:?}",
+            d.reasons
+        );
+
+        // Overridden or non-system-scope visibility is not re-checked.
+        let forced = Overrides {
+            visibility: Some(SystemScope),
+            ..Overrides::default()
+        };
+        assert!(!plan(linux, &forced, &Overrides::default())
+            .unwrap()
+            .needs_confirmation());
+        let wsl = probe(TargetOs::Linux, Some(WSL2_PV), false, Some(FULL));
+        let p = plan(wsl, &Overrides::default(), &Overrides::default()).unwrap();
+        assert!(!p.needs_confirmation());
+    }
 
     #[test]
     fn names_round_trip() {

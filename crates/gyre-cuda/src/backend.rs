@@ -244,6 +244,16 @@ impl gyre_core::Backend for CudaBackend {
         Ok(Box::new(k))
     }
 
+    /// One round trip through mapped pinned memory with a running probe kernel
+    /// ([`crate::visibility_probe`]).
+    fn confirm_system_scope(
+        &self,
+        timeout: std::time::Duration,
+    ) -> gyre_core::Result<std::result::Result<std::time::Duration, String>> {
+        crate::visibility_probe::mapped_round_trip(&self.ctx, &self.nvrtc, &self.toolchain, timeout)
+            .map_err(|e| to_core("(visibility probe)", e))
+    }
+
     /// Device memory (`cuMemAlloc`) behind a [`CudaCopyEngine`] on its own copy stream.
     fn alloc_resident(
         &self,

@@ -26,6 +26,7 @@ pub mod memory;
 pub mod nvrtc;
 pub mod probe;
 pub mod toolchain;
+pub mod visibility_probe;
 
 pub use backend::CudaBackend;
 pub use cache::{CacheKey, PtxCache};

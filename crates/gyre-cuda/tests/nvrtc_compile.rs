@@ -277,6 +277,33 @@ fn abi_header_static_asserts_hold_under_nvrtc() {
 }
 
 #[test]
+fn visibility_probe_kernel_compiles_for_every_arch() {
+    let Some(env) = env("visibility probe under NVRTC") else {
+        return;
+    };
+    for arch in ARCHS {
+        let opts = CompileOptions::new(arch, &env.toolchain);
+        let ptx = env
+            .nvrtc
+            .compile_ptx(
+                "gyre_visibility_probe.cu",
+                gyre_cuda::visibility_probe::PROBE_SOURCE,
+                &opts,
+            )
+            .unwrap_or_else(|e| panic!("sm_{arch}: {e}"));
+        let entry = format!(".entry {}(", gyre_cuda::visibility_probe::PROBE_ENTRY);
+        assert!(ptx.ptx.contains(&entry), "sm_{arch}: no {entry}");
+        // System-scope acquire/release, as the ring kernel uses.
+        assert!(ptx.ptx.contains(".acquire.sys"), "sm_{arch}: no ld.acquire.sys");
+        assert!(ptx.ptx.contains(".release.sys"), "sm_{arch}: no st.release.sys");
+        let out = ptxas(&env.ptxas, &ptx.ptx, arch, "visibility_probe")
+            .unwrap_or_else(|e| panic!("sm_{arch}: {e}"));
+        assert!(out.contains("gyre_visibility_probe"), "{out}");
+    }
+    report("visibility probe kernel: compiles and assembles for sm_70, sm_80, sm_90");
+}
+
+#[test]
 fn user_handler_compiles_and_errors_carry_the_log() {
     let Some(env) = env("NVRTC error paths") else {
         return;
