@@ -425,6 +425,7 @@ impl Runtime {
             builtin: spec.builtin,
             idle: spec.idle,
             telemetry: spec.telemetry,
+            cuda_source: spec.cuda_source.clone(),
         };
         // The host's rings: shared with the kernel (zero copy), or the mirror of its
         // device-resident rings that the bridge keeps in step.

@@ -50,6 +50,7 @@ pub struct KernelSpec<Req, Resp> {
     pub(crate) telemetry: bool,
     pub(crate) export: Option<ExportTarget>,
     pub(crate) export_interval: Duration,
+    pub(crate) cuda_source: Option<Arc<gyre_core::DeviceSource>>,
     _types: PhantomData<fn(Req) -> Resp>,
 }
 
@@ -59,6 +60,7 @@ impl<Req, Resp> Clone for KernelSpec<Req, Resp> {
             name: self.name.clone(),
             handler: self.handler.clone(),
             export: self.export.clone(),
+            cuda_source: self.cuda_source.clone(),
             _types: PhantomData,
             ..*self
         }
@@ -142,6 +144,7 @@ impl<Req: Pod, Resp: Pod> KernelSpec<Req, Resp> {
             telemetry: true,
             export: None,
             export_interval: gyre_core::shm::DEFAULT_INTERVAL,
+            cuda_source: None,
             _types: PhantomData,
         }
     }
@@ -230,6 +233,44 @@ impl<Req: Pod, Resp: Pod> KernelSpec<Req, Resp> {
     /// (default 10 s; zero disables). The completion driver writes the heartbeat.
     pub fn host_timeout(mut self, timeout: Duration) -> Self {
         self.host_timeout = timeout;
+        self
+    }
+
+    /// The handler's CUDA C++ source, for the CUDA backend: it defines
+    /// `__device__ unsigned int gyre_handler(unsigned int msg_type, const unsigned char *req,
+    /// unsigned int req_len, unsigned char *reply, unsigned int reply_cap,
+    /// unsigned int *reply_len, unsigned int lane, unsigned int lanes)` (`docs/cuda.md`),
+    /// is compiled into the ring kernel by NVRTC for the device's architecture and cached
+    /// by source hash, architecture and NVRTC version; a compile error fails the launch
+    /// with NVRTC's log. The CPU backend keeps running this spec's Rust handler, so give
+    /// both the same meaning. `name` labels compiler messages.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gyre::{Backend, KernelSpec, Runtime};
+    ///
+    /// const NEGATE: &str = r#"
+    /// #include "gyre/abi.h"
+    /// __device__ unsigned int gyre_handler(unsigned int t, const unsigned char *req,
+    ///     unsigned int len, unsigned char *reply, unsigned int cap, unsigned int *out,
+    ///     unsigned int lane, unsigned int lanes) {
+    ///     for (unsigned int i = lane; i < len && i < cap; i += lanes) reply[i] = ~req[i];
+    ///     *out = len <= cap ? len : 0u;
+    ///     return GYRE_ERR_NONE;
+    /// }"#;
+    /// let spec = KernelSpec::<[u8; 8], [u8; 8]>::from_fn("negate", |r: [u8; 8]| r.map(|b| !b))
+    ///     .cuda_handler("negate.cu", NEGATE);
+    /// let k = Runtime::builder().backend(Backend::Cpu).build()?.launch(spec)?;
+    /// assert_eq!(k.call_blocking([0u8; 8])?, [0xff; 8]);
+    /// k.shutdown_blocking()?;
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
+    pub fn cuda_handler(mut self, name: impl Into<String>, source: impl Into<String>) -> Self {
+        self.cuda_source = Some(Arc::new(gyre_core::DeviceSource {
+            name: name.into(),
+            source: source.into(),
+        }));
         self
     }
 }

@@ -25,6 +25,18 @@ pub struct LaunchSpec {
     /// false it writes it only when its state changes (start, pause, resume, stop: state and
     /// heartbeat, counters left at zero). Device backends may ignore it (CUDA does).
     pub telemetry: bool,
+    /// A user's CUDA C++ handler source (defining `gyre_handler`, see `docs/cuda.md`),
+    /// compiled into the ring kernel by the CUDA backend; the CPU backend runs `handler`.
+    pub cuda_source: Option<Arc<DeviceSource>>,
+}
+
+/// Device-code source of a user handler, for a device backend to compile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceSource {
+    /// A name for compiler messages (NVRTC's log names it) and the cache key.
+    pub name: String,
+    /// The source text.
+    pub source: String,
 }
 
 impl core::fmt::Debug for LaunchSpec {
@@ -34,6 +46,7 @@ impl core::fmt::Debug for LaunchSpec {
             .field("builtin", &self.builtin)
             .field("idle", &self.idle)
             .field("telemetry", &self.telemetry)
+            .field("cuda_source", &self.cuda_source.as_ref().map(|s| &s.name))
             .finish_non_exhaustive()
     }
 }

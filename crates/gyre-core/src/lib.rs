@@ -32,7 +32,7 @@ pub mod sync;
 pub mod telemetry;
 pub mod visibility;
 
-pub use backend::{Backend, KernelInstance, LaunchSpec};
+pub use backend::{Backend, DeviceSource, KernelInstance, LaunchSpec};
 pub use channel::{Channel, Kind, PublishError};
 pub use error::{Error, Result, TrySendError};
 pub use handler::Handler;

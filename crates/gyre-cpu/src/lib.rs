@@ -20,6 +20,7 @@
 //!     builtin: None,
 //!     idle: IdleStrategy::default(),
 //!     telemetry: true,
+//!     cuda_source: None,
 //! };
 //! let kernel = backend.launch(region.clone(), &spec)?;
 //! let ch = Channel::new(region, "echo");

@@ -128,12 +128,18 @@ impl CudaBackend {
         keep: Keep,
         spec: &LaunchSpec,
     ) -> Result<CudaKernel> {
-        let handler =
-            spec.builtin
-                .and_then(Handler::builtin)
-                .ok_or_else(|| Error::NeedsDeviceHandler {
-                    kernel: spec.name.clone(),
-                })?;
+        // A user's CUDA source wins over a built-in id (the spec names one or the other).
+        let handler = spec
+            .cuda_source
+            .as_deref()
+            .map(|s| Handler::Custom {
+                name: &s.name,
+                source: &s.source,
+            })
+            .or_else(|| spec.builtin.and_then(Handler::builtin))
+            .ok_or_else(|| Error::NeedsDeviceHandler {
+                kernel: spec.name.clone(),
+            })?;
         let (major, minor) = self.nvrtc.version();
         let need = major * 1000 + minor * 10;
         let found = self.ctx.info().driver_version;

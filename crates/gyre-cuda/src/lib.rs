@@ -17,6 +17,7 @@
 //!
 //! See `docs/cuda.md`.
 
+pub mod alloc;
 pub mod backend;
 pub mod cache;
 pub mod context;
@@ -28,6 +29,7 @@ pub mod probe;
 pub mod toolchain;
 pub mod visibility_probe;
 
+pub use alloc::CudaAllocator;
 pub use backend::CudaBackend;
 pub use cache::{CacheKey, PtxCache};
 pub use context::Context;

@@ -40,6 +40,7 @@ fn spec(builtin: Option<u32>) -> LaunchSpec {
         builtin,
         idle: IdleStrategy::default(),
         telemetry: true,
+        cuda_source: None,
     }
 }
 
@@ -86,4 +87,31 @@ fn closure_handlers_are_refused_on_the_device() {
         e.to_string().contains("CUDA kernels need a device handler"),
         "{e}"
     );
+}
+
+#[test]
+fn memory_pool_serves_every_cuda_memory_kind() {
+    use gyre_core::memory::{MemoryKind, MemoryPool, PoolConfig};
+    let Some(backend) = backend_or_skip("memory_pool_serves_every_cuda_memory_kind") else {
+        return;
+    };
+    for kind in [
+        MemoryKind::Device,
+        MemoryKind::PinnedMapped,
+        MemoryKind::Unified,
+    ] {
+        let alloc = gyre_cuda::CudaAllocator::new(backend.context(), kind).unwrap();
+        let pool = MemoryPool::new(alloc, PoolConfig::default()).unwrap();
+        let a = pool.acquire(1000).unwrap();
+        assert_eq!(a.kind(), kind);
+        assert_ne!(a.device_addr(), 0);
+        assert_eq!(a.host_ptr().is_some(), kind != MemoryKind::Device);
+        let addr = a.device_addr();
+        drop(a);
+        let b = pool.acquire(900).unwrap(); // same bucket: a hit, the same block
+        assert_eq!(b.device_addr(), addr);
+        let s = pool.stats();
+        assert_eq!((s.hits, s.misses), (1, 1), "{kind:?}");
+    }
+    assert!(gyre_cuda::CudaAllocator::new(backend.context(), MemoryKind::Host).is_err());
 }

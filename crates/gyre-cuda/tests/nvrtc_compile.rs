@@ -294,8 +294,14 @@ fn visibility_probe_kernel_compiles_for_every_arch() {
         let entry = format!(".entry {}(", gyre_cuda::visibility_probe::PROBE_ENTRY);
         assert!(ptx.ptx.contains(&entry), "sm_{arch}: no {entry}");
         // System-scope acquire/release, as the ring kernel uses.
-        assert!(ptx.ptx.contains(".acquire.sys"), "sm_{arch}: no ld.acquire.sys");
-        assert!(ptx.ptx.contains(".release.sys"), "sm_{arch}: no st.release.sys");
+        assert!(
+            ptx.ptx.contains(".acquire.sys"),
+            "sm_{arch}: no ld.acquire.sys"
+        );
+        assert!(
+            ptx.ptx.contains(".release.sys"),
+            "sm_{arch}: no st.release.sys"
+        );
         let out = ptxas(&env.ptxas, &ptx.ptx, arch, "visibility_probe")
             .unwrap_or_else(|e| panic!("sm_{arch}: {e}"));
         assert!(out.contains("gyre_visibility_probe"), "{out}");
