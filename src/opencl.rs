@@ -131,3 +131,94 @@ pub(crate) fn auto_gpu() -> Result<(usize, usize, Arc<dyn gyre_core::Backend>), 
 pub(crate) fn device_attributes(_platform: usize, _device: usize) -> Option<DeviceAttributes> {
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{backends, Backend, Error, Runtime};
+
+    #[test]
+    fn opencl_parses_and_displays() {
+        if cfg!(feature = "opencl") {
+            for (s, platform, device) in
+                [("opencl", 0, 0), ("OpenCL:2", 2, 0), ("opencl:1:3", 1, 3)]
+            {
+                let b: Backend = s.parse().unwrap();
+                assert_eq!(b, Backend::OpenCl { platform, device }, "{s}");
+                assert_eq!(b.to_string().parse::<Backend>().unwrap(), b);
+                assert_eq!(b.name(), "opencl");
+            }
+            for bad in ["opencl:", "opencl:x", "opencl:1:2:3", "opencl1"] {
+                assert!(
+                    matches!(bad.parse::<Backend>(), Err(Error::InvalidArgument { .. })),
+                    "{bad}"
+                );
+            }
+        } else {
+            assert!(matches!(
+                "opencl".parse::<Backend>(),
+                Err(Error::BackendUnavailable {
+                    backend: "opencl",
+                    ..
+                })
+            ));
+        }
+    }
+
+    #[test]
+    fn missing_platform_is_a_typed_error_naming_it() {
+        let e = Runtime::builder()
+            .backend(Backend::OpenCl {
+                platform: 999,
+                device: 0,
+            })
+            .build()
+            .unwrap_err();
+        match e {
+            Error::BackendUnavailable { backend, reason } => {
+                assert_eq!(backend, "opencl");
+                assert!(
+                    ["platform", "library", "not in this build"]
+                        .iter()
+                        .any(|w| reason.contains(w)),
+                    "{reason}"
+                );
+            }
+            other => panic!("{other}"),
+        }
+    }
+
+    #[test]
+    fn backends_lists_opencl_devices_with_svm() {
+        let info = backends()
+            .into_iter()
+            .find(|b| b.name == "opencl")
+            .expect("opencl is listed");
+        assert_eq!(info.compiled, cfg!(feature = "opencl"));
+        if info.available.is_ok() {
+            assert!(info
+                .details
+                .iter()
+                .any(|(label, v)| *label == "device" && v.contains("SVM")));
+        }
+    }
+
+    /// `Backend::Auto` never resolves to an OpenCL CPU device.
+    #[cfg(feature = "opencl")]
+    #[test]
+    fn auto_never_picks_an_opencl_cpu_device() {
+        let rt = Runtime::builder().backend(Backend::Auto).build().unwrap();
+        if let Backend::OpenCl { platform, device } = rt.backend() {
+            let (_, d) = gyre_opencl::probe::select(platform, device).unwrap();
+            assert_eq!(d.kind, gyre_opencl::DeviceKind::Gpu, "{}", d.name);
+        }
+        if let Ok(platforms) = gyre_opencl::probe() {
+            let only_cpus = platforms
+                .iter()
+                .flat_map(|p| &p.devices)
+                .all(|d| d.kind != gyre_opencl::DeviceKind::Gpu);
+            if only_cpus && !matches!(rt.backend(), Backend::Cuda) {
+                assert_eq!(rt.backend(), Backend::Cpu);
+            }
+        }
+    }
+}

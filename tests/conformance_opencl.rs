@@ -19,7 +19,12 @@ use gyre::{Backend, KernelSpec, Runtime};
 #[test]
 fn opencl_compiles_in_child() {
     if !support::is_child() {
-        let _g = support::guard(module_path!(), "opencl_compiles_in_child", support::TEST_LIMIT);
+        let _g = support::guard(
+            module_path!(),
+            "opencl_compiles_in_child",
+            support::TEST_LIMIT,
+        );
+        support::device_or_skip("opencl_compiles_in_child");
         return;
     }
     let Some((platform, device)) = support::device_or_skip("opencl_compiles_in_child") else {
@@ -57,7 +62,11 @@ fn backend() -> Option<Backend> {
 }
 
 fn guard() -> support::Guard {
-    support::guard(module_path!(), "opencl_compiles_in_child", support::TEST_LIMIT)
+    support::guard(
+        module_path!(),
+        "opencl_compiles_in_child",
+        support::TEST_LIMIT,
+    )
 }
 
 conformance_suite!(

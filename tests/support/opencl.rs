@@ -123,9 +123,7 @@ pub fn guard(test: &str, child_test: &str, limit: Duration) -> Guard {
 /// and reports a crash, a failure or a hang of the child as an error with its output.
 pub fn compile_check(child_test: &str) -> Result<(), String> {
     static RESULT: OnceLock<Result<(), String>> = OnceLock::new();
-    RESULT
-        .get_or_init(|| run_child(child_test))
-        .clone()
+    RESULT.get_or_init(|| run_child(child_test)).clone()
 }
 
 fn run_child(child_test: &str) -> Result<(), String> {
@@ -136,7 +134,12 @@ fn run_child(child_test: &str) -> Result<(), String> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("spawning {} for the OpenCL compile check: {e}", exe.display()))?;
+        .map_err(|e| {
+            format!(
+                "spawning {} for the OpenCL compile check: {e}",
+                exe.display()
+            )
+        })?;
     let deadline = Instant::now() + CHILD_LIMIT;
     let status = loop {
         match child.try_wait() {

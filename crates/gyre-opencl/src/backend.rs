@@ -74,9 +74,11 @@ impl DeviceState {
         if let Some(why) = info.unusable() {
             return Err(why);
         }
-        let ctx = Arc::new(check("clCreateContext", Context::from_device(&dev), || {
-            format!(", device {}", info.name)
-        })?);
+        let ctx = Arc::new(check(
+            "clCreateContext",
+            Context::from_device(&dev),
+            || format!(", device {}", info.name),
+        )?);
         let registry = Arc::new(SvmRegistry::default());
         let scale = clock::calibrate(&ctx, &registry, &info)?;
         let lanes = lanes_for(&info, &dev);
@@ -185,12 +187,12 @@ impl OpenClBackend {
     }
 
     fn launch_inner(&self, region: &Arc<SharedRegion>, spec: &LaunchSpec) -> Result<OpenClKernel> {
-        let handler = spec
-            .builtin
-            .and_then(Handler::builtin)
-            .ok_or_else(|| Error::NeedsDeviceHandler {
-                kernel: spec.name.clone(),
-            })?;
+        let handler =
+            spec.builtin
+                .and_then(Handler::builtin)
+                .ok_or_else(|| Error::NeedsDeviceHandler {
+                    kernel: spec.name.clone(),
+                })?;
         let base = region.base().as_ptr();
         if !self.dev.registry.contains(base as usize) {
             return Err(Error::Unsupported {
@@ -202,9 +204,11 @@ impl OpenClBackend {
             });
         }
         let program = self.dev.program(handler)?;
-        let kernel = check("clCreateKernel", Kernel::create(&program, RING_KERNEL_ENTRY), || {
-            format!(", {RING_KERNEL_ENTRY} with {}", handler.name())
-        })?;
+        let kernel = check(
+            "clCreateKernel",
+            Kernel::create(&program, RING_KERNEL_ENTRY),
+            || format!(", {RING_KERNEL_ENTRY} with {}", handler.name()),
+        )?;
         let queue = check(
             "clCreateCommandQueueWithProperties",
             CommandQueue::create_default_with_properties(&self.dev.ctx, 0, 0),
@@ -246,7 +250,9 @@ impl OpenClBackend {
             )?
         };
         // Start it now: the host polls for its state instead of waiting on the queue.
-        check("clFlush", queue.flush(), || ", the ring kernel's queue".into())?;
+        check("clFlush", queue.flush(), || {
+            ", the ring kernel's queue".into()
+        })?;
         Ok(OpenClKernel {
             device: self.dev.info.name.clone(),
             state: Mutex::new(Some(Running {
@@ -391,4 +397,3 @@ impl Drop for OpenClKernel {
         }
     }
 }
-

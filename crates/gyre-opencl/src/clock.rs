@@ -118,10 +118,18 @@ pub(crate) fn calibrate(
         device: info.name.clone(),
         reason,
     };
-    let program = program::build(ctx, info, "clock_probe.cl", &program::clock_probe_source(), CL_STD)?;
-    let kernel = check("clCreateKernel", Kernel::create(&program, CLOCK_PROBE_ENTRY), || {
-        format!(", {CLOCK_PROBE_ENTRY}")
-    })?;
+    let program = program::build(
+        ctx,
+        info,
+        "clock_probe.cl",
+        &program::clock_probe_source(),
+        CL_STD,
+    )?;
+    let kernel = check(
+        "clCreateKernel",
+        Kernel::create(&program, CLOCK_PROBE_ENTRY),
+        || format!(", {CLOCK_PROBE_ENTRY}"),
+    )?;
     let queue = check(
         "clCreateCommandQueueWithProperties",
         CommandQueue::create_default_with_properties(ctx, 0, 0),
@@ -157,7 +165,10 @@ mod tests {
             for ticks in [0u64, 1, 1_000_000, 1 << 40] {
                 let want = ticks as f64 * ns_per_tick;
                 let got = s.ns(ticks) as f64;
-                assert!((got - want).abs() <= 1.0 + want * 1e-12, "{ns_per_tick} {ticks}");
+                assert!(
+                    (got - want).abs() <= 1.0 + want * 1e-12,
+                    "{ns_per_tick} {ticks}"
+                );
             }
         }
         assert!(ClockScale::from_ns_per_tick(0.0).is_none());

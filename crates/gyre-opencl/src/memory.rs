@@ -7,7 +7,9 @@ use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 
 use opencl3::context::Context;
-use opencl3::memory::{svm_alloc, svm_free, CL_MEM_READ_WRITE, CL_MEM_SVM_ATOMICS, CL_MEM_SVM_FINE_GRAIN_BUFFER};
+use opencl3::memory::{
+    svm_alloc, svm_free, CL_MEM_READ_WRITE, CL_MEM_SVM_ATOMICS, CL_MEM_SVM_FINE_GRAIN_BUFFER,
+};
 
 use crate::error::{cl_error, Result};
 
@@ -27,7 +29,10 @@ impl SvmRegistry {
     }
     /// Whether `p` is the base of a live region of this context.
     pub(crate) fn contains(&self, p: usize) -> bool {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).contains(&p)
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&p)
     }
 }
 
@@ -65,7 +70,11 @@ unsafe impl Sync for SvmRegion {}
 
 impl SvmRegion {
     /// Allocates and zeroes `len` bytes in `ctx`.
-    pub(crate) fn zeroed(ctx: &Arc<Context>, registry: &Arc<SvmRegistry>, len: usize) -> Result<Self> {
+    pub(crate) fn zeroed(
+        ctx: &Arc<Context>,
+        registry: &Arc<SvmRegistry>,
+        len: usize,
+    ) -> Result<Self> {
         let size = len.max(1);
         let flags = CL_MEM_READ_WRITE | CL_MEM_SVM_FINE_GRAIN_BUFFER | CL_MEM_SVM_ATOMICS;
         // SAFETY: a valid context; size and alignment are checked by the implementation,
@@ -81,7 +90,11 @@ impl SvmRegion {
             )
         })?;
         let ptr = NonNull::new(raw.cast::<u8>()).ok_or_else(|| {
-            cl_error("clSVMAlloc", opencl3::error_codes::CL_INVALID_VALUE, format!(", {size} bytes"))
+            cl_error(
+                "clSVMAlloc",
+                opencl3::error_codes::CL_INVALID_VALUE,
+                format!(", {size} bytes"),
+            )
         })?;
         // SAFETY: a fine-grained buffer is host-accessible without map/unmap; `size`
         // bytes were just allocated and no kernel knows them yet.

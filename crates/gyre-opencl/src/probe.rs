@@ -271,7 +271,11 @@ pub(crate) fn device_info(index: usize, device: &Device) -> Result<DeviceInfo> {
         .opencl_c_features()
         .map(|f| {
             f.iter().any(|nv| {
-                let end = nv.name.iter().position(|&c| c == 0).unwrap_or(nv.name.len());
+                let end = nv
+                    .name
+                    .iter()
+                    .position(|&c| c == 0)
+                    .unwrap_or(nv.name.len());
                 &nv.name[..end] == b"__opencl_c_atomic_scope_all_devices"
             })
         })

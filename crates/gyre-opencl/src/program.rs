@@ -224,8 +224,8 @@ pub fn build(
             format!(", {} bytes of {what}", source.len()),
         )
     })?;
-    let _span = tracing::info_span!("gyre_opencl_build", program = what, device = %device.name)
-        .entered();
+    let _span =
+        tracing::info_span!("gyre_opencl_build", program = what, device = %device.name).entered();
     match program.build(context.devices(), options) {
         Ok(()) => Ok(program),
         Err(e) => {

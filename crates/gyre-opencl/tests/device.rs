@@ -60,9 +60,12 @@ fn eventually(what: &str, mut f: impl FnMut() -> bool) {
 }
 
 fn reply(ch: &Channel, i: u64) -> (u32, Vec<u8>) {
-    ch.wait_blocking(i, &IdleStrategy::BusySpin, Some(Duration::from_secs(60)), |r| {
-        Ok((r.meta.status, r.payload.to_vec()))
-    })
+    ch.wait_blocking(
+        i,
+        &IdleStrategy::BusySpin,
+        Some(Duration::from_secs(60)),
+        |r| Ok((r.meta.status, r.payload.to_vec())),
+    )
     .unwrap()
 }
 
@@ -81,7 +84,8 @@ fn stop(ch: &Channel, k: &dyn KernelInstance) {
 #[test]
 fn device_compiles_in_child() {
     if !support::is_child() {
-        let _g = support::guard("device_compiles_in_child", CHILD, support::TEST_LIMIT);
+        let _g = support::guard(CHILD, CHILD, support::TEST_LIMIT);
+        support::device_or_skip(CHILD);
         return;
     }
     let Some((p, d)) = support::device_or_skip(CHILD) else {
@@ -96,7 +100,9 @@ fn device_compiles_in_child() {
             Handler::VecScale => gyre_core::kernels::ids::VEC_SCALE,
             Handler::ReduceSum => gyre_core::kernels::ids::REDUCE_SUM,
         };
-        let k = b.launch(r.clone(), &spec(Some(id))).unwrap_or_else(|e| panic!("{e}"));
+        let k = b
+            .launch(r.clone(), &spec(Some(id)))
+            .unwrap_or_else(|e| panic!("{e}"));
         let ch = Channel::new(r, "child");
         eventually("ACTIVE", || ch.kernel_state().0 == state::ACTIVE);
         stop(&ch, k.as_ref());
@@ -108,14 +114,27 @@ fn k0_faults_on_a_bad_control_block() {
     let Some((_g, b)) = setup("k0_faults_on_a_bad_control_block") else {
         return;
     };
-    let cases: [(&str, fn(&SharedRegion), u32); 3] = [
-        ("magic", |r| r.control().magic.store(0xdead_beef, Release), error::BAD_MAGIC),
+    type Corrupt = fn(&SharedRegion);
+    let cases: [(&str, Corrupt, u32); 3] = [
+        (
+            "magic",
+            |r| r.control().magic.store(0xdead_beef, Release),
+            error::BAD_MAGIC,
+        ),
         (
             "abi_version",
-            |r| r.control().abi_version.store(gyre_abi::ABI_VERSION + 1, Release),
+            |r| {
+                r.control()
+                    .abi_version
+                    .store(gyre_abi::ABI_VERSION + 1, Release)
+            },
             error::BAD_ABI_VERSION,
         ),
-        ("capacity", |r| r.control().capacity.store(3, Release), error::BAD_GEOMETRY),
+        (
+            "capacity",
+            |r| r.control().capacity.store(3, Release),
+            error::BAD_GEOMETRY,
+        ),
     ];
     for (what, corrupt, code) in cases {
         let r = region(&b, 4, 0);
@@ -187,7 +206,11 @@ fn terminate_drains_what_was_published_while_paused() {
     ch.try_publish(Kind::Send, 1, b"b").unwrap();
     ch.try_publish(Kind::Send, 1, b"c").unwrap();
     std::thread::sleep(Duration::from_millis(20));
-    assert_eq!(r.control().k2h_head.load(Acquire), first, "a paused kernel answered");
+    assert_eq!(
+        r.control().k2h_head.load(Acquire),
+        first,
+        "a paused kernel answered"
+    );
     stop(&ch, k.as_ref());
     assert_eq!(r.control().k2h_head.load(Acquire), first + 3);
     assert_eq!(r.control().processed.load(Acquire), first + 3);
@@ -201,7 +224,9 @@ fn stale_host_heartbeat_terminates_the_kernel() {
     // Nobody writes the host heartbeat: after 50 ms on the device clock the kernel stops.
     let r = region(&b, 4, 50);
     let k = launch(&b, &r);
-    eventually("the kernel to notice the stale heartbeat", || k.is_finished());
+    eventually("the kernel to notice the stale heartbeat", || {
+        k.is_finished()
+    });
     k.join().unwrap();
     assert_eq!(r.control().state.load(Acquire), state::TERMINATED);
     assert_eq!(
@@ -237,7 +262,10 @@ fn refusals_are_typed_errors() {
     };
     // A closure handler.
     let r = region(&b, 4, 0);
-    let e = b.launch(r, &spec(None)).err().expect("closure handler refused");
+    let e = b
+        .launch(r, &spec(None))
+        .err()
+        .expect("closure handler refused");
     assert!(e.to_string().contains("device handler"), "{e}");
     // A region that is not SVM of this context.
     let g = Geometry::new(4, 128, 4).unwrap();
