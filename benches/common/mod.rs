@@ -209,9 +209,20 @@ pub fn main(
     criterion_benches: fn(&mut Criterion, &[Imp]),
 ) {
     init_cores();
+    // Open the OpenCL device before pinning: PoCL starts its worker threads (which run the
+    // persistent work-group) when the device is first used, and they inherit the affinity
+    // of the thread that does it. Opened after the pin, they would share core 0 with the
+    // spinning client.
+    let opencl_present = opencl_backend().is_some_and(|b| {
+        Runtime::builder()
+            .backend(b)
+            .build()
+            .map_err(|e| eprintln!("note: OpenCL device present but unusable: {e}"))
+            .is_ok()
+    });
     pin_current(MAIN_CORE);
     let with_opencl;
-    let summary = if opencl_backend().is_some() {
+    let summary = if opencl_present {
         let impls: Vec<Imp> = summary.impls.iter().chain(opencl).copied().collect();
         let targets: Vec<_> = summary
             .targets
