@@ -70,17 +70,22 @@ impl DeviceState {
         if let Some(d) = all.iter().find(|d| d.key == (platform, device)) {
             return Ok(d.clone());
         }
-        let (dev, info) = probe::select(platform, device)?;
-        if let Some(why) = info.unusable() {
-            return Err(why);
-        }
-        let ctx = Arc::new(check(
-            "clCreateContext",
-            Context::from_device(&dev),
-            || format!(", device {}", info.name),
-        )?);
-        let registry = Arc::new(SvmRegistry::default());
-        let scale = clock::calibrate(&ctx, &registry, &info)?;
+        // Discovery, context and the first kernel under the discovery lock (see
+        // `probe::serialized`).
+        let (dev, info, ctx, registry, scale) = probe::serialized(|| -> Result<_> {
+            let (dev, info) = probe::select_unlocked(platform, device)?;
+            if let Some(why) = info.unusable() {
+                return Err(why);
+            }
+            let ctx = Arc::new(check(
+                "clCreateContext",
+                Context::from_device(&dev),
+                || format!(", device {}", info.name),
+            )?);
+            let registry = Arc::new(SvmRegistry::default());
+            let scale = clock::calibrate(&ctx, &registry, &info)?;
+            Ok((dev, info, ctx, registry, scale))
+        })?;
         let lanes = lanes_for(&info, &dev);
         let state = Arc::new(Self {
             key: (platform, device),

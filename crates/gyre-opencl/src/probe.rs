@@ -14,6 +14,17 @@ use crate::error::{check, cl_error, Error, Result};
 /// `CL_PLATFORM_NOT_FOUND_KHR`: what the ICD loader returns when no driver is installed.
 const PLATFORM_NOT_FOUND_KHR: i32 = -1001;
 
+/// Runs `f` while holding the process-wide OpenCL discovery lock. The first queries
+/// initialise the ICD loader and the drivers, and PoCL 3.1 does not survive two threads
+/// doing that at once (one thread's `clGetDeviceInfo` crashed in `strlen` while another
+/// was still in PoCL's hwloc topology probe). Every probe, and opening a device, goes
+/// through here.
+pub(crate) fn serialized<T>(f: impl FnOnce() -> T) -> T {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    f()
+}
+
 /// The kind of an OpenCL device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeviceKind {
@@ -322,6 +333,10 @@ pub(crate) fn device_info(index: usize, device: &Device) -> Result<DeviceInfo> {
 /// }
 /// ```
 pub fn probe() -> Result<Vec<PlatformInfo>> {
+    serialized(probe_unlocked)
+}
+
+fn probe_unlocked() -> Result<Vec<PlatformInfo>> {
     let mut out = Vec::new();
     for (index, p) in platforms()?.iter().enumerate() {
         let q = |what: &'static str| move || format!(", {what} of platform {index}");
@@ -353,6 +368,11 @@ pub fn probe() -> Result<Vec<PlatformInfo>> {
 /// As [`probe`], plus [`Error::PlatformIndex`] / [`Error::DeviceIndex`] for an index that
 /// does not exist.
 pub fn select(platform: usize, device: usize) -> Result<(Device, DeviceInfo)> {
+    serialized(|| select_unlocked(platform, device))
+}
+
+/// [`select`] for a caller already inside [`serialized`].
+pub(crate) fn select_unlocked(platform: usize, device: usize) -> Result<(Device, DeviceInfo)> {
     let platforms = platforms()?;
     let count = platforms.len();
     let p = platforms.get(platform).ok_or(Error::PlatformIndex {

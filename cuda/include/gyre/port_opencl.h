@@ -23,17 +23,19 @@
  *
  * SCOPES. The other party is the host CPU, so the right scope for every protocol access is
  * memory_scope_all_svm_devices: the only scope the OpenCL memory model defines as ordering
- * accesses by the host to a fine-grained SVM buffer with atomics. The host launcher
- * (crates/gyre-opencl/src/program.rs) reads CL_DEVICE_ATOMIC_MEMORY_CAPABILITIES and
- * CL_DEVICE_ATOMIC_FENCE_CAPABILITIES and defines
- *   GYRE_CL_ATOMIC_SCOPE  memory_scope_all_svm_devices when the device reports the
- *                         all-devices scope for atomics, else memory_scope_device;
- *   GYRE_CL_FENCE_SCOPE   the same rule for fences.
- * A GPU without the all-devices scope is refused by the host (it would need the copy
- * strategies); a CPU device (PoCL) is accepted with device scope, because there "device"
- * is the host's own cores and coherent caches: PoCL 3.1 reports all-devices scope for
- * atomics but only device scope for fences, so on it the atomics use all_svm_devices and
- * the fences device scope. docs/opencl.md says what this does and does not prove.
+ * accesses by the host to a fine-grained SVM buffer with atomics. The host
+ * (crates/gyre-opencl/src/probe.rs, passed on by program.rs) defines
+ *   GYRE_CL_ATOMIC_SCOPE  memory_scope_all_svm_devices when CL_DEVICE_ATOMIC_MEMORY_
+ *                         CAPABILITIES include the all-devices scope AND the compiler
+ *                         defines __opencl_c_atomic_scope_all_devices; else
+ *                         memory_scope_device;
+ *   GYRE_CL_FENCE_SCOPE   the same rule with CL_DEVICE_ATOMIC_FENCE_CAPABILITIES.
+ * A GPU without the all-devices scope for atomics is refused by the host (it would need
+ * the copy strategies); a CPU device is accepted with device scope, because there "device"
+ * is the host's own cores and coherent caches. PoCL 3.1 is that case: it reports the
+ * all-devices scope for atomics (device scope only for fences) but its compiler does not
+ * define the feature macro, so on PoCL both scopes are memory_scope_device.
+ * docs/opencl.md says what this does and does not prove.
  *
  * CLOCK. OpenCL C has no standard wall clock. GYRE_CL_TICKS() is clock_read_device()
  * where cl_khr_kernel_clock offers it, else the compiler's cycle counter
