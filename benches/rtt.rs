@@ -18,6 +18,10 @@
 //! - `tokio`: `mpsc` + `oneshot`, client and server each on its own current-thread runtime.
 //! - `gyre_blocking`: `Kernel::call_blocking`, `IdleStrategy::BusySpin` on both sides.
 //! - `gyre_async`: `k.call(msg).await` on a current-thread tokio runtime on core 0.
+//! - `gyre_opencl` (where an OpenCL device is present): `call_blocking` on the built-in
+//!   echo running as a persistent work-group on the OpenCL backend; on PoCL that is a CPU
+//!   thread PoCL places itself. A correctness vehicle, listed for context, not a speed
+//!   claim (docs/benchmarks.md, docs/opencl.md).
 //!
 //! `cargo bench --bench rtt` runs criterion (three interleaved rounds of every
 //! implementation); `GYRE_BENCH_SUMMARY=1 cargo bench --bench rtt` runs the quick
@@ -36,7 +40,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use common::{launch_gyre, msg, spawn_server, warmed, Imp, Msg, Session, Summary, CAPACITY};
+use common::{
+    launch_gyre, launch_gyre_opencl, msg, spawn_server, warmed, Imp, Msg, Session, Summary,
+    CAPACITY,
+};
 use criterion::Criterion;
 use crossbeam_utils::CachePadded;
 use gyre::{Kernel, Runtime};
@@ -410,6 +417,44 @@ impl Drop for GyreAsync {
     }
 }
 
+/// The OpenCL rows, added by `common::main` when a device is present.
+const OPENCL_IMPLS: &[Imp] = &[Imp {
+    name: "gyre_opencl",
+    start: GyreOpenCl::start,
+}];
+
+struct GyreOpenCl {
+    k: Kernel<Msg, Msg>,
+}
+
+impl GyreOpenCl {
+    fn start() -> Box<dyn Session> {
+        warmed(
+            Box::new(Self {
+                k: launch_gyre_opencl(),
+            }),
+            WARM_UP_RUN,
+        )
+    }
+}
+
+impl Session for GyreOpenCl {
+    fn run(&mut self, iters: u64) -> Duration {
+        let m = msg();
+        let t = Instant::now();
+        for _ in 0..iters {
+            black_box(self.k.call_blocking(m).expect("call"));
+        }
+        t.elapsed()
+    }
+}
+
+impl Drop for GyreOpenCl {
+    fn drop(&mut self) {
+        self.k.shutdown_blocking().expect("shutdown");
+    }
+}
+
 // ----------------------------------------------------------------------------------------
 // criterion
 
@@ -417,10 +462,10 @@ impl Drop for GyreAsync {
 /// every implementation is measured in each round, next to the others.
 const CRITERION_ROUNDS: usize = 3;
 
-fn criterion_benches(c: &mut Criterion) {
+fn criterion_benches(c: &mut Criterion, impls: &[Imp]) {
     for round in 1..=CRITERION_ROUNDS {
         let mut g = c.benchmark_group(format!("rtt_round{round}"));
-        for imp in IMPLS {
+        for imp in impls {
             let mut s = (imp.start)();
             g.bench_function(imp.name, |b| b.iter_custom(|iters| s.run(iters)));
             drop(s);
@@ -462,5 +507,10 @@ fn placement_probe() -> f64 {
 }
 
 fn main() {
-    common::main(&SUMMARY, criterion_benches);
+    common::main(
+        &SUMMARY,
+        OPENCL_IMPLS,
+        &[("gyre_opencl", "gyre_blocking", 0.0)],
+        criterion_benches,
+    );
 }

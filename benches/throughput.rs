@@ -16,6 +16,9 @@
 //! - `gyre_batch64`: the same with `try_send_batch` of 64 and `try_recv_batch` of up to 64.
 //! - `gyre_single_notel`, `gyre_batch64_notel`: context rows, the same with the kernel's
 //!   telemetry off (`KernelSpec::telemetry(false)`): the cost of telemetry on the hot path.
+//! - `gyre_opencl_single`, `gyre_opencl_batch64` (where an OpenCL device is present): the
+//!   gyre rows with the built-in echo as a persistent work-group on the OpenCL backend (on
+//!   PoCL: a CPU thread PoCL places itself). Context, not a speed claim (docs/opencl.md).
 //! - `rtrb_echo_single`, `rtrb_echo_batch64`: context rows, the like-for-like peer of the
 //!   gyre rows: the same request + reply ring pair and the same main-thread loop as gyre,
 //!   over two rtrb rings with an echo thread on core 1.
@@ -41,7 +44,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use common::{
-    launch_gyre, launch_gyre_with, msg, spawn_server, warmed, Imp, Msg, Session, Summary, CAPACITY,
+    launch_gyre, launch_gyre_opencl, launch_gyre_with, msg, spawn_server, warmed, Imp, Msg,
+    Session, Summary, CAPACITY,
 };
 use criterion::{Criterion, Throughput};
 use crossbeam_utils::CachePadded;
@@ -316,7 +320,25 @@ impl Gyre {
         };
         warmed(Box::new(Self { k, batched }), WARM_UP_RUN)
     }
+
+    /// The same loop against the built-in echo on the OpenCL backend.
+    fn start_opencl(batched: bool) -> Box<dyn Session> {
+        let k = launch_gyre_opencl();
+        warmed(Box::new(Self { k, batched }), WARM_UP_RUN)
+    }
 }
+
+/// The OpenCL rows, added by `common::main` when a device is present.
+const OPENCL_IMPLS: &[Imp] = &[
+    Imp {
+        name: "gyre_opencl_single",
+        start: || Gyre::start_opencl(false),
+    },
+    Imp {
+        name: "gyre_opencl_batch64",
+        start: || Gyre::start_opencl(true),
+    },
+];
 
 impl Session for Gyre {
     fn run(&mut self, n: u64) -> Duration {
@@ -362,11 +384,11 @@ impl Drop for Gyre {
 /// Rounds of the whole group (interleaving against drift between minutes).
 const CRITERION_ROUNDS: usize = 2;
 
-fn criterion_benches(c: &mut Criterion) {
+fn criterion_benches(c: &mut Criterion, impls: &[Imp]) {
     for round in 1..=CRITERION_ROUNDS {
         let mut g = c.benchmark_group(format!("throughput_round{round}"));
         g.throughput(Throughput::Elements(1));
-        for imp in IMPLS {
+        for imp in impls {
             let mut s = (imp.start)();
             g.bench_function(imp.name, |b| b.iter_custom(|n| s.run(n)));
             drop(s);
@@ -402,5 +424,13 @@ const SUMMARY: Summary = Summary {
 };
 
 fn main() {
-    common::main(&SUMMARY, criterion_benches);
+    common::main(
+        &SUMMARY,
+        OPENCL_IMPLS,
+        &[
+            ("gyre_opencl_single", "gyre_single", 0.0),
+            ("gyre_opencl_batch64", "gyre_batch64", 0.0),
+        ],
+        criterion_benches,
+    );
 }

@@ -39,6 +39,7 @@ mod futures;
 mod kernel;
 #[cfg(feature = "metrics")]
 mod metrics_export;
+mod opencl;
 mod runtime;
 mod spec;
 

@@ -10,6 +10,7 @@ use gyre_core::visibility::{self, MemoryPlan, MemoryVisibility, Overrides, Platf
 use gyre_core::{Error, LaunchSpec, Result, SharedRegion};
 
 use crate::kernel::Kernel;
+use crate::opencl;
 use crate::spec::KernelSpec;
 
 /// Where ring kernels run.
@@ -17,8 +18,10 @@ use crate::spec::KernelSpec;
 #[non_exhaustive]
 pub enum Backend {
     /// The best backend present: CUDA where a driver, a device and a context are
-    /// available (and the `cuda` feature is on), otherwise [`Backend::Cpu`]; the reason
-    /// is logged with `tracing`.
+    /// available (and the `cuda` feature is on), else the first OpenCL **GPU** that offers
+    /// fine-grained SVM with atomics (the `opencl` feature; never an OpenCL CPU device,
+    /// which would only be a slower [`Backend::Cpu`]), otherwise [`Backend::Cpu`]; the
+    /// reasons are logged with `tracing`.
     #[default]
     Auto,
     /// A host thread per kernel (always available).
@@ -27,23 +30,66 @@ pub enum Backend {
     /// machine without a usable driver and device is [`Error::BackendUnavailable`] naming
     /// what is missing.
     Cuda,
+    /// A persistent work-group on OpenCL device `device` of platform `platform`, indices
+    /// as `gyre doctor` lists them (the `opencl` feature). The rings live in fine-grained
+    /// SVM with atomics. A missing OpenCL library, platform or device, or a device without
+    /// fine-grained SVM, is [`Error::BackendUnavailable`] naming what is missing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let b: gyre::Backend = "opencl:0:1".parse()?;
+    /// assert_eq!(b, gyre::Backend::OpenCl { platform: 0, device: 1 });
+    /// assert_eq!(b.to_string(), "opencl:0:1");
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
+    OpenCl {
+        /// Platform index (the ICD loader's order).
+        platform: usize,
+        /// Device index within the platform.
+        device: usize,
+    },
 }
 
 impl Backend {
-    /// The name used on the command line and in logs.
+    /// The name used on the command line and in logs (`opencl` for every OpenCL device;
+    /// `Display` adds the indices).
     pub fn name(&self) -> &'static str {
         match self {
             Backend::Auto => "auto",
             Backend::Cpu => "cpu",
             Backend::Cuda => "cuda",
+            Backend::OpenCl { .. } => "opencl",
         }
     }
 }
 
 impl core::fmt::Display for Backend {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str(self.name())
+        match self {
+            Backend::OpenCl { platform, device } => write!(f, "opencl:{platform}:{device}"),
+            _ => f.write_str(self.name()),
+        }
     }
+}
+
+/// Parses the indices of `opencl`, `opencl:P` or `opencl:P:D` (missing ones are 0).
+fn parse_opencl(s: &str) -> Option<Backend> {
+    let rest = s.strip_prefix("opencl")?;
+    let mut idx = [0usize; 2];
+    if !rest.is_empty() {
+        let parts: Vec<&str> = rest.strip_prefix(':')?.split(':').collect();
+        if parts.len() > 2 {
+            return None;
+        }
+        for (slot, p) in idx.iter_mut().zip(&parts) {
+            *slot = p.parse().ok()?;
+        }
+    }
+    Some(Backend::OpenCl {
+        platform: idx[0],
+        device: idx[1],
+    })
 }
 
 impl core::str::FromStr for Backend {
@@ -57,7 +103,16 @@ impl core::str::FromStr for Backend {
             "cpu" => Ok(Backend::Cpu),
             // Parsed even where unusable: building the runtime says why.
             "cuda" if cfg!(feature = "cuda") => Ok(Backend::Cuda),
-            other => match backends().into_iter().find(|b| b.name == other) {
+            o if cfg!(feature = "opencl") && parse_opencl(o).is_some() => parse_opencl(o)
+                .ok_or_else(|| Error::InvalidArgument {
+                    name: "backend",
+                    value: s.to_owned(),
+                    reason: "expected opencl, opencl:P or opencl:P:D",
+                }),
+            other => match backends()
+                .into_iter()
+                .find(|b| b.name == other || other.starts_with("opencl:") && b.name == "opencl")
+            {
                 Some(BackendInfo {
                     name,
                     available: Err(reason),
@@ -69,7 +124,7 @@ impl core::str::FromStr for Backend {
                 _ => Err(Error::InvalidArgument {
                     name: "backend",
                     value: s.to_owned(),
-                    reason: "valid backends: auto, cpu, cuda",
+                    reason: "valid backends: auto, cpu, cuda, opencl[:P[:D]]",
                 }),
             },
         }
@@ -100,6 +155,7 @@ pub struct BackendInfo {
 /// ```
 pub fn backends() -> Vec<BackendInfo> {
     let cuda_facts = cuda::facts();
+    let opencl_facts = opencl::facts();
     vec![
         BackendInfo {
             name: "cpu",
@@ -115,9 +171,9 @@ pub fn backends() -> Vec<BackendInfo> {
         },
         BackendInfo {
             name: "opencl",
-            compiled: false,
-            available: Err("not in this build: the OpenCL backend is not implemented yet".into()),
-            details: Vec::new(),
+            compiled: cfg!(feature = "opencl"),
+            available: opencl_facts.as_ref().map(|_| ()).map_err(Clone::clone),
+            details: opencl_facts.unwrap_or_default(),
         },
     ]
 }
@@ -238,10 +294,16 @@ impl RuntimeBuilder {
                     tracing::info!(backend = "cuda", "Backend::Auto: using cuda");
                     (Backend::Cuda, b)
                 }
-                Err(why) => {
-                    tracing::info!(backend = "cpu", reason = %why, "Backend::Auto: cuda unavailable, using cpu");
-                    (Backend::Cpu, Arc::new(gyre_cpu::CpuBackend::new()))
-                }
+                Err(no_cuda) => match opencl::auto_gpu() {
+                    Ok((platform, device, b)) => {
+                        tracing::info!(backend = "opencl", platform, device, cuda = %no_cuda, "Backend::Auto: cuda unavailable, using an OpenCL GPU");
+                        (Backend::OpenCl { platform, device }, b)
+                    }
+                    Err(no_gpu) => {
+                        tracing::info!(backend = "cpu", cuda = %no_cuda, opencl = %no_gpu, "Backend::Auto: no GPU backend, using cpu");
+                        (Backend::Cpu, Arc::new(gyre_cpu::CpuBackend::new()))
+                    }
+                },
             },
             Backend::Cpu => (Backend::Cpu, Arc::new(gyre_cpu::CpuBackend::new())),
             Backend::Cuda => (
@@ -251,10 +313,21 @@ impl RuntimeBuilder {
                     reason,
                 })?,
             ),
+            Backend::OpenCl { platform, device } => (
+                self.backend,
+                opencl::backend(platform, device).map_err(|reason| Error::BackendUnavailable {
+                    backend: "opencl",
+                    reason,
+                })?,
+            ),
         };
         let mut probe = PlatformProbe::from_host();
-        if resolved == Backend::Cuda {
-            probe.device = cuda::device_attributes();
+        match resolved {
+            Backend::Cuda => probe.device = cuda::device_attributes(),
+            Backend::OpenCl { platform, device } => {
+                probe.device = opencl::device_attributes(platform, device);
+            }
+            _ => {}
         }
         let mut plan = visibility::plan(probe, &Overrides::from_env()?, &self.memory)?;
         if resolved != Backend::Cpu && plan.needs_confirmation() {
@@ -512,10 +585,13 @@ mod cuda_selection_tests {
         let rt = Runtime::builder().backend(Backend::Auto).build().unwrap();
         match cuda_info().available {
             Ok(()) => assert_eq!(rt.backend(), Backend::Cuda),
-            Err(_) => {
-                assert_eq!(rt.backend(), Backend::Cpu);
-                assert_eq!(rt.backend_name(), "cpu");
-            }
+            // Without CUDA: an OpenCL GPU if there is one (src/opencl.rs tests that it is
+            // never a CPU device), else the CPU backend.
+            Err(_) => match rt.backend() {
+                Backend::Cpu => assert_eq!(rt.backend_name(), "cpu"),
+                Backend::OpenCl { .. } => assert_eq!(rt.backend_name(), "opencl"),
+                other => panic!("Backend::Auto resolved to {other}"),
+            },
         }
     }
 }

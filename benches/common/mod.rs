@@ -132,6 +132,45 @@ pub fn launch_gyre_with(rt: &Runtime, telemetry: bool) -> Kernel<Msg, Msg> {
     k
 }
 
+/// The first OpenCL device with fine-grained SVM and atomics (PoCL's CPU device on the
+/// machines of docs/benchmarks.md), when the `opencl` feature is on and one is present.
+pub fn opencl_backend() -> Option<gyre::Backend> {
+    #[cfg(feature = "opencl")]
+    {
+        let platforms = gyre_opencl::probe().ok()?;
+        for p in &platforms {
+            for d in &p.devices {
+                if d.unusable().is_none() {
+                    return Some(gyre::Backend::OpenCl {
+                        platform: p.index,
+                        device: d.index,
+                    });
+                }
+            }
+        }
+    }
+    None
+}
+
+/// The gyre kernel of the OpenCL rows: the built-in echo (OpenCL C, `cuda/handlers/echo.cl`)
+/// on [`opencl_backend`], capacity [`CAPACITY`], the host busy-spinning. Its persistent
+/// work-group runs on a PoCL worker thread, which the bench cannot pin (PoCL places it).
+pub fn launch_gyre_opencl() -> Kernel<Msg, Msg> {
+    let b = opencl_backend().expect("an OpenCL device (checked before listing the OpenCL rows)");
+    let rt = Runtime::builder()
+        .backend(b)
+        .build()
+        .expect("gyre runtime on OpenCL");
+    let spec = KernelSpec::<Msg, Msg>::echo()
+        .capacity(CAPACITY as u32)
+        .idle(IdleStrategy::BusySpin)
+        .host_idle(IdleStrategy::BusySpin);
+    let k = rt.launch(spec).expect("launching the OpenCL echo kernel");
+    let probe: Msg = core::array::from_fn(|i| i as u8);
+    assert_eq!(k.call_blocking(probe).expect("first call"), probe);
+    k
+}
+
 pub fn msg() -> Msg {
     black_box([0x5a; 64])
 }
@@ -145,6 +184,7 @@ pub trait Session {
     fn run(&mut self, n: u64) -> Duration;
 }
 
+#[derive(Clone, Copy)]
 pub struct Imp {
     pub name: &'static str,
     pub start: fn() -> Box<dyn Session>,
@@ -163,12 +203,63 @@ pub fn warmed(mut s: Box<dyn Session>, per_run: u64) -> Box<dyn Session> {
 // main
 
 /// The whole bench: pins the main thread, then runs `summary` when `GYRE_BENCH_SUMMARY=1`,
-/// else criterion with `criterion_benches`.
-pub fn main(summary: &Summary, criterion_benches: fn(&mut Criterion)) {
-    main_many(&[summary], criterion_benches);
+/// else criterion with `criterion_benches` over the summary's implementations. When an
+/// OpenCL device is present (see [`opencl_backend`]), the `opencl` implementations and
+/// their context ratios are added to the summary's (PoCL is a correctness vehicle: its
+/// figures are context, never targets).
+pub fn main(
+    summary: &Summary,
+    opencl: &[Imp],
+    opencl_targets: &[(&'static str, &'static str, f64)],
+    criterion_benches: fn(&mut Criterion, &[Imp]),
+) {
+    init_cores();
+    // Open the OpenCL device before pinning: PoCL starts its worker threads (which run the
+    // persistent work-group) when the device is first used, and they inherit the affinity
+    // of the thread that does it. Opened after the pin, they would share core 0 with the
+    // spinning client.
+    let opencl_present = opencl_backend().is_some_and(|b| {
+        Runtime::builder()
+            .backend(b)
+            .build()
+            .map_err(|e| eprintln!("note: OpenCL device present but unusable: {e}"))
+            .is_ok()
+    });
+    pin_current(MAIN_CORE);
+    let with_opencl;
+    let summary = if opencl_present {
+        let impls: Vec<Imp> = summary.impls.iter().chain(opencl).copied().collect();
+        let targets: Vec<_> = summary
+            .targets
+            .iter()
+            .chain(opencl_targets)
+            .copied()
+            .collect();
+        with_opencl = Summary {
+            impls: Box::leak(impls.into_boxed_slice()),
+            targets: Box::leak(targets.into_boxed_slice()),
+            ..*summary
+        };
+        &with_opencl
+    } else {
+        eprintln!("note: no OpenCL device (or the `opencl` feature is off): no OpenCL rows");
+        summary
+    };
+    if std::env::var("GYRE_BENCH_SUMMARY").is_ok_and(|v| v == "1") {
+        summary.run();
+        return;
+    }
+    let mut c = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .sample_size(20)
+        .configure_from_args();
+    criterion_benches(&mut c, summary.impls);
+    c.final_summary();
 }
 
-/// [`main`] for a bench with several summaries, run one after the other.
+/// A bench of CPU-backend variants only (no OpenCL rows) with several summaries, run one
+/// after the other in summary mode; criterion runs `criterion_benches` otherwise.
 pub fn main_many(summaries: &[&Summary], criterion_benches: fn(&mut Criterion)) {
     init_cores();
     pin_current(MAIN_CORE);

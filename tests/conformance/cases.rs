@@ -51,8 +51,8 @@ fn tokio_rt() -> tokio::runtime::Runtime {
         .expect("tokio runtime")
 }
 
-/// Whether `b` runs Rust closure handlers (the CPU backend). Device backends run
-/// device-code handlers only, so cases built on closures are skipped there.
+/// Whether `b` runs Rust closure handlers (the CPU backend). Device backends (CUDA,
+/// OpenCL) run device-code handlers only, so cases built on closures are skipped there.
 fn host_handlers(b: Target) -> bool {
     let resolved = rt(b).backend();
     if resolved != Backend::Cpu {

@@ -10,10 +10,16 @@ pub mod cases;
 
 /// Expands every conformance case as a `#[test]` running on `$backend`: a
 /// [`gyre::Backend`], or a [`cases::Target`] (a backend under a pinned transfer strategy).
+///
+/// With `guard = expr`, each test first evaluates `expr` and holds the value until the
+/// case returns (the OpenCL suite serialises its cases and arms a watchdog that way).
 #[macro_export]
 macro_rules! conformance_suite {
     ($backend:expr) => {
-        $crate::conformance_suite!(@cases $backend;
+        $crate::conformance_suite!($backend, guard = $crate::conformance::NoGuard);
+    };
+    ($backend:expr, guard = $guard:expr) => {
+        $crate::conformance_suite!(@cases ($backend) ($guard);
             echo_round_trip, builtin_kernels_match_reference, fifo_and_no_loss_4x100k_send,
             no_loss_4_producers_call, many_wraparounds, full_ring_back_pressure,
             oversize_type_rejected_at_launch, bad_geometry_rejected, pause_resume,
@@ -25,12 +31,16 @@ macro_rules! conformance_suite {
             mixed_batch_and_single_senders_always_shut_down
         );
     };
-    (@cases $backend:expr; $($name:ident),* $(,)?) => {
+    (@cases ($backend:expr) ($guard:expr); $($name:ident),* $(,)?) => {
         $(
             #[test]
             fn $name() {
+                let _guard = $guard;
                 $crate::conformance::cases::$name($backend.into());
             }
         )*
     };
 }
+
+/// The guard of a suite that needs none.
+pub struct NoGuard;

@@ -26,13 +26,22 @@
  * lib.rs.
  *
  * Compiles as C11, C++11 and later, CUDA C++ (nvcc) and NVRTC (no host headers: the
- * fixed-width types are defined here from unsigned int / unsigned long long).
+ * fixed-width types are defined here from unsigned int / unsigned long long), and OpenCL C
+ * 3.0 (uint32_t / uint64_t from OpenCL's uint / ulong, offsetof from the compiler
+ * builtin, alignment through __attribute__((aligned))).
  */
 #ifndef GYRE_ABI_H
 #define GYRE_ABI_H
 
 /* ---- fixed-width types and offsetof ---------------------------------------------- */
-#if defined(__CUDACC_RTC__)
+#if defined(__OPENCL_C_VERSION__)
+/* OpenCL C has no <stdint.h> / <stddef.h>; uint and ulong are exactly 32 and 64 bits. */
+#ifndef GYRE_NO_STDINT_TYPEDEFS
+typedef uint uint32_t;
+typedef ulong uint64_t;
+#endif
+#define GYRE_OFFSETOF(type, field) __builtin_offsetof(type, field)
+#elif defined(__CUDACC_RTC__)
 /* NVRTC provides no <stdint.h> / <stddef.h>. Define GYRE_NO_STDINT_TYPEDEFS when the
  * program already has uint32_t / uint64_t in the global namespace. */
 #ifndef GYRE_NO_STDINT_TYPEDEFS
@@ -53,7 +62,12 @@ typedef unsigned long long uint64_t;
 /* ---- alignment and static assertions (C11, C++11, CUDA) -------------------------- */
 /* GYRE_ALIGN(n) is placed on the FIRST member of a struct: that raises the struct's
  * alignment to n (C11 _Alignas cannot be applied to a struct type itself). */
-#if defined(__cplusplus)
+#if defined(__OPENCL_C_VERSION__)
+/* OpenCL C is C99-based: no _Alignas / _Alignof keywords in the language. */
+#define GYRE_ALIGN(n) __attribute__((aligned(n)))
+#define GYRE_ALIGNOF(type) __alignof__(type)
+#define GYRE_STATIC_ASSERT(cond, msg) _Static_assert(cond, msg)
+#elif defined(__cplusplus)
 #define GYRE_ALIGN(n) alignas(n)
 #define GYRE_ALIGNOF(type) alignof(type)
 #define GYRE_STATIC_ASSERT(cond, msg) static_assert(cond, msg)

@@ -1,0 +1,178 @@
+//! The device clock: OpenCL C has no wall clock, so the ring kernel reads a tick counter
+//! (`GYRE_CL_TICKS()` in `port_opencl.h`) and the host tells it, at build time, how many
+//! nanoseconds a tick is. [`calibrate`] measures that with a one-work-item probe kernel
+//! read twice, some milliseconds apart, against the host's monotonic clock.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use opencl3::command_queue::CommandQueue;
+use opencl3::context::Context;
+use opencl3::kernel::Kernel;
+
+use crate::error::{check, Error, Result};
+use crate::memory::{SvmRegion, SvmRegistry};
+use crate::probe::DeviceInfo;
+use crate::program::{self, CLOCK_PROBE_ENTRY, CL_STD};
+
+/// Host time between the two probe readings.
+const CALIBRATION_GAP: Duration = Duration::from_millis(20);
+
+/// Nanoseconds per device tick as `int + frac / 2^64`, the form `port_opencl.h` computes
+/// with (`ticks * int + mul_hi(ticks, frac)`: no division, no overflow).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ClockScale {
+    /// Whole nanoseconds per tick.
+    pub int: u64,
+    /// The fraction of a nanosecond per tick, in units of 2^-64.
+    pub frac: u64,
+}
+
+impl ClockScale {
+    /// One nanosecond per tick.
+    pub const ONE_NS: ClockScale = ClockScale { int: 1, frac: 0 };
+
+    /// The scale of `ns_per_tick` nanoseconds per tick (positive and finite).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let s = gyre_opencl::ClockScale::from_ns_per_tick(0.25).unwrap();
+    /// assert_eq!((s.int, s.frac), (0, 1 << 62));
+    /// assert_eq!(s.ns(4_000), 1_000);
+    /// assert!(gyre_opencl::ClockScale::from_ns_per_tick(f64::NAN).is_none());
+    /// ```
+    pub fn from_ns_per_tick(ns_per_tick: f64) -> Option<Self> {
+        if !ns_per_tick.is_finite() || ns_per_tick <= 0.0 || ns_per_tick >= 1e9 {
+            return None;
+        }
+        let int = ns_per_tick.floor();
+        let frac = ((ns_per_tick - int) * 18_446_744_073_709_551_616.0).min(u64::MAX as f64);
+        Some(Self {
+            int: int as u64,
+            frac: frac as u64,
+        })
+    }
+
+    /// `ticks` in nanoseconds, exactly as the device computes it.
+    pub fn ns(&self, ticks: u64) -> u64 {
+        let hi = ((u128::from(ticks) * u128::from(self.frac)) >> 64) as u64;
+        ticks.wrapping_mul(self.int).wrapping_add(hi)
+    }
+
+    /// Nanoseconds per tick as a float (for logs).
+    pub fn ns_per_tick(&self) -> f64 {
+        self.int as f64 + self.frac as f64 / 18_446_744_073_709_551_616.0
+    }
+}
+
+/// One reading of the device counter: (ticks, host time at the middle of the command).
+fn read_ticks(
+    queue: &CommandQueue,
+    kernel: &Kernel,
+    out: &SvmRegion,
+    t0: Instant,
+) -> Result<(u64, f64)> {
+    use gyre_core::region::RegionMemory as _;
+    let p = out.base().as_ptr().cast::<u64>();
+    let global = [1usize];
+    let before = t0.elapsed().as_nanos() as f64;
+    // SAFETY: the probe kernel's one argument is an SVM pointer to `out`, which outlives
+    // the command (finish below waits for it); one work-item.
+    let event = unsafe {
+        check(
+            "clSetKernelArgSVMPointer",
+            kernel.set_arg_svm_pointer(0, p.cast()),
+            || ", clock probe".into(),
+        )?;
+        check(
+            "clEnqueueNDRangeKernel",
+            queue.enqueue_nd_range_kernel(
+                kernel.get(),
+                1,
+                std::ptr::null(),
+                global.as_ptr(),
+                global.as_ptr(),
+                &[],
+            ),
+            || ", clock probe, 1 work-item".into(),
+        )?
+    };
+    check("clFinish", queue.finish(), || ", clock probe".into())?;
+    drop(event);
+    let after = t0.elapsed().as_nanos() as f64;
+    // SAFETY: the kernel finished (clFinish) and wrote the first 8 bytes of `out`, a
+    // fine-grained SVM buffer the host reads directly.
+    let ticks = unsafe { std::ptr::read_volatile(p) };
+    Ok((ticks, (before + after) / 2.0))
+}
+
+/// Measures the device clock's rate: builds the probe kernel, reads the counter twice
+/// [`CALIBRATION_GAP`] apart and divides by the host time between the readings.
+pub(crate) fn calibrate(
+    ctx: &Arc<Context>,
+    registry: &Arc<SvmRegistry>,
+    info: &DeviceInfo,
+) -> Result<ClockScale> {
+    let fail = |reason: String| Error::Clock {
+        device: info.name.clone(),
+        reason,
+    };
+    let program = program::build(
+        ctx,
+        info,
+        "clock_probe.cl",
+        &program::clock_probe_source(),
+        CL_STD,
+    )?;
+    let kernel = check(
+        "clCreateKernel",
+        Kernel::create(&program, CLOCK_PROBE_ENTRY),
+        || format!(", {CLOCK_PROBE_ENTRY}"),
+    )?;
+    let queue = check(
+        "clCreateCommandQueueWithProperties",
+        CommandQueue::create_default_with_properties(ctx, 0, 0),
+        || ", in-order, for the clock probe".into(),
+    )?;
+    let out = SvmRegion::zeroed(ctx, registry, 128)?;
+    let t0 = Instant::now();
+    // A first run warms the kernel up (PoCL finishes compiling on first launch).
+    read_ticks(&queue, &kernel, &out, t0)?;
+    let (a, ha) = read_ticks(&queue, &kernel, &out, t0)?;
+    std::thread::sleep(CALIBRATION_GAP);
+    let (b, hb) = read_ticks(&queue, &kernel, &out, t0)?;
+    if b <= a {
+        return Err(fail(format!(
+            "the tick counter did not advance ({a} then {b}) over {CALIBRATION_GAP:?}"
+        )));
+    }
+    let ns_per_tick = (hb - ha) / (b - a) as f64;
+    let scale = ClockScale::from_ns_per_tick(ns_per_tick)
+        .ok_or_else(|| fail(format!("implausible rate: {ns_per_tick} ns per tick")))?;
+    tracing::info!(device = %info.name, ns_per_tick, "OpenCL device clock calibrated");
+    Ok(scale)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scale_matches_float_math() {
+        for ns_per_tick in [1.0, 0.385, 2.5, 10.0, 0.001] {
+            let s = ClockScale::from_ns_per_tick(ns_per_tick).unwrap();
+            for ticks in [0u64, 1, 1_000_000, 1 << 40] {
+                let want = ticks as f64 * ns_per_tick;
+                let got = s.ns(ticks) as f64;
+                assert!(
+                    (got - want).abs() <= 1.0 + want * 1e-12,
+                    "{ns_per_tick} {ticks}"
+                );
+            }
+        }
+        assert!(ClockScale::from_ns_per_tick(0.0).is_none());
+        assert!(ClockScale::from_ns_per_tick(-1.0).is_none());
+        assert!(ClockScale::from_ns_per_tick(f64::INFINITY).is_none());
+    }
+}

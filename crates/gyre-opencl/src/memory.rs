@@ -1,0 +1,138 @@
+//! [`SvmRegion`]: a shared region in fine-grained SVM with atomics, the zero-copy
+//! (`Unified`) placement of control block, telemetry and rings.
+
+use std::collections::HashSet;
+use std::ffi::c_void;
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex};
+
+use opencl3::context::Context;
+use opencl3::memory::{
+    svm_alloc, svm_free, CL_MEM_READ_WRITE, CL_MEM_SVM_ATOMICS, CL_MEM_SVM_FINE_GRAIN_BUFFER,
+};
+
+use crate::error::{cl_error, Result};
+
+/// Alignment of every region: one control block (128 bytes, the ABI's largest alignment).
+pub const REGION_ALIGN: u32 = 128;
+
+/// The live SVM allocations of one context, so a launch can check that its region is one.
+#[derive(Debug, Default)]
+pub(crate) struct SvmRegistry(Mutex<HashSet<usize>>);
+
+impl SvmRegistry {
+    fn insert(&self, p: usize) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).insert(p);
+    }
+    fn remove(&self, p: usize) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(&p);
+    }
+    /// Whether `p` is the base of a live region of this context.
+    pub(crate) fn contains(&self, p: usize) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&p)
+    }
+}
+
+/// `len` zeroed bytes of fine-grained SVM with atomics (`clSVMAlloc` with
+/// `CL_MEM_SVM_FINE_GRAIN_BUFFER | CL_MEM_SVM_ATOMICS`), 128-byte aligned, freed with
+/// `clSVMFree` on drop. Host and kernel address the same bytes while the kernel runs;
+/// the host's Rust atomics and the kernel's OpenCL C atomics order them.
+///
+/// Drop it only once no kernel uses it: `OpenClKernel` holds the region until its kernel
+/// has finished, and leaks it if it has not.
+///
+/// # Examples
+///
+/// ```no_run
+/// use gyre_core::Backend as _;
+/// let backend = gyre_opencl::OpenClBackend::new(0, 0)?;
+/// let region = backend.alloc_region(4096)?; // an SvmRegion behind the trait
+/// assert_eq!(region.base().as_ptr() as usize % 128, 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct SvmRegion {
+    ctx: Arc<Context>,
+    registry: Arc<SvmRegistry>,
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the region owns its SVM allocation exclusively; its bytes are accessed only
+// through the protocol's atomics and ownership rules, which are thread-safe. The context
+// is Send + Sync (OpenCL objects are thread-safe, clSVMFree included).
+unsafe impl Send for SvmRegion {}
+// SAFETY: as above; `&SvmRegion` only hands out the base pointer.
+unsafe impl Sync for SvmRegion {}
+
+impl SvmRegion {
+    /// Allocates and zeroes `len` bytes in `ctx`.
+    pub(crate) fn zeroed(
+        ctx: &Arc<Context>,
+        registry: &Arc<SvmRegistry>,
+        len: usize,
+    ) -> Result<Self> {
+        let size = len.max(1);
+        let flags = CL_MEM_READ_WRITE | CL_MEM_SVM_FINE_GRAIN_BUFFER | CL_MEM_SVM_ATOMICS;
+        // SAFETY: a valid context; size and alignment are checked by the implementation,
+        // which returns null (an Err here) on failure.
+        let raw = unsafe { svm_alloc(ctx.get(), flags, size, REGION_ALIGN) }.map_err(|code| {
+            cl_error(
+                "clSVMAlloc",
+                code,
+                format!(
+                    ", {size} bytes aligned to {REGION_ALIGN}, fine-grained buffer with atomics \
+                     (null: out of memory, or size above CL_DEVICE_MAX_MEM_ALLOC_SIZE)"
+                ),
+            )
+        })?;
+        let ptr = NonNull::new(raw.cast::<u8>()).ok_or_else(|| {
+            cl_error(
+                "clSVMAlloc",
+                opencl3::error_codes::CL_INVALID_VALUE,
+                format!(", {size} bytes"),
+            )
+        })?;
+        // SAFETY: a fine-grained buffer is host-accessible without map/unmap; `size`
+        // bytes were just allocated and no kernel knows them yet.
+        unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, size) };
+        registry.insert(ptr.as_ptr() as usize);
+        Ok(Self {
+            ctx: ctx.clone(),
+            registry: registry.clone(),
+            ptr,
+            len: size,
+        })
+    }
+}
+
+impl Drop for SvmRegion {
+    fn drop(&mut self) {
+        self.registry.remove(self.ptr.as_ptr() as usize);
+        // SAFETY: allocated by clSVMAlloc in this context, freed once; no kernel uses it
+        // (see the type's contract).
+        let r = unsafe { svm_free(self.ctx.get(), self.ptr.as_ptr().cast::<c_void>()) };
+        if let Err(code) = r {
+            tracing::error!(
+                code,
+                name = crate::error::cl_error_name(code),
+                bytes = self.len,
+                "clSVMFree failed: leaking the SVM region"
+            );
+        }
+    }
+}
+
+// SAFETY: `zeroed` returns zeroed, 128-aligned SVM of `len` bytes, host-readable and
+// -writable (fine-grained), that lives until drop.
+unsafe impl gyre_core::region::RegionMemory for SvmRegion {
+    fn base(&self) -> NonNull<u8> {
+        self.ptr
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+}

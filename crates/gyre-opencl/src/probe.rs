@@ -1,0 +1,393 @@
+//! What OpenCL offers here: platforms, devices and the capabilities the ring kernel needs
+//! (fine-grained SVM with atomics, OpenCL C 3.0, atomic scopes). Makes no context.
+
+use opencl3::device::{
+    Device, CL_DEVICE_ATOMIC_ORDER_ACQ_REL, CL_DEVICE_ATOMIC_SCOPE_ALL_DEVICES,
+    CL_DEVICE_ATOMIC_SCOPE_DEVICE, CL_DEVICE_SVM_ATOMICS, CL_DEVICE_SVM_COARSE_GRAIN_BUFFER,
+    CL_DEVICE_SVM_FINE_GRAIN_BUFFER, CL_DEVICE_SVM_FINE_GRAIN_SYSTEM, CL_DEVICE_TYPE_ACCELERATOR,
+    CL_DEVICE_TYPE_ALL, CL_DEVICE_TYPE_CPU, CL_DEVICE_TYPE_GPU,
+};
+use opencl3::platform::Platform;
+
+use crate::error::{check, cl_error, Error, Result};
+
+/// `CL_PLATFORM_NOT_FOUND_KHR`: what the ICD loader returns when no driver is installed.
+const PLATFORM_NOT_FOUND_KHR: i32 = -1001;
+
+/// Runs `f` while holding the process-wide OpenCL discovery lock. The first queries
+/// initialise the ICD loader and the drivers, and PoCL 3.1 does not survive two threads
+/// doing that at once (one thread's `clGetDeviceInfo` crashed in `strlen` while another
+/// was still in PoCL's hwloc topology probe). Every probe, and opening a device, goes
+/// through here.
+pub(crate) fn serialized<T>(f: impl FnOnce() -> T) -> T {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    f()
+}
+
+/// The kind of an OpenCL device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceKind {
+    /// `CL_DEVICE_TYPE_CPU` (PoCL, Intel's CPU runtime).
+    Cpu,
+    /// `CL_DEVICE_TYPE_GPU`.
+    Gpu,
+    /// `CL_DEVICE_TYPE_ACCELERATOR`.
+    Accelerator,
+    /// Anything else (custom devices).
+    Other,
+}
+
+impl core::fmt::Display for DeviceKind {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            DeviceKind::Cpu => "CPU",
+            DeviceKind::Gpu => "GPU",
+            DeviceKind::Accelerator => "accelerator",
+            DeviceKind::Other => "other",
+        })
+    }
+}
+
+/// A device's shared virtual memory capabilities (`CL_DEVICE_SVM_CAPABILITIES`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SvmCaps {
+    /// `CL_DEVICE_SVM_COARSE_GRAIN_BUFFER` (map/unmap to synchronise).
+    pub coarse_grain_buffer: bool,
+    /// `CL_DEVICE_SVM_FINE_GRAIN_BUFFER` (host and device share the bytes while it runs).
+    pub fine_grain_buffer: bool,
+    /// `CL_DEVICE_SVM_FINE_GRAIN_SYSTEM` (any host allocation).
+    pub fine_grain_system: bool,
+    /// `CL_DEVICE_SVM_ATOMICS` (atomics ordered between host and device).
+    pub atomics: bool,
+}
+
+impl SvmCaps {
+    fn from_bits(b: u64) -> Self {
+        Self {
+            coarse_grain_buffer: b & CL_DEVICE_SVM_COARSE_GRAIN_BUFFER != 0,
+            fine_grain_buffer: b & CL_DEVICE_SVM_FINE_GRAIN_BUFFER != 0,
+            fine_grain_system: b & CL_DEVICE_SVM_FINE_GRAIN_SYSTEM != 0,
+            atomics: b & CL_DEVICE_SVM_ATOMICS != 0,
+        }
+    }
+
+    /// Whether the zero-copy placement works: fine-grained buffers with atomics.
+    pub fn zero_copy(&self) -> bool {
+        self.fine_grain_buffer && self.atomics
+    }
+
+    /// A short description (`fine-grained buffer + atomics`), `none` when empty.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let caps = gyre_opencl::SvmCaps { fine_grain_buffer: true, atomics: true, ..Default::default() };
+    /// assert_eq!(caps.describe(), "fine-grained buffer, atomics");
+    /// ```
+    pub fn describe(&self) -> String {
+        let parts: Vec<&str> = [
+            (self.coarse_grain_buffer, "coarse-grained buffer"),
+            (self.fine_grain_buffer, "fine-grained buffer"),
+            (self.fine_grain_system, "fine-grained system"),
+            (self.atomics, "atomics"),
+        ]
+        .iter()
+        .filter(|(on, _)| *on)
+        .map(|(_, s)| *s)
+        .collect();
+        if parts.is_empty() {
+            "none".to_owned()
+        } else {
+            parts.join(", ")
+        }
+    }
+}
+
+/// The atomic scope the ring kernel's accesses can use on a device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// `memory_scope_all_svm_devices`: orders accesses by the host too.
+    AllSvmDevices,
+    /// `memory_scope_device`.
+    Device,
+    /// Neither (work-group scope only): unusable.
+    None,
+}
+
+impl Scope {
+    /// The widest scope in capability bits `caps`; all-SVM-devices only where the OpenCL
+    /// C compiler also offers it (`all_devices_in_c`: the feature macro
+    /// `__opencl_c_atomic_scope_all_devices`). PoCL 3.1 reports the all-devices scope for
+    /// atomics but its compiler does not define the enumerator.
+    fn from_caps(caps: u64, all_devices_in_c: bool) -> Self {
+        if caps & CL_DEVICE_ATOMIC_SCOPE_ALL_DEVICES != 0 && all_devices_in_c {
+            Scope::AllSvmDevices
+        } else if caps & CL_DEVICE_ATOMIC_SCOPE_DEVICE != 0 {
+            Scope::Device
+        } else {
+            Scope::None
+        }
+    }
+
+    /// The OpenCL C enumerator (`memory_scope_all_svm_devices`).
+    pub fn cl_name(&self) -> &'static str {
+        match self {
+            Scope::AllSvmDevices => "memory_scope_all_svm_devices",
+            Scope::Device | Scope::None => "memory_scope_device",
+        }
+    }
+}
+
+/// One OpenCL device and what the ring kernel needs from it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// Index within its platform (`Backend::OpenCl { device }`).
+    pub index: usize,
+    /// `CL_DEVICE_NAME`.
+    pub name: String,
+    /// `CL_DEVICE_TYPE`.
+    pub kind: DeviceKind,
+    /// `CL_DEVICE_VERSION` (`OpenCL 3.0 PoCL ...`).
+    pub version: String,
+    /// Whether OpenCL C 3.0 is among `CL_DEVICE_OPENCL_C_ALL_VERSIONS`.
+    pub opencl_c_3: bool,
+    /// `CL_DEVICE_MAX_COMPUTE_UNITS`.
+    pub compute_units: u32,
+    /// `CL_DEVICE_SVM_CAPABILITIES`.
+    pub svm: SvmCaps,
+    /// Widest scope of acquire/release atomics (`CL_DEVICE_ATOMIC_MEMORY_CAPABILITIES`).
+    pub atomic_scope: Scope,
+    /// Widest scope of fences (`CL_DEVICE_ATOMIC_FENCE_CAPABILITIES`).
+    pub fence_scope: Scope,
+    /// Whether acquire/release atomics are supported at all.
+    pub acq_rel: bool,
+    /// `CL_DEVICE_COMPILER_AVAILABLE`.
+    pub compiler: bool,
+}
+
+impl DeviceInfo {
+    /// Why the ring kernel cannot run on this device with the zero-copy placement, if it
+    /// cannot. A CPU device is accepted with device-scope fences (its "device" is the
+    /// host's own coherent cores); another device needs all-SVM-devices atomics.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// for p in gyre_opencl::probe()? {
+    ///     for d in &p.devices {
+    ///         println!("{}: {:?}", d.name, d.unusable());
+    ///     }
+    /// }
+    /// # Ok::<(), gyre_opencl::Error>(())
+    /// ```
+    pub fn unusable(&self) -> Option<Error> {
+        if !self.svm.fine_grain_buffer {
+            return Some(Error::NeedsCopyStrategy {
+                device: self.name.clone(),
+                missing: "fine-grained buffer SVM",
+            });
+        }
+        if !self.svm.atomics {
+            return Some(Error::NeedsCopyStrategy {
+                device: self.name.clone(),
+                missing: "SVM atomics",
+            });
+        }
+        let reason = if !self.opencl_c_3 {
+            Some("no OpenCL C 3.0 compiler (CL_DEVICE_OPENCL_C_ALL_VERSIONS)".to_owned())
+        } else if !self.compiler {
+            Some("no compiler (CL_DEVICE_COMPILER_AVAILABLE is false)".to_owned())
+        } else if !self.acq_rel {
+            Some("no acquire/release atomics (CL_DEVICE_ATOMIC_MEMORY_CAPABILITIES)".to_owned())
+        } else if self.atomic_scope == Scope::None || self.fence_scope == Scope::None {
+            Some("atomics or fences limited to work-group scope".to_owned())
+        } else if self.kind != DeviceKind::Cpu && self.atomic_scope != Scope::AllSvmDevices {
+            Some(
+                "no all-SVM-devices atomic scope: the host would not be ordered with the \
+                 kernel's atomics (the copy strategies are needed)"
+                    .to_owned(),
+            )
+        } else {
+            None
+        };
+        reason.map(|reason| Error::Unsupported {
+            device: self.name.clone(),
+            reason,
+        })
+    }
+}
+
+/// One OpenCL platform (driver) and its devices.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlatformInfo {
+    /// Index in the ICD loader's list (`Backend::OpenCl { platform }`).
+    pub index: usize,
+    /// `CL_PLATFORM_NAME` (`Portable Computing Language`).
+    pub name: String,
+    /// `CL_PLATFORM_VENDOR`.
+    pub vendor: String,
+    /// `CL_PLATFORM_VERSION`.
+    pub version: String,
+    /// Its devices, in the driver's order.
+    pub devices: Vec<DeviceInfo>,
+}
+
+/// The platform handles, or why there are none: the loader is missing
+/// ([`Error::LibraryMissing`]) or no driver is installed ([`Error::NoPlatform`]).
+pub(crate) fn platforms() -> Result<Vec<Platform>> {
+    // Without libOpenCL.so.1 opencl3 answers DLOPEN_RUNTIME_LOAD_FAILED, which
+    // `cl_error` turns into Error::LibraryMissing.
+    match opencl3::platform::get_platforms() {
+        Ok(p) if p.is_empty() => Err(Error::NoPlatform),
+        Ok(p) => Ok(p),
+        Err(e) if e.0 == PLATFORM_NOT_FOUND_KHR => Err(Error::NoPlatform),
+        Err(e) => Err(cl_error("clGetPlatformIDs", e.0, String::new())),
+    }
+}
+
+/// The device handles of `platform`.
+pub(crate) fn device_ids(platform: &Platform) -> Result<Vec<Device>> {
+    match platform.get_devices(CL_DEVICE_TYPE_ALL) {
+        Ok(ids) => Ok(ids.into_iter().map(Device::new).collect()),
+        // CL_DEVICE_NOT_FOUND: a platform with no device.
+        Err(e) if e.0 == opencl3::error_codes::CL_DEVICE_NOT_FOUND => Ok(Vec::new()),
+        Err(e) => Err(cl_error("clGetDeviceIDs", e.0, String::new())),
+    }
+}
+
+/// What `device` (index `index` on its platform) offers.
+pub(crate) fn device_info(index: usize, device: &Device) -> Result<DeviceInfo> {
+    let q = |op: &'static str| move || format!(", {op}");
+    let name = check("clGetDeviceInfo", device.name(), q("CL_DEVICE_NAME"))?;
+    let ty = check("clGetDeviceInfo", device.dev_type(), q("CL_DEVICE_TYPE"))?;
+    let kind = if ty & CL_DEVICE_TYPE_GPU != 0 {
+        DeviceKind::Gpu
+    } else if ty & CL_DEVICE_TYPE_CPU != 0 {
+        DeviceKind::Cpu
+    } else if ty & CL_DEVICE_TYPE_ACCELERATOR != 0 {
+        DeviceKind::Accelerator
+    } else {
+        DeviceKind::Other
+    };
+    let version = check("clGetDeviceInfo", device.version(), q("CL_DEVICE_VERSION"))?;
+    // OpenCL 1.x/2.x devices do not know the 3.0 queries: treat a failure as "no".
+    let opencl_c_3 = device
+        .opencl_c_all_versions()
+        .map(|v| v.iter().any(|nv| nv.version >> 22 >= 3))
+        .unwrap_or(false);
+    let svm = SvmCaps::from_bits(device.svm_capabilities().unwrap_or(0));
+    let mem_caps = device.atomic_memory_capabilities().unwrap_or(0);
+    let all_devices_in_c = device
+        .opencl_c_features()
+        .map(|f| {
+            f.iter().any(|nv| {
+                let end = nv
+                    .name
+                    .iter()
+                    .position(|&c| c == 0)
+                    .unwrap_or(nv.name.len());
+                &nv.name[..end] == b"__opencl_c_atomic_scope_all_devices"
+            })
+        })
+        .unwrap_or(false);
+    let fence_caps = device.atomic_fence_capabilities().unwrap_or(0);
+    Ok(DeviceInfo {
+        index,
+        name: name.trim().to_owned(),
+        kind,
+        version: version.trim().to_owned(),
+        opencl_c_3,
+        compute_units: check(
+            "clGetDeviceInfo",
+            device.max_compute_units(),
+            q("CL_DEVICE_MAX_COMPUTE_UNITS"),
+        )?,
+        svm,
+        atomic_scope: Scope::from_caps(mem_caps, all_devices_in_c),
+        fence_scope: Scope::from_caps(fence_caps, all_devices_in_c),
+        acq_rel: mem_caps & CL_DEVICE_ATOMIC_ORDER_ACQ_REL != 0,
+        compiler: device.compiler_available().unwrap_or(false),
+    })
+}
+
+/// Every OpenCL platform and device on this machine.
+///
+/// # Errors
+///
+/// [`Error::LibraryMissing`] without an ICD loader, [`Error::NoPlatform`] without a
+/// driver, [`Error::Cl`] when a query fails.
+///
+/// # Examples
+///
+/// ```
+/// match gyre_opencl::probe() {
+///     Ok(platforms) => {
+///         for p in &platforms {
+///             for d in &p.devices {
+///                 println!("{}: {} ({}), SVM {}", p.name, d.name, d.kind, d.svm.describe());
+///             }
+///         }
+///     }
+///     Err(why) => println!("no OpenCL: {why}"),
+/// }
+/// ```
+pub fn probe() -> Result<Vec<PlatformInfo>> {
+    serialized(probe_unlocked)
+}
+
+fn probe_unlocked() -> Result<Vec<PlatformInfo>> {
+    let mut out = Vec::new();
+    for (index, p) in platforms()?.iter().enumerate() {
+        let q = |what: &'static str| move || format!(", {what} of platform {index}");
+        let mut devices = Vec::new();
+        for (i, d) in device_ids(p)?.iter().enumerate() {
+            devices.push(device_info(i, d)?);
+        }
+        out.push(PlatformInfo {
+            index,
+            name: check("clGetPlatformInfo", p.name(), q("CL_PLATFORM_NAME"))?
+                .trim()
+                .to_owned(),
+            vendor: check("clGetPlatformInfo", p.vendor(), q("CL_PLATFORM_VENDOR"))?
+                .trim()
+                .to_owned(),
+            version: check("clGetPlatformInfo", p.version(), q("CL_PLATFORM_VERSION"))?
+                .trim()
+                .to_owned(),
+            devices,
+        });
+    }
+    Ok(out)
+}
+
+/// The device at (`platform`, `device`), with its facts.
+///
+/// # Errors
+///
+/// As [`probe`], plus [`Error::PlatformIndex`] / [`Error::DeviceIndex`] for an index that
+/// does not exist.
+pub fn select(platform: usize, device: usize) -> Result<(Device, DeviceInfo)> {
+    serialized(|| select_unlocked(platform, device))
+}
+
+/// [`select`] for a caller already inside [`serialized`].
+pub(crate) fn select_unlocked(platform: usize, device: usize) -> Result<(Device, DeviceInfo)> {
+    let platforms = platforms()?;
+    let count = platforms.len();
+    let p = platforms.get(platform).ok_or(Error::PlatformIndex {
+        index: platform,
+        count,
+    })?;
+    let ids = device_ids(p)?;
+    let Some(d) = ids.get(device) else {
+        return Err(Error::DeviceIndex {
+            platform,
+            name: p.name().unwrap_or_default().trim().to_owned(),
+            index: device,
+            count: ids.len(),
+        });
+    };
+    let info = device_info(device, d)?;
+    Ok((Device::new(d.id()), info))
+}

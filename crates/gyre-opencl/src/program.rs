@@ -1,0 +1,277 @@
+//! The OpenCL C sources of the ring kernel and their build.
+//!
+//! A ring-kernel program is one source string: the handler (`cuda/handlers/*.cl`), then
+//! `cuda/ring_kernel.cl`, with every `#include "gyre/..."` replaced by the embedded header
+//! (`abi.h`, `ring.h`, `port_opencl.h`) under `#line` directives, so build logs name the
+//! real files and no include path (which PoCL passes to clang unquoted) reaches the
+//! compiler. [`BuildOptions`] turns what the host learnt about the device (its atomic
+//! scopes, its clock rate, the work-group size) into `-D` options.
+
+use opencl3::context::Context;
+use opencl3::error_codes::CL_BUILD_PROGRAM_FAILURE;
+use opencl3::program::Program;
+
+use crate::clock::ClockScale;
+use crate::error::{cl_error, Error, Result};
+use crate::probe::{DeviceInfo, Scope};
+
+/// `cuda/ring_kernel.cl`.
+pub const RING_KERNEL_CL: &str = include_str!("../../../cuda/ring_kernel.cl");
+const ABI_H: &str = include_str!("../../../cuda/include/gyre/abi.h");
+const RING_H: &str = include_str!("../../../cuda/include/gyre/ring.h");
+const PORT_OPENCL_H: &str = include_str!("../../../cuda/include/gyre/port_opencl.h");
+const ECHO_CL: &str = include_str!("../../../cuda/handlers/echo.cl");
+const VEC_SCALE_CL: &str = include_str!("../../../cuda/handlers/vec_scale.cl");
+const REDUCE_SUM_CL: &str = include_str!("../../../cuda/handlers/reduce_sum.cl");
+
+/// The entry point of the ring kernel.
+pub const RING_KERNEL_ENTRY: &str = "gyre_ring_kernel";
+/// The entry point of the clock probe ([`clock_probe_source`]).
+pub const CLOCK_PROBE_ENTRY: &str = "gyre_clock_probe";
+/// The OpenCL C version every gyre program is built for.
+pub const CL_STD: &str = "-cl-std=CL3.0";
+
+/// A handler linked into the ring kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Handler {
+    /// `cuda/handlers/echo.cl` (`gyre_core::kernels::echo`).
+    Echo,
+    /// `cuda/handlers/vec_scale.cl` (`gyre_core::kernels::vec_scale`).
+    VecScale,
+    /// `cuda/handlers/reduce_sum.cl` (`gyre_core::kernels::reduce_sum`).
+    ReduceSum,
+}
+
+impl Handler {
+    /// Every built-in handler.
+    pub const BUILTIN: [Handler; 3] = [Handler::Echo, Handler::VecScale, Handler::ReduceSum];
+
+    /// The built-in handler of kernel id `id` (`gyre_core::kernels::ids`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gyre_opencl::Handler;
+    /// assert_eq!(Handler::builtin(gyre_core::kernels::ids::ECHO), Some(Handler::Echo));
+    /// assert_eq!(Handler::builtin(99), None);
+    /// ```
+    pub fn builtin(id: u32) -> Option<Self> {
+        use gyre_core::kernels::ids;
+        match id {
+            ids::ECHO => Some(Handler::Echo),
+            ids::VEC_SCALE => Some(Handler::VecScale),
+            ids::REDUCE_SUM => Some(Handler::ReduceSum),
+            _ => None,
+        }
+    }
+
+    /// Its file name under `cuda/` (`handlers/echo.cl`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Handler::Echo => "handlers/echo.cl",
+            Handler::VecScale => "handlers/vec_scale.cl",
+            Handler::ReduceSum => "handlers/reduce_sum.cl",
+        }
+    }
+
+    /// Its source text.
+    pub fn source(&self) -> &'static str {
+        match self {
+            Handler::Echo => ECHO_CL,
+            Handler::VecScale => VEC_SCALE_CL,
+            Handler::ReduceSum => REDUCE_SUM_CL,
+        }
+    }
+}
+
+/// The embedded header named by an `#include "..."` of gyre's device code.
+fn header(name: &str) -> Option<(&'static str, &'static str)> {
+    match name {
+        "gyre/abi.h" | "abi.h" => Some(("gyre/abi.h", ABI_H)),
+        "gyre/ring.h" | "ring.h" => Some(("gyre/ring.h", RING_H)),
+        "gyre/port_opencl.h" | "port_opencl.h" => Some(("gyre/port_opencl.h", PORT_OPENCL_H)),
+        _ => None,
+    }
+}
+
+/// Appends `text` (file `name`) to `out`, replacing each `#include "gyre/..."` with the
+/// header's text between `#line` directives. Headers have include guards, so including
+/// one twice is harmless; `depth` bounds a cycle that guards would not stop.
+fn expand(name: &str, text: &str, out: &mut String, depth: u32) {
+    out.push_str(&format!("#line 1 \"{name}\"\n"));
+    for (n, line) in text.lines().enumerate() {
+        let inc = line
+            .trim_start()
+            .strip_prefix("#include")
+            .map(str::trim)
+            .and_then(|r| r.strip_prefix('"'))
+            .and_then(|r| r.split('"').next())
+            .and_then(header);
+        match inc {
+            Some((hname, htext)) if depth < 8 => {
+                expand(hname, htext, out, depth + 1);
+                out.push_str(&format!("#line {} \"{name}\"\n", n + 2));
+            }
+            _ => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+}
+
+/// The full source of the ring kernel with `handler`: one translation unit.
+///
+/// # Examples
+///
+/// ```
+/// let src = gyre_opencl::program::ring_kernel_source(gyre_opencl::Handler::Echo);
+/// assert!(src.contains("gyre_ring_kernel"));
+/// assert!(src.contains("GYRE_PORT_OPENCL_H"));
+/// assert!(!src.contains("#include \"gyre/"));
+/// ```
+pub fn ring_kernel_source(handler: Handler) -> String {
+    let mut out = format!(
+        "// gyre ring kernel, handler `{}`: generated by gyre_opencl::program::ring_kernel_source\n",
+        handler.name()
+    );
+    expand(handler.name(), handler.source(), &mut out, 0);
+    expand("ring_kernel.cl", RING_KERNEL_CL, &mut out, 0);
+    out
+}
+
+/// The clock probe: one work-item writes the device tick counter (`GYRE_CL_TICKS()` of
+/// `port_opencl.h`) to `out[0]`.
+pub fn clock_probe_source() -> String {
+    let mut out = String::new();
+    expand(
+        "clock_probe.cl",
+        "#include \"gyre/port_opencl.h\"\n\
+         __kernel void gyre_clock_probe(__global ulong *out) {\n\
+         \x20   out[0] = (ulong)GYRE_CL_TICKS();\n\
+         }\n",
+        &mut out,
+        0,
+    );
+    out
+}
+
+/// The build options of a ring kernel on one device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BuildOptions {
+    /// The work-group size (`GYRE_CL_LANES`).
+    pub lanes: u32,
+    /// Scope of the protocol's atomics (`GYRE_CL_ATOMIC_SCOPE`).
+    pub atomic_scope: Scope,
+    /// Scope of its fences (`GYRE_CL_FENCE_SCOPE`).
+    pub fence_scope: Scope,
+    /// The device clock's rate (`GYRE_CL_NS_PER_TICK_INT` / `_FRAC`).
+    pub clock: ClockScale,
+}
+
+impl BuildOptions {
+    /// The options for `device` with `lanes` work-items and the calibrated `clock`.
+    pub fn new(device: &DeviceInfo, lanes: u32, clock: ClockScale) -> Self {
+        Self {
+            lanes,
+            atomic_scope: device.atomic_scope,
+            fence_scope: device.fence_scope,
+            clock,
+        }
+    }
+
+    /// The option string passed to `clBuildProgram`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gyre_opencl::program::BuildOptions;
+    /// use gyre_opencl::{ClockScale, Scope};
+    /// let o = BuildOptions {
+    ///     lanes: 8,
+    ///     atomic_scope: Scope::AllSvmDevices,
+    ///     fence_scope: Scope::Device,
+    ///     clock: ClockScale::ONE_NS,
+    /// };
+    /// assert!(o.to_cl_options().starts_with("-cl-std=CL3.0 -DGYRE_CL_LANES=8 "));
+    /// ```
+    pub fn to_cl_options(&self) -> String {
+        format!(
+            "{CL_STD} -DGYRE_CL_LANES={} -DGYRE_CL_ATOMIC_SCOPE={} -DGYRE_CL_FENCE_SCOPE={} \
+             -DGYRE_CL_NS_PER_TICK_INT={}ul -DGYRE_CL_NS_PER_TICK_FRAC={}ul",
+            self.lanes,
+            self.atomic_scope.cl_name(),
+            self.fence_scope.cl_name(),
+            self.clock.int,
+            self.clock.frac,
+        )
+    }
+}
+
+/// Builds `source` (named `what` in errors) for the context's device with `options`.
+/// A compile error is [`Error::Build`] with the compiler's log.
+pub fn build(
+    context: &Context,
+    device: &DeviceInfo,
+    what: &str,
+    source: &str,
+    options: &str,
+) -> Result<Program> {
+    let mut program = Program::create_from_source(context, source).map_err(|e| {
+        cl_error(
+            "clCreateProgramWithSource",
+            e.0,
+            format!(", {} bytes of {what}", source.len()),
+        )
+    })?;
+    let _span =
+        tracing::info_span!("gyre_opencl_build", program = what, device = %device.name).entered();
+    match program.build(context.devices(), options) {
+        Ok(()) => Ok(program),
+        Err(e) => {
+            let log = context
+                .devices()
+                .first()
+                .and_then(|d| program.get_build_log(*d).ok())
+                .unwrap_or_else(|| "(no build log)".to_owned());
+            if e.0 == CL_BUILD_PROGRAM_FAILURE || !log.trim().is_empty() {
+                Err(Error::Build {
+                    handler: what.to_owned(),
+                    device: device.name.clone(),
+                    name: crate::error::cl_error_name(e.0),
+                    code: e.0,
+                    options: options.to_owned(),
+                    log,
+                })
+            } else {
+                Err(cl_error("clBuildProgram", e.0, format!(", {what}")))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn includes_are_inlined_once_each_with_line_directives() {
+        for h in Handler::BUILTIN {
+            let src = ring_kernel_source(h);
+            assert!(!src.contains("#include \"gyre/"), "{}", h.name());
+            assert!(src.contains("#line 1 \"gyre/abi.h\""));
+            assert!(src.contains("#line 1 \"gyre/ring.h\""));
+            assert!(src.contains("#line 1 \"gyre/port_opencl.h\""));
+            assert!(src.contains(&format!("#line 1 \"{}\"", h.name())));
+            assert!(src.contains("__kernel"));
+        }
+    }
+
+    #[test]
+    fn builtin_ids_map_to_handlers() {
+        use gyre_core::kernels::ids;
+        assert_eq!(Handler::builtin(ids::VEC_SCALE), Some(Handler::VecScale));
+        assert_eq!(Handler::builtin(ids::REDUCE_SUM), Some(Handler::ReduceSum));
+        assert_eq!(Handler::builtin(0), None);
+    }
+}

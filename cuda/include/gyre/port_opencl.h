@@ -1,0 +1,139 @@
+/*
+ * gyre/port_opencl.h -- the OpenCL C 3.0 port of the device-side ring logic (gyre/ring.h).
+ *
+ * ring.h is written once, in plain C, over the macros below; port_cuda.h defines them for
+ * CUDA, this header for OpenCL C 3.0 (built with -cl-std=CL3.0). Include it BEFORE
+ * gyre/ring.h. The host side is crates/gyre-opencl (see docs/opencl.md).
+ *
+ * The shared region is one fine-grained SVM buffer allocated with CL_MEM_SVM_ATOMICS, so
+ * the host's Rust atomics and the kernel's OpenCL C 2.0+ atomics act on the same memory.
+ * Every protocol access is an atomic_load_explicit / atomic_store_explicit on a plain ABI
+ * field viewed as atomic_uint / atomic_ulong (same size, same alignment):
+ *
+ *   GYRE_LOAD_ACQUIRE_U32/U64(p)      atomic_load_explicit(p, memory_order_acquire, SCOPE)
+ *   GYRE_LOAD_RELAXED_U32/U64(p)      atomic_load_explicit(p, memory_order_relaxed, SCOPE)
+ *   GYRE_STORE_RELEASE_U32/U64(p, v)  atomic_store_explicit(p, v, memory_order_release, SCOPE)
+ *   GYRE_STORE_RELAXED_U32/U64(p, v)  atomic_store_explicit(p, v, memory_order_relaxed, SCOPE)
+ *   GYRE_FENCE_SYSTEM()               atomic_work_item_fence(CLK_GLOBAL_MEM_FENCE,
+ *                                                            memory_order_seq_cst, FENCE_SCOPE)
+ *   GYRE_PAUSE()                      a bounded spin (OpenCL C has no sleep)
+ *   GYRE_NOW_NS()                     the device tick counter scaled to ns by the host
+ *   GYRE_DEVICE_FN                    __attribute__((always_inline))
+ *   GYRE_GLOBAL                       __global
+ *
+ * SCOPES. The other party is the host CPU, so the right scope for every protocol access is
+ * memory_scope_all_svm_devices: the only scope the OpenCL memory model defines as ordering
+ * accesses by the host to a fine-grained SVM buffer with atomics. The host
+ * (crates/gyre-opencl/src/probe.rs, passed on by program.rs) defines
+ *   GYRE_CL_ATOMIC_SCOPE  memory_scope_all_svm_devices when CL_DEVICE_ATOMIC_MEMORY_
+ *                         CAPABILITIES include the all-devices scope AND the compiler
+ *                         defines __opencl_c_atomic_scope_all_devices; else
+ *                         memory_scope_device;
+ *   GYRE_CL_FENCE_SCOPE   the same rule with CL_DEVICE_ATOMIC_FENCE_CAPABILITIES.
+ * A GPU without the all-devices scope for atomics is refused by the host (it would need
+ * the copy strategies); a CPU device is accepted with device scope, because there "device"
+ * is the host's own cores and coherent caches. PoCL 3.1 is that case: it reports the
+ * all-devices scope for atomics (device scope only for fences) but its compiler does not
+ * define the feature macro, so on PoCL both scopes are memory_scope_device.
+ * docs/opencl.md says what this does and does not prove.
+ *
+ * CLOCK. OpenCL C has no standard wall clock. GYRE_CL_TICKS() is clock_read_device()
+ * where cl_khr_kernel_clock offers it, else the compiler's cycle counter
+ * (__builtin_readcyclecounter: rdtsc on x86 CPUs under PoCL, s_memrealtime/s_memtime on
+ * AMD GPUs). The host measures its rate with a probe kernel (crates/gyre-opencl/src/
+ * clock.rs) and passes ns per tick as GYRE_CL_NS_PER_TICK_INT + GYRE_CL_NS_PER_TICK_FRAC /
+ * 2^64, so GYRE_NOW_NS() = ticks * INT + mul_hi(ticks, FRAC): no overflow, no division.
+ */
+#ifndef GYRE_PORT_OPENCL_H
+#define GYRE_PORT_OPENCL_H
+
+#if !defined(__OPENCL_C_VERSION__)
+#error "gyre/port_opencl.h is for OpenCL C device code"
+#endif
+#if __OPENCL_C_VERSION__ < 200
+#error "gyre's ring kernel needs OpenCL C 2.0 or newer atomics: build with -cl-std=CL3.0"
+#endif
+
+#pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable
+#pragma OPENCL EXTENSION cl_khr_int64_extended_atomics : enable
+
+#include "abi.h"
+
+#define GYRE_PORT_OPENCL 1
+#define GYRE_GLOBAL __global
+#define GYRE_DEVICE_FN __attribute__((always_inline))
+
+#ifndef GYRE_CL_ATOMIC_SCOPE
+#define GYRE_CL_ATOMIC_SCOPE memory_scope_device
+#endif
+#ifndef GYRE_CL_FENCE_SCOPE
+#define GYRE_CL_FENCE_SCOPE memory_scope_device
+#endif
+
+/* ---- atomics on plain ABI fields -------------------------------------------------- */
+
+#define GYRE_CL_A32(p) ((volatile __global atomic_uint *)(p))
+#define GYRE_CL_A64(p) ((volatile __global atomic_ulong *)(p))
+
+#define GYRE_LOAD_ACQUIRE_U32(p)                                                               \
+    atomic_load_explicit(GYRE_CL_A32(p), memory_order_acquire, GYRE_CL_ATOMIC_SCOPE)
+#define GYRE_LOAD_ACQUIRE_U64(p)                                                               \
+    atomic_load_explicit(GYRE_CL_A64(p), memory_order_acquire, GYRE_CL_ATOMIC_SCOPE)
+#define GYRE_LOAD_RELAXED_U32(p)                                                               \
+    atomic_load_explicit(GYRE_CL_A32(p), memory_order_relaxed, GYRE_CL_ATOMIC_SCOPE)
+#define GYRE_LOAD_RELAXED_U64(p)                                                               \
+    atomic_load_explicit(GYRE_CL_A64(p), memory_order_relaxed, GYRE_CL_ATOMIC_SCOPE)
+#define GYRE_STORE_RELEASE_U32(p, v)                                                           \
+    atomic_store_explicit(GYRE_CL_A32(p), (v), memory_order_release, GYRE_CL_ATOMIC_SCOPE)
+#define GYRE_STORE_RELEASE_U64(p, v)                                                           \
+    atomic_store_explicit(GYRE_CL_A64(p), (v), memory_order_release, GYRE_CL_ATOMIC_SCOPE)
+#define GYRE_STORE_RELAXED_U32(p, v)                                                           \
+    atomic_store_explicit(GYRE_CL_A32(p), (v), memory_order_relaxed, GYRE_CL_ATOMIC_SCOPE)
+#define GYRE_STORE_RELAXED_U64(p, v)                                                           \
+    atomic_store_explicit(GYRE_CL_A64(p), (v), memory_order_relaxed, GYRE_CL_ATOMIC_SCOPE)
+
+/* ---- fence, pause, clock ---------------------------------------------------------- */
+
+#define GYRE_FENCE_SYSTEM()                                                                    \
+    atomic_work_item_fence(CLK_GLOBAL_MEM_FENCE, memory_order_seq_cst, GYRE_CL_FENCE_SCOPE)
+
+/** Iterations of the empty spin GYRE_PAUSE() runs. OpenCL C has no sleep; a short spin on
+ *  an atomic load keeps the polling thread off the shared cache lines for a moment.
+ *  Overridable with -DGYRE_PAUSE_SPINS=... */
+#ifndef GYRE_PAUSE_SPINS
+#define GYRE_PAUSE_SPINS 64u
+#endif
+
+static inline GYRE_DEVICE_FN void gyre_cl_pause(void) {
+    /* A private volatile counter: the compiler may not delete the loop. */
+    volatile uint i;
+    for (i = 0u; i < GYRE_PAUSE_SPINS; i++) {
+    }
+}
+#define GYRE_PAUSE() gyre_cl_pause()
+
+#if defined(cl_khr_kernel_clock) && defined(__opencl_c_kernel_clock_scope_device)
+#define GYRE_CL_TICKS() clock_read_device()
+#elif defined(__has_builtin)
+#if __has_builtin(__builtin_readcyclecounter)
+#define GYRE_CL_TICKS() __builtin_readcyclecounter()
+#endif
+#endif
+#ifndef GYRE_CL_TICKS
+#error "gyre's OpenCL port needs a device clock: cl_khr_kernel_clock or __builtin_readcyclecounter"
+#endif
+
+#ifndef GYRE_CL_NS_PER_TICK_INT
+#define GYRE_CL_NS_PER_TICK_INT 1ul
+#endif
+#ifndef GYRE_CL_NS_PER_TICK_FRAC
+#define GYRE_CL_NS_PER_TICK_FRAC 0ul
+#endif
+
+static inline GYRE_DEVICE_FN uint64_t gyre_cl_now_ns(void) {
+    const uint64_t t = (uint64_t)GYRE_CL_TICKS();
+    return t * (uint64_t)GYRE_CL_NS_PER_TICK_INT + mul_hi(t, (uint64_t)GYRE_CL_NS_PER_TICK_FRAC);
+}
+#define GYRE_NOW_NS() gyre_cl_now_ns()
+
+#endif /* GYRE_PORT_OPENCL_H */
