@@ -272,6 +272,7 @@ pub fn describe_state(state: gyre::KernelState) -> String {
         S::Terminated { code: 0 } => "terminated".into(),
         S::Terminated { code } => format!("terminated: {}", gyre_abi::error::name(code)),
         S::Faulted { code } => format!("faulted: {}", gyre_abi::error::name(code)),
+        S::Unresponsive => "unresponsive (watchdog)".into(),
     }
 }
 

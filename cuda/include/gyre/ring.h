@@ -285,6 +285,15 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k1_k9_slow_tick(gyre_ring *r) {
         r->state = GYRE_STATE_TERMINATED;
         return 0u;
     }
+    /* K1: the host line's identity. A corrupt control block faults the kernel (the
+     * host reports the code to every waiter) instead of being trusted. */
+    if (GYRE_LOAD_ACQUIRE_U32(&cb->magic) != GYRE_MAGIC ||
+        GYRE_LOAD_ACQUIRE_U32(&cb->abi_version) != GYRE_ABI_VERSION) {
+        gyre_k8_telemetry(r, GYRE_STATE_FAULTED);
+        r->state = GYRE_STATE_FAULTED;
+        gyre_fault(cb, GYRE_ERR_BAD_MAGIC);
+        return 0u;
+    }
     /* K1: the command. */
     next = gyre_k1_next_state(GYRE_LOAD_ACQUIRE_U32(&cb->command), r->state);
     if (next != r->state) {
