@@ -115,10 +115,19 @@ fn service(ch: &Channel, last: &mut (u64, u64)) -> bool {
     let mut worked = false;
     let mut i = tail;
     while i < claimed && i - tail < ch.capacity {
-        match ch.probe(i) {
-            Probe::Pending => break,
-            Probe::Gone => {}
-            Probe::Ready => {
+        let p = ch.probe(i);
+        if p == Probe::Pending && i >= head {
+            break;
+        }
+        // A corrupt slot (published, yet not Ready) is served like a ready one: its
+        // waiter is woken to report the protocol error, an abandoned one released.
+        match p {
+            Probe::Pending | Probe::Gone if ch.reply_corrupt(i).is_none() => {
+                if p == Probe::Pending {
+                    break;
+                }
+            }
+            _ => {
                 let (owned, st) = ch.cell_state(i);
                 if owned && st == ST_WAITING {
                     // Work only if a waker was still registered: a woken task that has
