@@ -13,7 +13,10 @@
 //!
 //! It drives the functions the runtime uses (`try_claim`, `advance_prefix`, `close`,
 //! `claimed`) over loom atomics; the kernel side follows K2 (poll the slot sequence) and
-//! the drain condition of `gyre-cpu`'s loop (`Draining` and `h2k_head <= tail`).
+//! the drain condition of `gyre-cpu`'s loop (`Draining` and `h2k_head <= tail`). The
+//! kernel polls a bounded number of times concurrently with the producers and the
+//! shutdown, then drains after Terminate (a model thread spinning until Terminate would
+//! exceed loom's branch bound).
 #![cfg(gyre_loom)]
 
 use core::sync::atomic::Ordering::{Acquire, Release};
@@ -64,23 +67,32 @@ impl Ring {
         true
     }
 
-    /// The kernel: K2 (poll the sequence), answer in order; once Terminate was seen,
-    /// stop when nothing published remains. Returns what it answered, in order.
-    fn kernel(&self) -> Vec<u64> {
-        let mut out = Vec::new();
-        let mut tail = 0u64;
-        loop {
-            let s = (tail % CAP) as usize;
-            if self.seq[s].load(Acquire) == tail + 1 {
+    /// The kernel, while the host runs: K2 (poll the sequence) and answer in order, a
+    /// bounded number of polls (a spinning model thread would never end).
+    fn kernel_polls(&self, tail: &mut u64, out: &mut Vec<u64>, polls: usize) {
+        for _ in 0..polls {
+            let s = (*tail % CAP) as usize;
+            if self.seq[s].load(Acquire) == *tail + 1 {
                 out.push(self.data[s].with(|p| unsafe { *p }));
-                tail += 1;
-                self.tail.store(tail, Release);
-                continue;
+                *tail += 1;
+                self.tail.store(*tail, Release);
             }
-            if self.terminate.load(Acquire) && self.head.load(Acquire) <= tail {
-                return out;
+        }
+    }
+
+    /// The kernel after Terminate (gyre-cpu's Draining): answer everything published,
+    /// then stop once `h2k_head <= tail`.
+    fn kernel_drain(&self, tail: &mut u64, out: &mut Vec<u64>) {
+        assert!(self.terminate.load(Acquire));
+        loop {
+            let s = (*tail % CAP) as usize;
+            if self.seq[s].load(Acquire) == *tail + 1 {
+                self.kernel_polls(tail, out, 1);
+            } else if self.head.load(Acquire) <= *tail {
+                return;
+            } else {
+                thread::yield_now();
             }
-            thread::yield_now();
         }
     }
 
@@ -110,13 +122,18 @@ fn shutdown_drains_exactly_the_accepted_requests() {
             })
             .collect();
         let rk = r.clone();
-        let kernel = thread::spawn(move || rk.kernel());
+        let kernel = thread::spawn(move || {
+            let (mut tail, mut out) = (0, Vec::new());
+            rk.kernel_polls(&mut tail, &mut out, 2);
+            (tail, out)
+        });
         let accepted = r.shutdown();
+        let (mut tail, mut answered) = kernel.join().unwrap();
+        r.kernel_drain(&mut tail, &mut answered);
         let mut sent: Vec<u64> = producers
             .into_iter()
             .filter_map(|p| p.join().unwrap())
             .collect();
-        let mut answered = kernel.join().unwrap();
         assert_eq!(accepted, sent.len() as u64, "claims counted by close");
         answered.sort_unstable();
         sent.sort_unstable();
@@ -135,10 +152,15 @@ fn shutdown_waits_for_a_claim_being_written() {
         let r1 = r.clone();
         let p = thread::spawn(move || r1.try_produce(7));
         let rk = r.clone();
-        let kernel = thread::spawn(move || rk.kernel());
+        let kernel = thread::spawn(move || {
+            let (mut tail, mut out) = (0, Vec::new());
+            rk.kernel_polls(&mut tail, &mut out, 1);
+            (tail, out)
+        });
         let accepted = r.shutdown();
+        let (mut tail, mut answered) = kernel.join().unwrap();
+        r.kernel_drain(&mut tail, &mut answered);
         let ok = p.join().unwrap();
-        let answered = kernel.join().unwrap();
         assert_eq!(accepted, u64::from(ok));
         assert_eq!(answered, if ok { vec![7] } else { vec![] });
     });
