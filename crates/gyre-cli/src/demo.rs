@@ -94,6 +94,9 @@ impl DemoConfig {
 
 /// `gyre demo`.
 pub fn run(args: &DemoArgs, out: &mut dyn Write) -> Result<()> {
+    if let Some(duration) = &args.soak {
+        return crate::soak::run(args, duration, out);
+    }
     let cfg = DemoConfig::from_args(args)?;
     let rt = Runtime::builder().backend(cfg.backend).build()?;
     let kernel = rt.launch(cfg.spec())?;
