@@ -182,7 +182,6 @@ fn run(
             break;
         }
     }
-    drop(kernel);
 
     // Every published reply is the prescribed answer to the request slot the kernel read.
     let published = cb.k2h_head.load(Acquire);
