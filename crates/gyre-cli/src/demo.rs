@@ -98,6 +98,11 @@ pub fn run(args: &DemoArgs, out: &mut dyn Write) -> Result<()> {
         return crate::soak::run(args, duration, out);
     }
     let cfg = DemoConfig::from_args(args)?;
+    if cfg.serve {
+        // Before the run: a SIGINT / SIGTERM during it must still stop cleanly (and
+        // remove the export file), not kill the process with the default action.
+        crate::install_stop_handler()?;
+    }
     let rt = Runtime::builder().backend(cfg.backend).build()?;
     let kernel = rt.launch(cfg.spec())?;
     tracing::debug!(?cfg, backend = rt.backend_name(), "demo kernel launched");
@@ -124,11 +129,11 @@ pub fn run(args: &DemoArgs, out: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
-/// `--serve`: a light echo load (bursts of calls with pauses) until SIGINT / SIGTERM,
+/// `--serve`: a light echo load (bursts of calls with pauses) until SIGINT / SIGTERM
+/// (the handler is installed by [`run`] before the measured run),
 /// while the kernel's telemetry is exported; then returns for the normal shutdown, which
 /// removes the export file.
 fn serve(kernel: &Kernel<Msg, Msg>, out: &mut dyn Write) -> Result<()> {
-    crate::install_stop_handler()?;
     let path = kernel
         .telemetry_export_path()
         .map(|p| p.display().to_string())
