@@ -262,9 +262,11 @@ impl<'a> Loop<'a> {
         // host reports the code to every waiter) instead of being trusted.
         if !self.cb.identity_ok() {
             tracing::warn!("control block magic or ABI version corrupted: faulting");
+            // As ring.h: error code, final telemetry, then the final state.
             self.cb.processed.store(self.processed, Release);
+            self.cb.error_code.store(error::BAD_MAGIC, Release);
             self.publish_state(state::FAULTED);
-            fault(self.cb, error::BAD_MAGIC);
+            self.cb.state.store(state::FAULTED, Release);
             return Flow::Stop;
         }
         let cmd = self.cb.command.load(Acquire);
