@@ -7,7 +7,8 @@
 //! wakes futures waiting for free space, `send` replies or the kernel's end, and notices
 //! when the kernel stops. Between scans it follows its idle strategy (spin, yield, park
 //! with a bounded timeout), so it never blocks a tokio worker and costs nothing when idle.
-//! It also writes the host heartbeat.
+//! It also writes the host heartbeat and, when configured, runs the watchdog
+//! ([`super::watchdog`]) that declares a silent kernel unresponsive.
 
 use core::sync::atomic::Ordering::{Acquire, Release};
 use std::sync::Arc;
