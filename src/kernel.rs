@@ -41,6 +41,11 @@ pub enum KernelState {
         /// `gyre_abi::error` code.
         code: u32,
     },
+    /// The host-side watchdog ([`KernelSpec::watchdog`]) saw no sign of life from the
+    /// kernel within its bound: a handler that never returns, a hung device. Waiters
+    /// failed with [`Error::Unresponsive`]; the kernel was told to terminate and is
+    /// detached. Reported until the kernel reaches a final state by itself.
+    Unresponsive,
 }
 
 impl KernelState {
@@ -79,8 +84,24 @@ impl Inner {
         self.next_id.fetch_add(1, Relaxed)
     }
 
-    /// Joins the kernel once it reached a final state; reports a fault.
+    /// Whether joining the kernel returns promptly: its loop exited, or it wrote a final
+    /// state (it exits right after). A kernel the watchdog declared unresponsive is
+    /// neither, and is never joined (it would block forever).
+    fn joinable(&self) -> bool {
+        self.instance.is_finished() || state::is_final(self.ch.kernel_state().0)
+    }
+
+    /// Joins the kernel once it reached a final state; reports a fault. An unresponsive
+    /// kernel is detached instead, and reported as [`Error::Unresponsive`].
     pub(crate) fn finish(&self) -> Result<()> {
+        if let Some(e) = self.ch.unresponsive() {
+            if self.joinable() {
+                let _ = self.instance.join();
+            } else {
+                tracing::warn!(kernel = %self.ch.name(), "shutdown: detaching the unresponsive kernel");
+            }
+            return Err(e);
+        }
         let _ = self.instance.join();
         self.drain_transfer();
         match self.ch.kernel_state() {
@@ -119,7 +140,7 @@ impl Drop for Inner {
         while !self.is_final() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_micros(200));
         }
-        if self.is_final() {
+        if self.joinable() {
             let _ = self.instance.join();
             self.drain_transfer();
         } else {
@@ -165,7 +186,7 @@ impl<Req, Resp> core::fmt::Debug for Kernel<Req, Resp> {
 pub(crate) fn decode<Resp: Pod>(kernel: &str, v: ReplyView<'_>) -> Result<Resp> {
     match v.meta.status {
         error::NONE => {}
-        s @ (error::BAD_SEQUENCE | error::BAD_LENGTH) => {
+        s @ (error::BAD_SEQUENCE | error::BAD_LENGTH | error::UNKNOWN_TYPE) => {
             return Err(Error::Protocol {
                 ring: "request",
                 index: v.meta.correlation_id,
@@ -217,7 +238,7 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
             yields: 16,
             max_park: Duration::from_micros(50),
         };
-        let driver = Driver::start(ch.clone(), driver_idle, hb)?;
+        let driver = Driver::start_with_watchdog(ch.clone(), driver_idle, hb, spec.watchdog)?;
         if let (Some(t), Some(th)) = (&transfer, driver.thread()) {
             t.notify(th);
         }
@@ -566,10 +587,23 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
         self.inner.ch.command(command::RUN);
     }
 
-    /// The kernel's state as it last wrote it.
+    /// The kernel's state as it last wrote it, or [`KernelState::Unresponsive`] once the
+    /// watchdog fired (until the kernel reaches a final state by itself).
     pub fn state(&self) -> KernelState {
         let (s, c) = self.inner.ch.kernel_state();
+        if !state::is_final(s) && self.inner.ch.unresponsive().is_some() {
+            return KernelState::Unresponsive;
+        }
         KernelState::from_raw(s, c)
+    }
+
+    /// The host side of this kernel's rings, for fault injection and diagnostics: tests
+    /// write corrupt slots or control-block fields through it to check that the kernel
+    /// and the host report them. Not part of the stable API; misuse breaks the protocol
+    /// (never memory safety: raw slot writes are `unsafe`).
+    #[doc(hidden)]
+    pub fn raw_channel(&self) -> &Arc<Channel> {
+        &self.inner.ch
     }
 
     /// A consistent snapshot of the kernel's telemetry (retrying a torn read).

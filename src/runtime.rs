@@ -471,6 +471,7 @@ impl Runtime {
         }
         spec.idle.validate()?;
         spec.host_idle.validate()?;
+        spec.validate_watchdog()?;
         if spec.async_spin > std::time::Duration::from_millis(10) {
             return Err(Error::InvalidArgument {
                 name: "async_spin",

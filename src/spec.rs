@@ -43,6 +43,7 @@ pub struct KernelSpec<Req, Resp> {
     pub(crate) host_idle: IdleStrategy,
     pub(crate) async_spin: Duration,
     pub(crate) host_timeout: Duration,
+    pub(crate) watchdog: Option<Duration>,
     pub(crate) handler: Arc<dyn Handler>,
     pub(crate) builtin: Option<u32>,
     pub(crate) msg_type: u32,
@@ -78,6 +79,7 @@ impl<Req, Resp> core::fmt::Debug for KernelSpec<Req, Resp> {
             .field("host_idle", &self.host_idle)
             .field("async_spin", &self.async_spin)
             .field("host_timeout", &self.host_timeout)
+            .field("watchdog", &self.watchdog)
             .field("builtin", &self.builtin)
             .field("telemetry", &self.telemetry)
             .field("export", &self.export)
@@ -106,7 +108,11 @@ impl<Req: Pod, Resp: Pod> KernelSpec<Req, Resp> {
     where
         F: Fn(Req) -> Result<Resp, u32> + Send + Sync + 'static,
     {
-        let h = move |_ty: u32, req: &[u8], reply: &mut [u8]| -> Result<usize, u32> {
+        let h = move |ty: u32, req: &[u8], reply: &mut [u8]| -> Result<usize, u32> {
+            // A typed kernel takes one message type (0, what its requests carry).
+            if ty != 0 {
+                return Err(gyre_abi::error::UNKNOWN_TYPE);
+            }
             if req.len() != core::mem::size_of::<Req>() {
                 return Err(gyre_abi::error::BAD_LENGTH);
             }
@@ -137,6 +143,7 @@ impl<Req: Pod, Resp: Pod> KernelSpec<Req, Resp> {
             host_idle: IdleStrategy::default(),
             async_spin: Duration::from_micros(20),
             host_timeout: Duration::from_secs(10),
+            watchdog: None,
             handler,
             builtin,
             msg_type,
@@ -272,6 +279,58 @@ impl<Req: Pod, Resp: Pod> KernelSpec<Req, Resp> {
             source: source.into(),
         }));
         self
+    }
+
+    /// Runs a host-side watchdog (default off): when the kernel shows no sign of life —
+    /// no kernel heartbeat, no request consumed, no state change — for longer than
+    /// `bound`, [`Kernel::state`](crate::Kernel::state) becomes
+    /// [`KernelState::Unresponsive`](crate::KernelState::Unresponsive), the kernel is
+    /// told to terminate, and every caller waiting on it (and every later one) fails with
+    /// [`Error::Unresponsive`](crate::Error::Unresponsive) instead of hanging; shutdown
+    /// then returns that error at once and detaches the kernel (on the CPU backend its
+    /// thread stays blocked in the handler; if the handler ever returns, the kernel
+    /// drains and its thread exits). A request failed this way may still have run.
+    ///
+    /// `bound` must exceed the longest batch (batch size x the slowest handler) plus one
+    /// idle park, or a busy kernel is declared unresponsive; it must be at least 1 ms and
+    /// at least twice the kernel's longest idle park or sleep (checked at launch). The
+    /// completion driver checks every `bound / 8`, so detection takes at most about
+    /// `bound * 9 / 8` plus scheduling delays.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let spec = gyre::KernelSpec::from_fn("inc", |x: u64| x + 1)
+    ///     .watchdog(Duration::from_millis(500));
+    /// # let _ = spec;
+    /// ```
+    pub fn watchdog(mut self, bound: Duration) -> Self {
+        self.watchdog = Some(bound);
+        self
+    }
+}
+
+impl<Req, Resp> KernelSpec<Req, Resp> {
+    /// Checks the watchdog bound against the kernel's idle strategy (see
+    /// [`KernelSpec::watchdog`]).
+    pub(crate) fn validate_watchdog(&self) -> gyre_core::Result<()> {
+        let Some(bound) = self.watchdog else {
+            return Ok(());
+        };
+        let park = match self.idle {
+            IdleStrategy::BusySpin => Duration::ZERO,
+            IdleStrategy::Backoff { max_park, .. } => max_park,
+            IdleStrategy::Sleep(d) => d,
+        };
+        if bound < Duration::from_millis(1) || bound < park * 2 {
+            return Err(gyre_core::Error::InvalidArgument {
+                name: "watchdog",
+                value: format!("{bound:?} (idle park {park:?})"),
+                reason: "must be at least 1ms and at least twice the kernel's idle park or sleep",
+            });
+        }
+        Ok(())
     }
 }
 

@@ -109,7 +109,15 @@ impl DemoConfig {
 
 /// `gyre demo`.
 pub fn run(args: &DemoArgs, out: &mut dyn Write) -> Result<()> {
+    if let Some(duration) = &args.soak {
+        return crate::soak::run(args, duration, out);
+    }
     let cfg = DemoConfig::from_args(args)?;
+    if cfg.serve {
+        // Before the run: a SIGINT / SIGTERM during it must still stop cleanly (and
+        // remove the export file), not kill the process with the default action.
+        crate::install_stop_handler()?;
+    }
     let mut builder = Runtime::builder().backend(cfg.backend);
     if let Some(s) = cfg.strategy {
         builder = builder.transfer_strategy(s);
@@ -157,11 +165,11 @@ fn describe_transfer(kernel: &Kernel<Msg, Msg>) -> String {
     }
 }
 
-/// `--serve`: a light echo load (bursts of calls with pauses) until SIGINT / SIGTERM,
+/// `--serve`: a light echo load (bursts of calls with pauses) until SIGINT / SIGTERM
+/// (the handler is installed by [`run`] before the measured run),
 /// while the kernel's telemetry is exported; then returns for the normal shutdown, which
 /// removes the export file.
 fn serve(kernel: &Kernel<Msg, Msg>, out: &mut dyn Write) -> Result<()> {
-    crate::install_stop_handler()?;
     let path = kernel
         .telemetry_export_path()
         .map(|p| p.display().to_string())
@@ -309,6 +317,7 @@ pub fn describe_state(state: gyre::KernelState) -> String {
         S::Terminated { code: 0 } => "terminated".into(),
         S::Terminated { code } => format!("terminated: {}", gyre_abi::error::name(code)),
         S::Faulted { code } => format!("faulted: {}", gyre_abi::error::name(code)),
+        S::Unresponsive => "unresponsive (watchdog)".into(),
     }
 }
 

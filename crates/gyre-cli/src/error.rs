@@ -54,6 +54,10 @@ pub enum CliError {
     /// A producer stopped early because another one failed (never reported on its own).
     #[error("stopped because another producer failed")]
     Aborted,
+    /// `gyre demo --soak`: a bad duration, or the run lost, duplicated or corrupted
+    /// messages, or its memory grew.
+    #[error("soak: {0}")]
+    Soak(String),
     /// The doctor's self-test failed.
     #[error("self-test failed: {0}")]
     SelfTest(Box<CliError>),

@@ -13,6 +13,7 @@ mod doctor;
 mod error;
 mod load;
 mod progress;
+mod soak;
 mod table;
 mod top;
 
@@ -91,6 +92,11 @@ pub struct DemoArgs {
     /// The dma-polling interval in microseconds (1..=1000000) [default: 10].
     #[arg(long, requires = "strategy")]
     pub poll_interval_us: Option<u64>,
+    /// Soak test for DURATION (e.g. 20s, 2m): several producers (--producers, default 4)
+    /// with random message sizes and periodic pause/resume; reports sent, replied,
+    /// errored, `lost: N` and memory use, and fails if anything was lost or memory grew.
+    #[arg(long, value_name = "DURATION", conflicts_with = "serve")]
+    pub soak: Option<String>,
 }
 
 /// `--idle`.

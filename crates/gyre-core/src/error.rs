@@ -159,6 +159,19 @@ pub enum Error {
         /// Reads tried.
         attempts: u32,
     },
+    /// The host-side watchdog saw neither a kernel heartbeat nor any progress for longer
+    /// than its bound (a handler that never returns, a hung device): the kernel was marked
+    /// unresponsive and told to terminate. Requests it did not answer fail with this; a
+    /// request failed this way may still have been executed.
+    #[error("kernel '{kernel}' is unresponsive: no heartbeat or progress for {silent_for:?} (watchdog bound {bound:?})")]
+    Unresponsive {
+        /// Kernel name.
+        kernel: String,
+        /// How long the kernel had been silent when the watchdog fired.
+        silent_for: Duration,
+        /// The configured watchdog bound.
+        bound: Duration,
+    },
     /// The kernel accepts no more requests (shutdown started).
     #[error("kernel '{kernel}' is closed to new requests")]
     Closed {

@@ -79,3 +79,41 @@ impl IndexAtomic for loom::sync::atomic::AtomicU64 {
         loom::sync::atomic::fence(order)
     }
 }
+
+// The primitives of the waker sets (`channel::wakers`): std / parking_lot normally, loom's
+// under `cfg(gyre_loom)`, so `tests/loom_wake.rs` checks the very registration / wake-up
+// code (its SeqCst fences included) for lost wake-ups.
+#[cfg(not(gyre_loom))]
+pub(crate) use core::sync::atomic::{fence, AtomicUsize};
+#[cfg(gyre_loom)]
+pub(crate) use loom::sync::atomic::{fence, AtomicUsize};
+
+/// A mutex with parking_lot's infallible `lock`, loom's under `cfg(gyre_loom)`.
+#[derive(Default)]
+pub(crate) struct Mutex<T>(
+    #[cfg(not(gyre_loom))] parking_lot::Mutex<T>,
+    #[cfg(gyre_loom)] loom::sync::Mutex<T>,
+);
+
+#[cfg(not(gyre_loom))]
+impl<T> Mutex<T> {
+    /// Locks (never poisoned).
+    #[inline]
+    pub(crate) fn lock(&self) -> parking_lot::MutexGuard<'_, T> {
+        self.0.lock()
+    }
+}
+
+#[cfg(gyre_loom)]
+impl<T> Mutex<T> {
+    /// Locks; a poisoned lock (a panicking model thread) is taken over.
+    pub(crate) fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl<T> core::fmt::Debug for Mutex<T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("Mutex { .. }")
+    }
+}

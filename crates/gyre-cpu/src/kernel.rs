@@ -66,7 +66,8 @@ impl<'a> Stepper<'a> {
             return None;
         }
         if let Flow::Stop = self.l.slow_tick(&mut self.st) {
-            self.st = state::TERMINATED;
+            // Terminated (host heartbeat stale) or faulted (corrupt control block).
+            self.st = self.l.cb.state.load(Acquire);
             return None;
         }
         if self.st == state::PAUSED {
@@ -204,8 +205,10 @@ impl<'a> Loop<'a> {
         self.publish_state(st);
         loop {
             iter = iter.wrapping_add(1);
-            // K1: commands and heartbeats, on the slow path.
-            if iter % SLOW_EVERY == 0 || st != state::ACTIVE {
+            // K1: commands and heartbeats, on the slow path; also on every idle
+            // iteration once the idler parks or sleeps (a park costs far more), so the
+            // kernel heartbeat (the host watchdog's sign of life) never waits 128 parks.
+            if iter % SLOW_EVERY == 0 || st != state::ACTIVE || idler.is_parking() {
                 match self.slow_tick(&mut st) {
                     Flow::Stop => return,
                     Flow::Continue => {}
@@ -264,6 +267,17 @@ impl<'a> Loop<'a> {
             self.cb.state.store(state::TERMINATED, Release);
             return Flow::Stop;
         }
+        // K1: the host line's identity. A corrupt control block faults the kernel (the
+        // host reports the code to every waiter) instead of being trusted.
+        if !self.cb.identity_ok() {
+            tracing::warn!("control block magic or ABI version corrupted: faulting");
+            // As ring.h: error code, final telemetry, then the final state.
+            self.cb.processed.store(self.processed, Release);
+            self.cb.error_code.store(error::BAD_MAGIC, Release);
+            self.publish_state(state::FAULTED);
+            self.cb.state.store(state::FAULTED, Release);
+            return Flow::Stop;
+        }
         let cmd = self.cb.command.load(Acquire);
         let next = match (cmd, *st) {
             (command::TERMINATE, _) => state::DRAINING,
@@ -300,9 +314,11 @@ impl<'a> Loop<'a> {
             if region.slot(RingId::Request, idx).sequence().load(Acquire) != idx + 1 {
                 break;
             }
-            if idx - self.k2h_tail >= self.cap {
+            // Wrapping, as ring.h's unsigned arithmetic: a corrupt `k2h_tail` beyond `idx`
+            // reads as "no free reply slot" (never overwrite), not as an overflow.
+            if idx.wrapping_sub(self.k2h_tail) >= self.cap {
                 self.k2h_tail = self.cb.k2h_tail.load(Acquire);
-                if idx - self.k2h_tail >= self.cap {
+                if idx.wrapping_sub(self.k2h_tail) >= self.cap {
                     break;
                 }
             }
@@ -318,10 +334,10 @@ impl<'a> Loop<'a> {
             if head <= self.tail {
                 return Ok(0);
             }
-            if self.tail - self.k2h_tail >= self.cap {
+            if self.tail.wrapping_sub(self.k2h_tail) >= self.cap {
                 // The cached release index may be a lap behind: re-read it (K3).
                 self.k2h_tail = self.cb.k2h_tail.load(Acquire);
-                if self.tail - self.k2h_tail >= self.cap {
+                if self.tail.wrapping_sub(self.k2h_tail) >= self.cap {
                     return Ok(0);
                 }
             }

@@ -277,6 +277,8 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k1_k9_slow_tick(gyre_ring *r) {
     const uint64_t now = GYRE_NOW_NS();
     uint64_t hb;
     uint32_t next;
+    uint32_t stop_state = 0u;
+    uint32_t stop_code = GYRE_ERR_NONE;
     r->last_now = now;
     /* K9: our heartbeat (nonzero, changes while we run), then the host's. */
     GYRE_STORE_RELEASE_U64(&cb->kernel_heartbeat, now - r->epoch + 1u);
@@ -285,10 +287,22 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k1_k9_slow_tick(gyre_ring *r) {
         r->host_hb = hb;
         r->host_hb_changed = now;
     } else if (r->host_timeout_ns != 0u && now - r->host_hb_changed > r->host_timeout_ns) {
-        GYRE_STORE_RELEASE_U32(&cb->error_code, GYRE_ERR_HOST_HEARTBEAT_STALE);
-        gyre_k8_telemetry(r, GYRE_STATE_TERMINATED);
-        GYRE_STORE_RELEASE_U32(&cb->state, GYRE_STATE_TERMINATED);
-        r->state = GYRE_STATE_TERMINATED;
+        stop_state = GYRE_STATE_TERMINATED;
+        stop_code = GYRE_ERR_HOST_HEARTBEAT_STALE;
+    }
+    /* K1: the host line's identity. A corrupt control block faults the kernel (the
+     * host reports the code to every waiter) instead of being trusted. */
+    if (stop_state == 0u && (GYRE_LOAD_ACQUIRE_U32(&cb->magic) != GYRE_MAGIC ||
+                             GYRE_LOAD_ACQUIRE_U32(&cb->abi_version) != GYRE_ABI_VERSION)) {
+        stop_state = GYRE_STATE_FAULTED;
+        stop_code = GYRE_ERR_BAD_MAGIC;
+    }
+    /* One exit for both: error code, final telemetry, then the final state. */
+    if (stop_state != 0u) {
+        GYRE_STORE_RELEASE_U32(&cb->error_code, stop_code);
+        gyre_k8_telemetry(r, stop_state);
+        GYRE_STORE_RELEASE_U32(&cb->state, stop_state);
+        r->state = stop_state;
         return 0u;
     }
     /* K1: the command. */

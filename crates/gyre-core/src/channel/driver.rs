@@ -7,7 +7,8 @@
 //! wakes futures waiting for free space, `send` replies or the kernel's end, and notices
 //! when the kernel stops. Between scans it follows its idle strategy (spin, yield, park
 //! with a bounded timeout), so it never blocks a tokio worker and costs nothing when idle.
-//! It also writes the host heartbeat.
+//! It also writes the host heartbeat and, when configured, runs the watchdog
+//! ([`super::watchdog`]) that declares a silent kernel unresponsive.
 
 use core::sync::atomic::Ordering::{Acquire, Release};
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::idle::IdleStrategy;
 
+use super::watchdog::Watchdog;
 use super::{Channel, Probe, ST_ABANDONED, ST_WAITING};
 
 /// Handle of a running completion driver; stops and joins it on drop.
@@ -30,10 +32,20 @@ impl Driver {
     /// Starts the driver of `ch`. It writes the host heartbeat every `heartbeat` and uses
     /// `idle` between scans while someone waits.
     pub fn start(ch: Arc<Channel>, idle: IdleStrategy, heartbeat: Duration) -> Result<Self> {
+        Self::start_with_watchdog(ch, idle, heartbeat, None)
+    }
+
+    /// [`Driver::start`], also running `watchdog` (see [`super::watchdog`]) when given.
+    pub fn start_with_watchdog(
+        ch: Arc<Channel>,
+        idle: IdleStrategy,
+        heartbeat: Duration,
+        watchdog: Option<Duration>,
+    ) -> Result<Self> {
         let c = ch.clone();
         let thread = std::thread::Builder::new()
             .name(format!("gyre-driver-{}", ch.name()))
-            .spawn(move || run(&c, idle, heartbeat))
+            .spawn(move || run(&c, idle, heartbeat, watchdog.map(Watchdog::new)))
             .map_err(|e| Error::Launch {
                 backend: "host",
                 kernel: ch.name().to_owned(),
@@ -65,19 +77,34 @@ impl Drop for Driver {
     }
 }
 
-fn run(ch: &Channel, idle: IdleStrategy, heartbeat: Duration) {
+fn run(ch: &Channel, idle: IdleStrategy, heartbeat: Duration, mut watchdog: Option<Watchdog>) {
     let _span = tracing::debug_span!("gyre_driver", kernel = %ch.name()).entered();
     let mut idler = idle.idler();
     let mut last_hb = Instant::now();
+    let mut last_wd = last_hb;
     let mut last = (u64::MAX, u64::MAX);
+    // Parked, the driver still wakes in time for the heartbeat and the watchdog.
+    let park = watchdog
+        .as_ref()
+        .map_or(heartbeat, |w| w.period().min(heartbeat));
     ch.heartbeat();
+    if let Some(w) = watchdog.as_mut() {
+        w.check(ch, last_wd);
+    }
     while !ch.driver_stop.load(Acquire) {
-        if last_hb.elapsed() >= heartbeat {
+        let now = Instant::now();
+        if now.saturating_duration_since(last_hb) >= heartbeat {
             ch.heartbeat();
-            last_hb = Instant::now();
+            last_hb = now;
+        }
+        if let Some(w) = watchdog.as_mut() {
+            if now.saturating_duration_since(last_wd) >= w.period() {
+                last_wd = now;
+                w.check(ch, now);
+            }
         }
         if ch.interest.load(Acquire) == 0 {
-            std::thread::park_timeout(heartbeat);
+            std::thread::park_timeout(park);
             idler.reset();
             continue;
         }
@@ -96,10 +123,19 @@ fn service(ch: &Channel, last: &mut (u64, u64)) -> bool {
     let mut worked = false;
     let mut i = tail;
     while i < claimed && i - tail < ch.capacity {
-        match ch.probe(i) {
-            Probe::Pending => break,
-            Probe::Gone => {}
-            Probe::Ready => {
+        let p = ch.probe(i);
+        if p == Probe::Pending && i >= head {
+            break;
+        }
+        // A corrupt slot (published, yet not Ready) is served like a ready one: its
+        // waiter is woken to report the protocol error, an abandoned one released.
+        match p {
+            Probe::Pending | Probe::Gone if ch.reply_corrupt(i).is_none() => {
+                if p == Probe::Pending {
+                    break;
+                }
+            }
+            _ => {
                 let (owned, st) = ch.cell_state(i);
                 if owned && st == ST_WAITING {
                     // Work only if a waker was still registered: a woken task that has

@@ -15,11 +15,13 @@
 //! processed, replies unread) by the capacity: back-pressure reaches producers and
 //! nothing is ever overwritten.
 
+mod claim;
 pub mod driver;
 mod reply;
 #[cfg(test)]
 mod tests;
 mod wakers;
+pub mod watchdog;
 
 use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
@@ -34,6 +36,7 @@ use crate::region::{RingId, SharedRegion};
 use crate::ring::prefix::{self, ClaimError};
 use crate::ring::slot::SlotMeta;
 
+pub use claim::TOMBSTONE_LEN;
 pub use reply::{Probe, ReplyView};
 pub use wakers::WakerSet;
 
@@ -148,6 +151,8 @@ pub struct Channel {
     /// The bridge to device-resident rings, for the copy strategies; `None` when the
     /// kernel reads these very rings (zero copy).
     transfer: Option<Arc<dyn Transfer>>,
+    /// The watchdog's verdict (silent for, bound), once it fired (see [`watchdog`]).
+    unresponsive: OnceLock<(std::time::Duration, std::time::Duration)>,
 }
 
 impl core::fmt::Debug for Channel {
@@ -184,6 +189,7 @@ impl Channel {
             driver_stop: AtomicBool::new(false),
             timestamps: false,
             transfer: None,
+            unresponsive: OnceLock::new(),
             region,
         }
     }
@@ -340,14 +346,31 @@ impl Channel {
             0
         };
         let fl = if kind == Kind::Call { flags::CALL } else { 0 };
+        // Unwind safety: a panic below (in `msg`) still publishes the claim (claim.rs).
+        let mut guard = claim::ClaimGuard {
+            ch: self,
+            first,
+            n,
+            kind,
+            written: 0,
+            armed: true,
+        };
         for k in 0..count {
             let idx = first + k as u64;
             let m = msg(k);
+            if m.len() > self.payload {
+                // An `AsRef` that grew since the size check: never copy past the slot.
+                // The armed guard publishes this claim with tombstones (claim.rs).
+                return Err(PublishError::TooLarge {
+                    len: m.len(),
+                    payload: self.payload,
+                });
+            }
             self.cell(idx).word.store(word(idx, kind, ST_IDLE), Release);
             // P2: write header and payload.
             let slot = self.region.slot(RingId::Request, idx);
             // SAFETY: we claimed `idx` and have not published it, so we own the slot;
-            // m.len() <= payload was checked above.
+            // m.len() <= payload was checked just above.
             unsafe {
                 slot.write_meta(&SlotMeta {
                     correlation_id: idx,
@@ -361,7 +384,9 @@ impl Channel {
             }
             // P3: the sequence is the last thing written, with release.
             slot.sequence().store(idx + 1, Release);
+            guard.written = k as u64 + 1;
         }
+        guard.armed = false;
         // P4: publish the written prefix (one head store for the batch).
         prefix::advance_prefix(&cb.h2k_head, first + n, self.capacity, |i| {
             self.region.slot(RingId::Request, i).sequence()
@@ -447,6 +472,11 @@ impl Channel {
     }
 
     fn stopped_error(&self, st: u32, code: u32) -> Error {
+        if st == watchdog::UNRESPONSIVE {
+            if let Some(e) = self.unresponsive() {
+                return e;
+            }
+        }
         if st == state::FAULTED {
             Error::KernelFaulted {
                 kernel: self.name.clone(),

@@ -172,6 +172,26 @@ impl Channel {
         }
     }
 
+    /// Whether the reply slot of `index` is corrupt: the kernel published the index
+    /// (`k2h_head > index`, acquire, then the slot re-read) but the slot's sequence is not
+    /// `index + 1`, and the index was not released (a released slot may legitimately hold
+    /// a later lap). Returns the sequence found.
+    pub(crate) fn reply_corrupt(&self, index: u64) -> Option<u64> {
+        let cb = self.region.control();
+        if cb.k2h_head.load(Acquire) <= index {
+            return None;
+        }
+        let seq = self
+            .region
+            .slot(RingId::Reply, index)
+            .sequence()
+            .load(Acquire);
+        if seq == index + 1 || cb.k2h_tail.load(Acquire) > index {
+            return None;
+        }
+        Some(seq)
+    }
+
     /// The slow-path conditions of a waiter on `index` (owned by the caller): a reply slot
     /// that is corrupt under the published head, or a kernel that stopped. On `Fail` the
     /// index has been released.
@@ -351,14 +371,16 @@ impl Channel {
 
     /// Discards the reply of abandoned `index` if it has arrived (or never will).
     pub(crate) fn try_finalize(&self, index: u64) -> bool {
+        let mut corrupt = None;
         let ready = match self.probe(index) {
             Probe::Ready => true,
-            Probe::Gone => return false,
-            Probe::Pending => {
-                if self.check_stopped().is_none() {
+            Probe::Gone | Probe::Pending => {
+                // A corrupt reply slot would never turn Ready: release it as an error.
+                corrupt = self.reply_corrupt(index);
+                if corrupt.is_none() && self.check_stopped().is_none() {
                     return false;
                 }
-                self.probe(index) == Probe::Ready
+                corrupt.is_none() && self.probe(index) == Probe::Ready
             }
         };
         let cell = self.cell(index);
@@ -377,6 +399,9 @@ impl Channel {
         if ready {
             // Validate and discard; a protocol error is counted by `take`.
             let _ = self.take(index, |_| Ok(()));
+        } else if let Some(seq) = corrupt {
+            let _ = self.protocol_error(index, "reply sequence", index + 1, seq);
+            self.free(index);
         } else {
             self.free(index);
         }
@@ -420,10 +445,35 @@ impl Channel {
                     .compare_exchange(r, to, AcqRel, Acquire)
                     .is_ok()
             };
-            match self.probe(r) {
-                Probe::Gone => {
+            // A reply slot the kernel published that does not say so: a send gets a
+            // protocol error, a call's owner reports its own.
+            let corrupt = |seq: u64| -> Option<RecvStep<R>> {
+                let w = self.cell(r).word.load(Acquire);
+                if w >> 3 == r && w & SEND_BIT != 0 && advance(r + 1) {
+                    let e = self.protocol_error(r, "reply sequence", r + 1, seq);
+                    self.free(r);
+                    return Some(RecvStep::Item(Err(e)));
+                }
+                if w >> 3 != r {
+                    // Not this lap's cell (a corrupt head beyond the claims): wait.
+                    return Some(RecvStep::Empty);
+                }
+                if w & SEND_BIT == 0 {
                     advance(r + 1);
                 }
+                None
+            };
+            match self.probe(r) {
+                Probe::Gone => match self.reply_corrupt(r) {
+                    Some(seq) => {
+                        if let Some(item) = corrupt(seq) {
+                            return item;
+                        }
+                    }
+                    None => {
+                        advance(r + 1);
+                    }
+                },
                 Probe::Ready => {
                     let w = self.cell(r).word.load(Acquire);
                     if w >> 3 == r && w & SEND_BIT != 0 {
@@ -435,6 +485,15 @@ impl Channel {
                     }
                 }
                 Probe::Pending => {
+                    // Every 64th poll, as `poll_stopped` below: the kernel's line.
+                    if self.stop_polls.load(core::sync::atomic::Ordering::Relaxed) % 64 == 0 {
+                        if let Some(seq) = self.reply_corrupt(r) {
+                            if let Some(item) = corrupt(seq) {
+                                return item;
+                            }
+                            continue;
+                        }
+                    }
                     let Some(err) = self.poll_stopped() else {
                         return RecvStep::Empty;
                     };

@@ -1,14 +1,12 @@
 //! A small set of wakers for futures waiting on a condition the completion driver
 //! watches (free space, a `send` reply, the kernel's end).
 
-use core::sync::atomic::fence;
-use core::sync::atomic::AtomicUsize;
 use core::sync::atomic::Ordering::{AcqRel, Acquire, SeqCst};
 use core::task::Waker;
 
-use parking_lot::Mutex;
-
 use super::Channel;
+// Swapped for loom's under `cfg(gyre_loom)` (model: `tests/loom_wake.rs`).
+use crate::sync::{fence, AtomicUsize, Mutex};
 
 /// Wakers keyed by the id of their future; each entry holds one unit of driver interest.
 #[derive(Debug, Default)]

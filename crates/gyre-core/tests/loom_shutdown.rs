@@ -1,0 +1,167 @@
+//! loom model of shutdown with requests in flight (the drain path): producers race the
+//! closing of the claim word; the host waits until every accepted claim is published
+//! (`h2k_head` covers the claim count), then commands Terminate; the kernel answers
+//! everything published and stops. Every accepted request must be answered exactly once,
+//! every refused one never, and the kernel must not stop early.
+//!
+//! Run with (CI does):
+//!
+//! ```text
+//! RUSTFLAGS="--cfg gyre_loom" LOOM_MAX_PREEMPTIONS=3 \
+//!     cargo test -p gyre-core --release --test loom_shutdown
+//! ```
+//!
+//! It drives the functions the runtime uses (`try_claim`, `advance_prefix`, `close`,
+//! `claimed`) over loom atomics; the kernel side follows K2 (poll the slot sequence) and
+//! the drain condition of `gyre-cpu`'s loop (`Draining` and `h2k_head <= tail`). The
+//! kernel polls a bounded number of times concurrently with the producers and the
+//! shutdown, then drains after Terminate (a model thread spinning until Terminate would
+//! exceed loom's branch bound).
+#![cfg(gyre_loom)]
+
+use core::sync::atomic::Ordering::{Acquire, Release};
+
+use gyre_core::ring::prefix::{advance_prefix, claimed, close, try_claim, ClaimError};
+use loom::cell::UnsafeCell;
+use loom::sync::atomic::{AtomicBool, AtomicU64};
+use loom::sync::Arc;
+use loom::thread;
+
+const CAP: u64 = 2;
+
+struct Ring {
+    claim: AtomicU64,
+    head: AtomicU64,
+    tail: AtomicU64,
+    seq: [AtomicU64; CAP as usize],
+    data: [UnsafeCell<u64>; CAP as usize],
+    terminate: AtomicBool,
+}
+
+// SAFETY (model): slot data is only accessed under the protocol; loom checks exactly that.
+unsafe impl Sync for Ring {}
+
+impl Ring {
+    fn new() -> Self {
+        Self {
+            claim: AtomicU64::new(0),
+            head: AtomicU64::new(0),
+            tail: AtomicU64::new(0),
+            seq: [AtomicU64::new(0), AtomicU64::new(0)],
+            data: [UnsafeCell::new(0), UnsafeCell::new(0)],
+            terminate: AtomicBool::new(false),
+        }
+    }
+
+    /// P1..P4 for one message; `false` when the ring was closed (or full: a caller that
+    /// gives up). Never waits.
+    fn try_produce(&self, value: u64) -> bool {
+        let idx = match try_claim(&self.claim, &self.tail, &self.head, CAP, 1) {
+            Ok(i) => i,
+            Err(ClaimError::Closed | ClaimError::Full) => return false,
+        };
+        let s = (idx % CAP) as usize;
+        self.data[s].with_mut(|p| unsafe { *p = value });
+        self.seq[s].store(idx + 1, Release);
+        advance_prefix(&self.head, idx + 1, CAP, |i| &self.seq[(i % CAP) as usize]);
+        true
+    }
+
+    /// The kernel, while the host runs: K2 (poll the sequence) and answer in order, a
+    /// bounded number of polls (a spinning model thread would never end).
+    fn kernel_polls(&self, tail: &mut u64, out: &mut Vec<u64>, polls: usize) {
+        for _ in 0..polls {
+            let s = (*tail % CAP) as usize;
+            if self.seq[s].load(Acquire) == *tail + 1 {
+                out.push(self.data[s].with(|p| unsafe { *p }));
+                *tail += 1;
+                self.tail.store(*tail, Release);
+            }
+        }
+    }
+
+    /// The kernel after Terminate (gyre-cpu's Draining): answer everything published,
+    /// then stop once `h2k_head <= tail`.
+    fn kernel_drain(&self, tail: &mut u64, out: &mut Vec<u64>) {
+        assert!(self.terminate.load(Acquire));
+        loop {
+            let s = (*tail % CAP) as usize;
+            if self.seq[s].load(Acquire) == *tail + 1 {
+                self.kernel_polls(tail, out, 1);
+            } else if self.head.load(Acquire) <= *tail {
+                return;
+            } else {
+                thread::yield_now();
+            }
+        }
+    }
+
+    /// The host's shutdown: close, wait for every accepted claim to be published, then
+    /// Terminate. Returns how many requests were accepted.
+    fn shutdown(&self) -> u64 {
+        let accepted = close(&self.claim);
+        while self.head.load(Acquire) < claimed(&self.claim) {
+            thread::yield_now();
+        }
+        self.terminate.store(true, Release);
+        accepted
+    }
+}
+
+/// Two producers race the shutdown: whatever was accepted is answered exactly once and
+/// in index order, whatever was refused never is, and the kernel drains before stopping.
+#[test]
+fn shutdown_drains_exactly_the_accepted_requests() {
+    loom::model(|| {
+        let r = Arc::new(Ring::new());
+        let producers: Vec<_> = [10u64, 20]
+            .into_iter()
+            .map(|v| {
+                let r = r.clone();
+                thread::spawn(move || r.try_produce(v).then_some(v))
+            })
+            .collect();
+        let rk = r.clone();
+        let kernel = thread::spawn(move || {
+            let (mut tail, mut out) = (0, Vec::new());
+            rk.kernel_polls(&mut tail, &mut out, 2);
+            (tail, out)
+        });
+        let accepted = r.shutdown();
+        let (mut tail, mut answered) = kernel.join().unwrap();
+        r.kernel_drain(&mut tail, &mut answered);
+        let mut sent: Vec<u64> = producers
+            .into_iter()
+            .filter_map(|p| p.join().unwrap())
+            .collect();
+        assert_eq!(accepted, sent.len() as u64, "claims counted by close");
+        answered.sort_unstable();
+        sent.sort_unstable();
+        assert_eq!(answered, sent, "accepted == answered, each once");
+        assert_eq!(r.head.load(Acquire), accepted);
+    });
+}
+
+/// A producer stamped its slot but has not published when shutdown closes the ring: the
+/// host must wait for its publication (not Terminate early), or the kernel could stop
+/// with an accepted request unanswered.
+#[test]
+fn shutdown_waits_for_a_claim_being_written() {
+    loom::model(|| {
+        let r = Arc::new(Ring::new());
+        let r1 = r.clone();
+        let p = thread::spawn(move || r1.try_produce(7));
+        let rk = r.clone();
+        let kernel = thread::spawn(move || {
+            let (mut tail, mut out) = (0, Vec::new());
+            rk.kernel_polls(&mut tail, &mut out, 1);
+            (tail, out)
+        });
+        let accepted = r.shutdown();
+        let (mut tail, mut answered) = kernel.join().unwrap();
+        r.kernel_drain(&mut tail, &mut answered);
+        let ok = p.join().unwrap();
+        assert_eq!(accepted, u64::from(ok));
+        assert_eq!(answered, if ok { vec![7] } else { vec![] });
+    });
+}

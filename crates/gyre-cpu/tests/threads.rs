@@ -1,0 +1,147 @@
+//! The CPU backend with real threads and no async runtime: the kernel thread, the
+//! completion driver, several producer threads (blocking calls, sends, a batch sender),
+//! a receiver, an abandoning caller, pause/resume and shutdown. Its assertions count
+//! every message; its main purpose is to give ThreadSanitizer (`scripts/test.sh`) the
+//! ring's real concurrency to check: slot payloads, headers and index words shared
+//! between the kernel thread and the host threads.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering::{Acquire, Release};
+use std::sync::Arc;
+use std::time::Duration;
+
+use gyre_abi::command;
+use gyre_core::channel::driver::Driver;
+use gyre_core::channel::{Channel, Kind, PublishError};
+use gyre_core::ring::Geometry;
+use gyre_core::{Backend, IdleStrategy, LaunchSpec, SharedRegion};
+
+const N: u64 = 2000;
+
+fn publish(ch: &Channel, kind: Kind, v: u64) -> u64 {
+    loop {
+        match ch.try_publish(kind, 1, &v.to_le_bytes()) {
+            Ok(i) => return i,
+            Err(PublishError::Full) => std::thread::yield_now(),
+            Err(e) => panic!("publish {v}: {e:?}"),
+        }
+    }
+}
+
+fn value(r: gyre_core::channel::ReplyView<'_>) -> gyre_core::Result<u64> {
+    Ok(u64::from_le_bytes(r.payload.try_into().unwrap_or_default()))
+}
+
+#[test]
+fn producers_receiver_driver_and_kernel_threads_count_every_message() {
+    let region = Arc::new(SharedRegion::new_host(Geometry::new(16, 128, 8).unwrap(), 0).unwrap());
+    let spec = LaunchSpec {
+        name: "threads".into(),
+        handler: Arc::new(gyre_core::kernels::echo),
+        builtin: None,
+        idle: IdleStrategy::default(),
+        telemetry: true,
+        cuda_source: None,
+    };
+    let kernel = gyre_cpu::CpuBackend::new()
+        .launch(region.clone(), &spec)
+        .unwrap();
+    let ch = Arc::new(Channel::new(region.clone(), "threads"));
+    let driver = Driver::start(
+        ch.clone(),
+        IdleStrategy::default(),
+        Duration::from_millis(5),
+    )
+    .unwrap();
+    let idle = IdleStrategy::default();
+
+    let callers: Vec<_> = (0..2u64)
+        .map(|p| {
+            let ch = ch.clone();
+            std::thread::spawn(move || {
+                for s in 0..N {
+                    let v = (p << 32) | s;
+                    let i = publish(&ch, Kind::Call, v);
+                    // Every 50th call gives up at once: the driver discards its reply.
+                    let timeout = (s % 50 == 0).then_some(Duration::ZERO);
+                    match ch.wait_blocking(i, &idle, timeout, value) {
+                        Ok(r) => assert_eq!(r, v),
+                        Err(gyre_core::Error::Timeout { .. }) => assert!(timeout.is_some()),
+                        Err(e) => panic!("call {v}: {e}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    let senders: Vec<_> = (2..4u64)
+        .map(|p| {
+            let ch = ch.clone();
+            std::thread::spawn(move || {
+                for s in 0..N {
+                    publish(&ch, Kind::Send, (p << 32) | s);
+                }
+            })
+        })
+        .collect();
+    let receiver = {
+        let ch = ch.clone();
+        std::thread::spawn(move || {
+            let mut next = [0u64; 4];
+            let mut got = 0;
+            while got < 2 * N {
+                if let Some(v) = ch.try_recv(value).unwrap() {
+                    let p = (v >> 32) as usize;
+                    assert_eq!(v & 0xffff_ffff, next[p], "producer {p}: lost or reordered");
+                    next[p] += 1;
+                    got += 1;
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+        })
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let pauser = {
+        let (ch, stop) = (ch.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Acquire) {
+                ch.command(command::PAUSE);
+                std::thread::sleep(Duration::from_micros(300));
+                ch.command(command::RUN);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            ch.command(command::RUN);
+        })
+    };
+    for t in callers.into_iter().chain(senders) {
+        t.join().unwrap();
+    }
+    receiver.join().unwrap();
+    stop.store(true, Release);
+    pauser.join().unwrap();
+
+    // Shutdown as the facade does it: close, wait for publication, Terminate, join.
+    let accepted = ch.close();
+    while !ch.all_published() {
+        std::thread::yield_now();
+    }
+    ch.command(command::TERMINATE);
+    while !kernel.is_finished() {
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    kernel.join().unwrap();
+    assert_eq!(accepted, 4 * N);
+    let cb = region.control();
+    assert_eq!(
+        cb.k2h_head.load(Acquire),
+        accepted,
+        "every accepted request answered"
+    );
+    // The abandoned calls' replies are discarded by the driver.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while cb.k2h_tail.load(Acquire) < accepted {
+        assert!(std::time::Instant::now() < deadline, "reply slots leaked");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(driver);
+}

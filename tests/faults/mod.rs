@@ -1,0 +1,152 @@
+//! The fault-injection suite, written once against a backend parameter (like
+//! `tests/conformance`).
+//!
+//! A backend's test file expands [`faults_suite!`] with its [`gyre::Backend`]; each case
+//! injects one fault and counts outcomes: every accepted request must end in exactly one
+//! reply or one typed error — none lost, none duplicated. Every case runs under a hang
+//! guard ([`guarded`]), so a regression fails instead of hanging CI. `docs/reliability.md`
+//! maps each fault to its case.
+
+#![allow(dead_code)]
+
+pub mod cases;
+pub mod host_killed;
+pub mod ring_cases;
+
+use std::time::{Duration, Instant};
+
+use gyre::{Backend, Runtime};
+
+/// Expands every fault case as a `#[test]` running on `$backend`, plus the child-process
+/// entry point of the host-killed case.
+#[macro_export]
+macro_rules! faults_suite {
+    ($backend:expr) => {
+        $crate::faults_suite!(@cases $backend;
+            handler_panic_mid_batch, stuck_handler_watchdog, kernel_fault_error_code,
+            host_process_killed, shutdown_in_flight_random_timing, stalled_consumer,
+            corrupted_slot_headers, corrupted_message_type, dropped_futures_every_await_point,
+            producer_dies_mid_claim
+        );
+
+        /// Not a test of its own: the host process of `host_process_killed`, started by it
+        /// (does nothing otherwise).
+        #[test]
+        fn host_child_process() {
+            $crate::faults::host_killed::child_main();
+        }
+    };
+    (@cases $backend:expr; $($name:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                let backend = $backend;
+                $crate::faults::guarded(stringify!($name), move || {
+                    $crate::faults::cases::$name(backend)
+                });
+            }
+        )*
+    };
+}
+
+/// Longest a case may run before it is declared hung (a guard, not a timing assertion:
+/// every case takes well under a tenth of this).
+pub const HANG_GUARD: Duration = Duration::from_secs(120);
+
+/// Runs `f` on its own thread and fails the test if it does not finish within
+/// [`HANG_GUARD`]; a panic in `f` is re-raised here.
+pub fn guarded(name: &str, f: impl FnOnce() + Send + 'static) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let t = std::thread::Builder::new()
+        .name(format!("fault-{name}"))
+        .spawn(move || {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+            let _ = tx.send(r);
+        })
+        .expect("spawn the case thread");
+    match rx.recv_timeout(HANG_GUARD) {
+        Ok(Ok(())) => {
+            let _ = t.join();
+        }
+        Ok(Err(p)) => std::panic::resume_unwind(p),
+        Err(_) => panic!("{name}: hung for {HANG_GUARD:?} (hang guard)"),
+    }
+}
+
+pub fn rt(b: Backend) -> Runtime {
+    Runtime::builder().backend(b).build().expect("runtime")
+}
+
+pub fn tokio_rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// Whether `b` runs Rust closure handlers (the CPU backend); prints why a case skips.
+pub fn host_handlers(b: Backend) -> bool {
+    let resolved = rt(b).backend();
+    if resolved != Backend::Cpu {
+        eprintln!(
+            "SKIP: this case uses a Rust closure handler; {resolved} runs device handlers only"
+        );
+        return false;
+    }
+    true
+}
+
+/// Waits (bounded, a hang guard) until `f` holds.
+pub fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// Polls `fut` once with a no-op waker.
+pub fn poll_once<F: std::future::Future + Unpin>(fut: &mut F) -> std::task::Poll<F::Output> {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    std::pin::Pin::new(fut).poll(&mut cx)
+}
+
+/// Every item of the kernel's replies stream until its end (the kernel stopped and every
+/// accepted `send` was answered or failed).
+pub fn drain_replies<T: gyre::Pod>(k: &gyre::Kernel<T, T>) -> Vec<gyre::Result<T>> {
+    use futures_core::Stream;
+    tokio_rt().block_on(async {
+        let mut stream = std::pin::pin!(k.replies());
+        let mut items = Vec::new();
+        while let Some(item) = std::future::poll_fn(|cx| stream.as_mut().poll_next(cx)).await {
+            items.push(item);
+        }
+        items
+    })
+}
+
+/// The ring counters: (claimed, h2k_head, h2k_tail, k2h_head, k2h_tail).
+pub fn counters<Req: gyre::Pod, Resp: gyre::Pod>(
+    k: &gyre::Kernel<Req, Resp>,
+) -> (u64, u64, u64, u64, u64) {
+    use std::sync::atomic::Ordering::Acquire;
+    let ch = k.raw_channel();
+    let cb = ch.region().control();
+    (
+        ch.claimed(),
+        cb.h2k_head.load(Acquire),
+        cb.h2k_tail.load(Acquire),
+        cb.k2h_head.load(Acquire),
+        cb.k2h_tail.load(Acquire),
+    )
+}
+
+/// Nothing leaked: once every caller is done, every accepted request's reply slot was
+/// released (taken or discarded), so `k2h_tail` reaches the claim count.
+pub fn assert_all_released<Req: gyre::Pod, Resp: gyre::Pod>(k: &gyre::Kernel<Req, Resp>) {
+    eventually("every reply slot released", || {
+        let (claimed, .., k2h_tail) = counters(k);
+        k2h_tail == claimed
+    });
+}
