@@ -64,4 +64,9 @@ if [ "${GYRE_SOAK:=60s}" != 0 ]; then
   soak_out=$(cargo run -q -p gyre-cli -- demo --backend cpu --soak "$GYRE_SOAK")
   echo "$soak_out"
   grep -qx 'lost: 0' <<<"$soak_out"
+  # The same through the bridge: device-resident rings, the async copy worker.
+  echo "==> soak through the bridge (gyre demo --soak ${GYRE_SOAK_BRIDGE:=20s} --strategy async)"
+  soak_out=$(cargo run -q -p gyre-cli -- demo --backend cpu --strategy async --soak "$GYRE_SOAK_BRIDGE")
+  echo "$soak_out"
+  grep -qx 'lost: 0' <<<"$soak_out"
 fi

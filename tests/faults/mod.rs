@@ -18,11 +18,16 @@ use std::time::{Duration, Instant};
 use gyre::{Backend, Runtime};
 
 /// Expands every fault case as a `#[test]` running on `$backend`, plus the child-process
-/// entry point of the host-killed case.
+/// entry point of the host-killed case. With `guard = expr`, each test first evaluates
+/// `expr` and holds it until the case returns (the OpenCL suite serialises its cases and
+/// arms a watchdog that way).
 #[macro_export]
 macro_rules! faults_suite {
     ($backend:expr) => {
-        $crate::faults_suite!(@cases $backend;
+        $crate::faults_suite!($backend, guard = ());
+    };
+    ($backend:expr, guard = $guard:expr) => {
+        $crate::faults_suite!(@cases ($backend) ($guard);
             handler_panic_mid_batch, stuck_handler_watchdog, kernel_fault_error_code,
             host_process_killed, shutdown_in_flight_random_timing, stalled_consumer,
             corrupted_slot_headers, corrupted_message_type, dropped_futures_every_await_point,
@@ -36,10 +41,12 @@ macro_rules! faults_suite {
             $crate::faults::host_killed::child_main();
         }
     };
-    (@cases $backend:expr; $($name:ident),* $(,)?) => {
+    (@cases ($backend:expr) ($guard:expr); $($name:ident),* $(,)?) => {
         $(
             #[test]
             fn $name() {
+                #[allow(clippy::let_unit_value)]
+                let _guard = $guard;
                 let backend = $backend;
                 $crate::faults::guarded(stringify!($name), move || {
                     $crate::faults::cases::$name(backend)

@@ -211,7 +211,11 @@ pub fn run(args: &DemoArgs, duration: &str, out: &mut dyn Write) -> Result<()> {
         1 => DEFAULT_PRODUCERS,
         n => n.clamp(2, crate::demo::MAX_PRODUCERS),
     };
-    let rt = Runtime::builder().backend(backend).build()?;
+    let mut builder = Runtime::builder().backend(backend);
+    if let Some(s) = crate::demo::DemoConfig::from_args(args)?.strategy {
+        builder = builder.transfer_strategy(s);
+    }
+    let rt = builder.build()?;
     let mut spec = KernelSpec::<Wire, Wire>::echo().slot_size(256);
     if let Some(c) = args.capacity {
         spec = spec.capacity(c);
@@ -219,8 +223,9 @@ pub fn run(args: &DemoArgs, duration: &str, out: &mut dyn Write) -> Result<()> {
     let k = rt.launch(spec)?;
     writeln!(
         out,
-        "soak: {duration:?} on {} ({} producers: {} calling, {} sending; payload up to {} B; pause every {PAUSE_EVERY:?})",
+        "soak: {duration:?} on {} ({:#} transfer; {} producers: {} calling, {} sending; payload up to {} B; pause every {PAUSE_EVERY:?})",
         rt.backend_name(),
+        k.transfer_strategy(),
         producers,
         producers.div_ceil(2),
         producers / 2,
