@@ -1,4 +1,5 @@
-//! The conformance suite on the CUDA backend, where a CUDA driver and device are present.
+//! The conformance suite on the CUDA backend, where a CUDA driver and device are present,
+//! under every placement the backend supports (see `cuda_under!`).
 //!
 //! Elsewhere every case prints `SKIP` and passes: the backend expression below returns
 //! from the generated test before the case runs. Cases whose kernel has a CPU closure
@@ -23,9 +24,30 @@ fn cuda_available(test: &str) -> bool {
     }
 }
 
-conformance_suite!({
-    if !cuda_available(module_path!()) {
-        return;
-    }
-    gyre::Backend::Cuda
-});
+/// Each placement the CUDA backend supports: the detected plan (zero copy in mapped
+/// pinned memory where the empirical check confirms system scope), and the three copy
+/// strategies over `cuMemAlloc` rings (`gyre_cuda::CudaCopyEngine`).
+macro_rules! cuda_under {
+    ($($module:ident => $strategy:expr),* $(,)?) => {
+        $(mod $module {
+            use crate::conformance::cases::Target;
+            use gyre::{Backend, TransferStrategy};
+            crate::conformance_suite!({
+                if !crate::cuda_available(module_path!()) {
+                    return;
+                }
+                let s: Option<TransferStrategy> = $strategy;
+                Target { backend: Backend::Cuda, strategy: s }
+            });
+        })*
+    };
+}
+
+cuda_under! {
+    planned => None,
+    sync => Some(TransferStrategy::Sync),
+    async_copy => Some(TransferStrategy::Async),
+    dma_polling => Some(TransferStrategy::DmaPolling {
+        poll_interval: gyre_core::strategy::DEFAULT_POLL_INTERVAL,
+    }),
+}
