@@ -20,8 +20,10 @@
  *
  * LAUNCH CONTRACT (the host launcher):
  *   grid 1 block (any other block returns at once); block 1-D, blockDim.x = lanes in
- *   1..=GYRE_MAX_LANES (a multiple of 32 is best); no dynamic shared memory; one argument,
- *   the device address of the shared region (control block at 0, 128-byte aligned). The
+ *   1..=GYRE_MAX_LANES (a multiple of 32 is best); no dynamic shared memory; two arguments:
+ *   the device address of the shared region (control block at 0, 128-byte aligned), and
+ *   the device address of a second telemetry line K8 also writes (the telemetry export
+ *   file, registered with cuMemHostRegister, so the GPU writes it directly) or 0. The
  *   kernel returns when its state is final: TERMINATED (drained after Terminate, or the
  *   host heartbeat went stale) or FAULTED (bad control block at K0); it never traps.
  *
@@ -63,7 +65,7 @@ typedef struct gyre_block_shared {
 } gyre_block_shared;
 
 extern "C" __global__ void __launch_bounds__(GYRE_MAX_LANES, 1)
-    gyre_ring_kernel(unsigned char *region) {
+    gyre_ring_kernel(unsigned char *region, gyre_telemetry_buffer *export_tel) {
     __shared__ gyre_block_shared sh;
     const unsigned int lane = threadIdx.x;
     const unsigned int lanes = blockDim.x;
@@ -84,6 +86,7 @@ extern "C" __global__ void __launch_bounds__(GYRE_MAX_LANES, 1)
     if (lane == 0u) {
         sh.ok = gyre_k0_validate(&r, region) == GYRE_ERR_NONE;
         if (sh.ok) {
+            r.export_tel = export_tel; /* 0, or the registered export file's line */
             sh.mask = r.mask;
             sh.reply_off = r.reply_off;
             sh.slot_size = r.slot_size;

@@ -18,7 +18,7 @@ use gyre_core::{Channel, Error, IdleStrategy, KernelInstance, Result, SharedRegi
 use parking_lot::Mutex;
 
 use crate::futures::{Call, Recv, Replies, Send, Shutdown};
-use crate::spec::{ExportTarget, KernelSpec};
+use crate::spec::KernelSpec;
 
 /// Lifecycle state of a kernel, as it last wrote it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -221,6 +221,7 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
         region: Arc<SharedRegion>,
         instance: Box<dyn KernelInstance>,
         transfer: Option<Arc<BridgeAgent>>,
+        export: Option<Arc<ExportWriter>>,
         spec: &KernelSpec<Req, Resp>,
     ) -> Result<Self> {
         let mut ch = Channel::new(region, spec.name.clone()).with_timestamps(spec.timestamps);
@@ -257,26 +258,23 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
             _types: PhantomData,
         };
         // On failure `kernel` drops here, which stops the kernel it already launched.
-        if let Some(target) = &spec.export {
+        if let Some(writer) = export {
             let name = kernel.inner.ch.name().to_owned();
-            let writer = match target {
-                ExportTarget::Service(service) => ExportWriter::create(service, &name),
-                ExportTarget::Path(path) => {
-                    // The directory's name stands for the service in the header.
-                    let service = path
-                        .parent()
-                        .and_then(|d| d.file_name())
-                        .map(|d| d.to_string_lossy().into_owned())
-                        .unwrap_or_default();
-                    ExportWriter::create_at(path, &service, &name)
-                }
-            };
-            let publisher = writer.and_then(|w| {
-                ExportPublisher::start(kernel.inner.ch.region().clone(), w, spec.export_interval)
-            });
-            match publisher {
+            // The kernel may write the file's telemetry line itself (CUDA); then the
+            // publisher keeps to the control line, so the line keeps a single writer.
+            let copy_telemetry = !kernel.inner.instance.writes_export_telemetry();
+            match ExportPublisher::start(
+                kernel.inner.ch.region().clone(),
+                writer,
+                spec.export_interval,
+                copy_telemetry,
+            ) {
                 Ok(p) => {
-                    tracing::info!(path = %p.path().display(), "telemetry exported");
+                    tracing::info!(
+                        path = %p.path().display(),
+                        device_writes_telemetry = !copy_telemetry,
+                        "telemetry exported"
+                    );
                     *kernel.inner.export.lock() = Some(p);
                 }
                 Err(e) => {

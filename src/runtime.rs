@@ -500,6 +500,7 @@ impl Runtime {
             idle: spec.idle,
             telemetry: spec.telemetry,
             cuda_source: spec.cuda_source.clone(),
+            export: spec.export_writer()?,
         };
         // The host's rings: shared with the kernel (zero copy), or the mirror of its
         // device-resident rings that the bridge keeps in step.
@@ -520,7 +521,7 @@ impl Runtime {
             batch = g.batch(),
             "kernel launched"
         );
-        Kernel::start(region, instance, transfer, &spec)
+        Kernel::start(region, instance, transfer, launch.export.clone(), &spec)
     }
 }
 

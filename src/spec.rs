@@ -312,6 +312,36 @@ impl<Req: Pod, Resp: Pod> KernelSpec<Req, Resp> {
 }
 
 impl<Req, Resp> KernelSpec<Req, Resp> {
+    /// Creates the telemetry export file the spec asks for (before the launch, so a
+    /// backend can let its kernel write the file's telemetry line directly).
+    pub(crate) fn export_writer(
+        &self,
+    ) -> gyre_core::Result<Option<Arc<gyre_core::shm::ExportWriter>>> {
+        use gyre_core::shm::ExportWriter;
+        let Some(target) = &self.export else {
+            return Ok(None);
+        };
+        let writer = match target {
+            ExportTarget::Service(service) => ExportWriter::create(service, &self.name),
+            ExportTarget::Path(path) => {
+                // The directory's name stands for the service in the header.
+                let service = path
+                    .parent()
+                    .and_then(|d| d.file_name())
+                    .map(|d| d.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                ExportWriter::create_at(path, &service, &self.name)
+            }
+        };
+        writer
+            .map(|w| Some(Arc::new(w)))
+            .map_err(|e| gyre_core::Error::Launch {
+                backend: "telemetry export",
+                kernel: self.name.clone(),
+                reason: e.to_string(),
+            })
+    }
+
     /// Checks the watchdog bound against the kernel's idle strategy (see
     /// [`KernelSpec::watchdog`]).
     pub(crate) fn validate_watchdog(&self) -> gyre_core::Result<()> {

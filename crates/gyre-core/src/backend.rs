@@ -28,6 +28,11 @@ pub struct LaunchSpec {
     /// A user's CUDA C++ handler source (defining `gyre_handler`, see `docs/cuda.md`),
     /// compiled into the ring kernel by the CUDA backend; the CPU backend runs `handler`.
     pub cuda_source: Option<Arc<DeviceSource>>,
+    /// The kernel's telemetry export file, when the spec exports one. A backend whose
+    /// kernel can write the file's telemetry line itself (CUDA: registered host memory)
+    /// does so and says so through [`KernelInstance::writes_export_telemetry`]; the file
+    /// must then outlive the kernel (the instance keeps this `Arc`).
+    pub export: Option<Arc<crate::shm::ExportWriter>>,
 }
 
 /// Device-code source of a user handler, for a device backend to compile.
@@ -58,6 +63,12 @@ pub trait KernelInstance: Send + Sync {
     /// Waits for the loop to exit (call after it reached a final state) and releases its
     /// resources. Idempotent.
     fn join(&self) -> Result<()>;
+
+    /// Whether the kernel writes the telemetry line of [`LaunchSpec::export`] itself, so
+    /// the host must not copy into it. The default: no.
+    fn writes_export_telemetry(&self) -> bool {
+        false
+    }
 }
 
 /// A place where ring kernels run.

@@ -8,10 +8,13 @@
 //! [`TelemetryBuffer`] (same seqlock as in the shared region). 192 bytes in all; see
 //! `docs/telemetry.md` for the byte layout and the reader protocol.
 //!
-//! On the CPU backend the file is a periodic copy made by a host thread (the
-//! [`ExportPublisher`], every 50 ms by default), not the kernel's own line: the counters
-//! lag the kernel by up to one period. (On CUDA the plan is to register the mapping so the
-//! device writes the telemetry line directly.)
+//! On the CPU backend (and OpenCL) the telemetry line of the file is a periodic copy made
+//! by a host thread (the [`ExportPublisher`], every 50 ms by default), not the kernel's own
+//! line: the counters lag the kernel by up to one period. On CUDA the backend registers
+//! the mapping with the driver (`cuMemHostRegister`) and the ring kernel's K8 writes the
+//! file's telemetry line itself, as its single writer, with no copy loop; the publisher
+//! then writes only the control line (see `LaunchSpec::export` and
+//! `KernelInstance::writes_export_telemetry`). That CUDA path has not run on a GPU yet.
 //!
 //! Files live at `$GYRE_SHM_DIR/<service>/<kernel>` (default `/dev/shm/gyre`), created
 //! mode 0600 in directories created 0700, published atomically (written under a temporary
@@ -615,7 +618,9 @@ pub struct ExportPublisher {
 
 struct Copier {
     region: Arc<SharedRegion>,
-    writer: ExportWriter,
+    writer: Arc<ExportWriter>,
+    /// Whether this thread writes the telemetry line (false when the kernel does).
+    copy_telemetry: bool,
     tw: TelemetryWriter,
     last_hb: u64,
     hb_ms: u64,
@@ -644,6 +649,9 @@ impl Copier {
         };
         let ex = self.writer.export();
         write_control(&ex.control, &v);
+        if !self.copy_telemetry {
+            return;
+        }
         if let Ok(t) = read_consistent(self.region.telemetry(), 1024) {
             self.tw.acc = t;
             self.tw.publish(&ex.telemetry);
@@ -652,11 +660,14 @@ impl Copier {
 }
 
 impl ExportPublisher {
-    /// Starts copying `region` into `writer` every `interval` (at least 1 ms).
+    /// Starts copying `region` into `writer` every `interval` (at least 1 ms): the control
+    /// line always, the telemetry line only when `copy_telemetry` (false when the kernel
+    /// writes the file's telemetry line itself, which must then have no other writer).
     pub fn start(
         region: Arc<SharedRegion>,
-        writer: ExportWriter,
+        writer: Arc<ExportWriter>,
         interval: Duration,
+        copy_telemetry: bool,
     ) -> Result<Self, ExportError> {
         let path = writer.path().to_owned();
         let interval = interval.max(Duration::from_millis(1));
@@ -666,6 +677,7 @@ impl ExportPublisher {
             hb_ms: unix_ms(),
             region,
             writer,
+            copy_telemetry,
             tw: TelemetryWriter::default(),
         };
         c.copy();
@@ -700,5 +712,50 @@ impl Drop for ExportPublisher {
             t.thread().unpark();
             let _ = t.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod publisher_tests {
+    use super::*;
+    use crate::ring::Geometry;
+    use crate::telemetry::TelemetryReader;
+
+    fn temp_path(tag: &str) -> PathBuf {
+        std::env::temp_dir()
+            .join(format!("gyre-shm-{tag}-{}", std::process::id()))
+            .join("svc")
+            .join("k")
+    }
+
+    /// When the kernel writes the file's telemetry line itself (CUDA), the publisher
+    /// keeps to the control line: the line keeps its single writer.
+    #[test]
+    fn publisher_leaves_a_kernel_written_telemetry_line_alone() {
+        let path = temp_path("direct");
+        let region =
+            Arc::new(SharedRegion::new_host(Geometry::new(4, 128, 1).unwrap(), 0).unwrap());
+        region.control().h2k_head.store(3, Release);
+        let mut host_side = TelemetryWriter::default();
+        host_side.acc.messages_in = 111; // what a copy would bring
+        host_side.publish(region.telemetry());
+        let file = Arc::new(ExportWriter::create_at(&path, "svc", "k").unwrap());
+        // "The kernel" writes the file's line directly.
+        let mut device_side = TelemetryWriter::default();
+        device_side.acc.messages_in = 7;
+        device_side.publish(&file.export().telemetry);
+        let p =
+            ExportPublisher::start(region, file.clone(), Duration::from_millis(1), false).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let snap = TelemetryReader::open(&path).unwrap().snapshot().unwrap();
+        assert_eq!(snap.control.h2k_head, 3, "the control line is published");
+        assert_eq!(
+            snap.telemetry.messages_in, 7,
+            "the kernel's line is not overwritten"
+        );
+        drop(p);
+        drop(file);
+        assert!(!path.exists(), "removed when the last owner drops");
+        let _ = fs::remove_dir_all(path.parent().unwrap().parent().unwrap());
     }
 }

@@ -21,6 +21,7 @@
 //!     idle: IdleStrategy::default(),
 //!     telemetry: true,
 //!     cuda_source: None,
+//!     export: None,
 //! };
 //! let kernel = backend.launch(region.clone(), &spec)?;
 //! let ch = Channel::new(region, "echo");

@@ -20,6 +20,7 @@ use crate::cache::{CacheKey, PtxCache};
 use crate::context::Context;
 use crate::copy::CudaCopyEngine;
 use crate::error::{check, Error, Result};
+use crate::export::ExportRegistration;
 use crate::memory::PinnedBuffer;
 use crate::nvrtc::{CompileOptions, Handler, Nvrtc, RING_KERNEL_ENTRY};
 use crate::probe::{self, CudaInfo, CudaProbe};
@@ -188,10 +189,25 @@ impl CudaBackend {
             unsafe { sys::cuStreamCreate(&mut res.stream, flags) },
             || ", CU_STREAM_NON_BLOCKING".into(),
         )?;
-        let mut params = [std::ptr::addr_of_mut!(dptr).cast::<c_void>()];
-        // SAFETY: `func` is the ring kernel, whose one parameter is a pointer, passed as
-        // the address of `dptr` (read by the driver during the call); the region stays
-        // alive as long as the CudaKernel holds its Arc; grid/block follow the contract.
+        // The export file's telemetry line, registered so K8 writes it directly; without
+        // a registration (no export, or the driver refused) the host copies it instead.
+        let export = spec.export.clone().and_then(|file| {
+            ExportRegistration::new(&self.ctx, file)
+                .map_err(|e| {
+                    tracing::warn!(error = %e, "telemetry export: the device cannot write the file; the host copies it");
+                })
+                .ok()
+        });
+        let mut export_dptr: sys::CUdeviceptr =
+            export.as_ref().map_or(0, ExportRegistration::telemetry_ptr);
+        let mut params = [
+            std::ptr::addr_of_mut!(dptr).cast::<c_void>(),
+            std::ptr::addr_of_mut!(export_dptr).cast::<c_void>(),
+        ];
+        // SAFETY: `func` is the ring kernel, whose two parameters are pointers, passed as
+        // the addresses of `dptr` and `export_dptr` (read by the driver during the call);
+        // the region and the registered export file stay alive as long as the CudaKernel
+        // holds them; grid/block follow the contract.
         let r = unsafe {
             sys::cuLaunchKernel(
                 func,
@@ -210,9 +226,12 @@ impl CudaBackend {
         check("cuLaunchKernel", r, || {
             format!(", grid 1x1x1, block {LANES}x1x1")
         })?;
+        let writes_export = export.is_some();
+        let keep: Keep = Box::new((keep, export));
         Ok(CudaKernel {
             ctx: self.ctx.clone(),
             state: Mutex::new(Some((res, keep))),
+            writes_export,
         })
     }
 }
@@ -336,6 +355,8 @@ struct CudaKernel {
     ctx: Arc<Context>,
     /// `None` once joined. The region is kept alive while the kernel may touch it.
     state: Mutex<Option<(Resources, Keep)>>,
+    /// Whether K8 also writes the registered telemetry export file.
+    writes_export: bool,
 }
 
 // SAFETY: the raw handles are driver objects usable from any thread with the context
@@ -345,6 +366,10 @@ unsafe impl Send for CudaKernel {}
 unsafe impl Sync for CudaKernel {}
 
 impl KernelInstance for CudaKernel {
+    fn writes_export_telemetry(&self) -> bool {
+        self.writes_export
+    }
+
     fn is_finished(&self) -> bool {
         let g = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let Some((res, _)) = g.as_ref() else {

@@ -23,6 +23,7 @@ pub mod cache;
 pub mod context;
 pub mod copy;
 pub mod error;
+pub mod export;
 pub mod memory;
 pub mod nvrtc;
 pub mod probe;

@@ -41,6 +41,7 @@ fn spec(builtin: Option<u32>) -> LaunchSpec {
         idle: IdleStrategy::default(),
         telemetry: true,
         cuda_source: None,
+        export: None,
     }
 }
 

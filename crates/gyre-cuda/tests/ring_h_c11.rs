@@ -267,6 +267,18 @@ int main(void) {
     cb->h2k_head = 2u;
     CHECK(step(&r) == 1 && cb->h2k_tail == 2u && reply_ok(1, GYRE_ERR_NONE, 1u));
 
+    /* K8 also writes the export line when there is one (same values, same seq). */
+    {
+        static gyre_telemetry_buffer export_line;
+        init(GYRE_MAGIC, GYRE_ABI_VERSION, CAP, BATCH, 0);
+        CHECK(gyre_k0_validate(&r, region) == GYRE_ERR_NONE && r.export_tel == 0);
+        r.export_tel = &export_line;
+        publish(0, 1u, "e", 1u);
+        CHECK(step(&r) == 1);
+        CHECK(export_line.seq == tel->seq && export_line.seq % 2u == 0u &&
+              export_line.messages_in == 1u && export_line.state == GYRE_STATE_ACTIVE);
+    }
+
     /* K1 transitions (gyre-cpu slow_tick). */
     CHECK(gyre_k1_next_state(GYRE_CMD_PAUSE, GYRE_STATE_ACTIVE) == GYRE_STATE_PAUSED);
     CHECK(gyre_k1_next_state(GYRE_CMD_RUN, GYRE_STATE_PAUSED) == GYRE_STATE_ACTIVE);

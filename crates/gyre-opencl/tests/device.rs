@@ -37,6 +37,7 @@ fn spec(builtin: Option<u32>) -> LaunchSpec {
         idle: IdleStrategy::BusySpin,
         telemetry: true,
         cuda_source: None,
+        export: None,
     }
 }
 

@@ -76,6 +76,9 @@
  *  Lives in registers / private memory of the polling thread. */
 typedef struct gyre_ring {
     GYRE_GLOBAL unsigned char *region;
+    /* A second telemetry line K8 also writes (the registered export file of
+     * crates/gyre-core/src/shm.rs), or 0. Set by the language's loop after K0. */
+    GYRE_GLOBAL gyre_telemetry_buffer *export_tel;
     uint64_t mask;            /* capacity - 1 */
     uint64_t reply_off;       /* offset of the reply ring: 256 + capacity * slot_size */
     uint64_t tail;            /* next request index to consume (our copy of h2k_tail) */
@@ -218,6 +221,7 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k0_validate(gyre_ring *r,
     r->handler_ns_total = 0u;
     r->handler_ns_max = 0u;
     r->tel_seq = GYRE_LOAD_RELAXED_U32(&gyre_telemetry(region)->seq);
+    r->export_tel = 0;
     r->slot_size = slot;
     r->payload = slot - GYRE_SLOT_HEADER_SIZE;
     r->batch = batch;
@@ -233,9 +237,9 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k0_validate(gyre_ring *r,
 /** K8: publish the counters under the seqlock (docs/protocol.md §5; the writer of
  *  crates/gyre-core/src/telemetry.rs): seq odd (relaxed), fence, the fields (relaxed),
  *  seq even (release). */
-static inline GYRE_DEVICE_FN void gyre_k8_telemetry(gyre_ring *r, uint32_t state) {
-    GYRE_GLOBAL gyre_telemetry_buffer *t = gyre_telemetry(r->region);
-    const uint32_t odd = (r->tel_seq + 1u) | 1u;
+static inline GYRE_DEVICE_FN void gyre_k8_write(GYRE_GLOBAL gyre_telemetry_buffer *t,
+                                                 const gyre_ring *r, uint32_t state,
+                                                 uint32_t odd) {
     GYRE_STORE_RELAXED_U32(&t->seq, odd);
     /* Orders the odd sequence before the field stores, for readers. */
     GYRE_FENCE_SYSTEM();
@@ -249,6 +253,16 @@ static inline GYRE_DEVICE_FN void gyre_k8_telemetry(gyre_ring *r, uint32_t state
     GYRE_STORE_RELAXED_U32(&t->handler_ns_max, r->handler_ns_max);
     GYRE_STORE_RELAXED_U32(&t->heartbeat_ms, (uint32_t)((r->last_now - r->epoch) / 1000000u));
     GYRE_STORE_RELEASE_U32(&t->seq, odd + 1u);
+}
+
+/** K8 on the region's line, then on the export line if there is one (same values and
+ *  sequence numbers: each line has this kernel as its single writer). */
+static inline GYRE_DEVICE_FN void gyre_k8_telemetry(gyre_ring *r, uint32_t state) {
+    const uint32_t odd = (r->tel_seq + 1u) | 1u;
+    gyre_k8_write(gyre_telemetry(r->region), r, state, odd);
+    if (r->export_tel != 0) {
+        gyre_k8_write(r->export_tel, r, state, odd);
+    }
     r->tel_seq = odd + 1u;
 }
 

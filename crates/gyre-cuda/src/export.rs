@@ -1,0 +1,100 @@
+//! The telemetry export file registered with the device, so the ring kernel's K8 writes
+//! the file's telemetry line itself (issue 5: no host copy loop on CUDA).
+//!
+//! [`ExportRegistration`] page-locks the file's mapping (`cuMemHostRegister` with
+//! `DEVICEMAP | PORTABLE`), finds the device address of its telemetry line, and keeps the
+//! file (`Arc<ExportWriter>`) alive; dropping it unregisters the memory. It must outlive
+//! the kernel, which `CudaKernel` guarantees by holding it with the kernel's memory.
+//!
+//! **Not validated on a GPU** (none was available when this was written).
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use cudarc::driver::sys;
+use gyre_core::shm::{ExportWriter, TelemetryExport};
+
+use crate::context::Context;
+use crate::error::{check, Result};
+
+/// A registered export file; see the module docs.
+pub struct ExportRegistration {
+    ctx: Arc<Context>,
+    host: *mut c_void,
+    telemetry: sys::CUdeviceptr,
+    _file: Arc<ExportWriter>,
+}
+
+// SAFETY: the pointer is the file's mapping, owned (through `_file`) for the value's
+// lifetime; the driver calls bind the context first and are thread-safe.
+unsafe impl Send for ExportRegistration {}
+// SAFETY: as above; `&self` exposes only the device address.
+unsafe impl Sync for ExportRegistration {}
+
+impl core::fmt::Debug for ExportRegistration {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ExportRegistration")
+            .field("host", &self.host)
+            .field("telemetry", &self.telemetry)
+            .finish()
+    }
+}
+
+impl ExportRegistration {
+    /// Registers `file`'s mapping with the device.
+    ///
+    /// # Errors
+    ///
+    /// The driver's error (e.g. a device without `CAN_MAP_HOST_MEMORY`), naming the call.
+    pub fn new(ctx: &Arc<Context>, file: Arc<ExportWriter>) -> Result<Self> {
+        let export: *const TelemetryExport = file.export();
+        let host = export.cast_mut().cast::<c_void>();
+        // SAFETY: `export` points into the live mapping `file` owns; only the field's
+        // address is taken.
+        let line = unsafe { core::ptr::addr_of!((*export).telemetry) }
+            .cast_mut()
+            .cast::<c_void>();
+        let bytes = core::mem::size_of::<TelemetryExport>();
+        ctx.bind()?;
+        let flags = sys::CU_MEMHOSTREGISTER_DEVICEMAP | sys::CU_MEMHOSTREGISTER_PORTABLE;
+        // SAFETY: `host` is the start of a live, page-aligned shared mapping of `bytes`
+        // bytes owned by `file`, which this value keeps alive until it unregisters.
+        let r = unsafe { sys::cuMemHostRegister_v2(host, bytes, flags) };
+        check("cuMemHostRegister", r, || {
+            format!(", the telemetry export file ({bytes} bytes)")
+        })?;
+        let mut reg = Self {
+            ctx: ctx.clone(),
+            host,
+            telemetry: 0,
+            _file: file,
+        };
+        // SAFETY: `line` lies inside the range registered above (DEVICEMAP); flags 0.
+        let r = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut reg.telemetry, line, 0) };
+        check("cuMemHostGetDevicePointer", r, || {
+            ", the export file's telemetry line".into()
+        })?;
+        Ok(reg)
+    }
+
+    /// The device address of the file's telemetry line (the ring kernel's second
+    /// argument).
+    pub fn telemetry_ptr(&self) -> sys::CUdeviceptr {
+        self.telemetry
+    }
+}
+
+impl Drop for ExportRegistration {
+    fn drop(&mut self) {
+        if self.ctx.bind().is_err() {
+            tracing::error!("leaving the telemetry export file registered (no context)");
+            return;
+        }
+        // SAFETY: registered in `new`, unregistered once; the kernel that wrote it has
+        // finished (the CudaKernel drops this only then).
+        let r = unsafe { sys::cuMemHostUnregister(self.host) };
+        if let Err(e) = check("cuMemHostUnregister", r, String::new) {
+            tracing::error!(error = %e, "unregistering the telemetry export file");
+        }
+    }
+}
