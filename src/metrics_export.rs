@@ -14,8 +14,11 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
     /// `gyre_idle_polls_total`, `gyre_handler_ns_total` (set with `absolute`), and the
     /// gauges `gyre_handler_ns_max`, `gyre_kernel_state` (`gyre_abi::state`),
     /// `gyre_queue_depth_requests` and `gyre_queue_depth_replies` (from the control
-    /// block's ring indices). Call it periodically (for example before each scrape);
-    /// returns the snapshot it recorded. See `docs/telemetry.md` ("Metrics").
+    /// block's ring indices). Under a copy strategy it adds the bridge's counters
+    /// ([`Kernel::transfer_stats`]), labelled also `direction = h2d | d2h`:
+    /// `gyre_transfer_copies_total`, `gyre_transfer_bytes_total` and
+    /// `gyre_transfer_slots_total`. Call it periodically (for example before each
+    /// scrape); returns the snapshot it recorded. See `docs/telemetry.md` ("Metrics").
     pub fn record_metrics(&self) -> Result<TelemetrySnapshot> {
         let t = self.telemetry()?;
         let cb = self.inner.ch.region().control();
@@ -48,6 +51,19 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
         ];
         for (metric, v) in gauges {
             metrics::gauge!(metric, "kernel" => name.clone()).set(v);
+        }
+        if let Some(s) = self.transfer_stats() {
+            let per_direction = [
+                ("gyre_transfer_copies_total", s.h2d_copies, s.d2h_copies),
+                ("gyre_transfer_bytes_total", s.h2d_bytes, s.d2h_bytes),
+                ("gyre_transfer_slots_total", s.slots_down, s.slots_up),
+            ];
+            for (metric, down, up) in per_direction {
+                for (direction, v) in [("h2d", down), ("d2h", up)] {
+                    metrics::counter!(metric, "kernel" => name.clone(), "direction" => direction)
+                        .absolute(v);
+                }
+            }
         }
         Ok(t)
     }
@@ -112,5 +128,45 @@ mod tests {
         assert_eq!(gauge("gyre_queue_depth_requests"), 0.0);
         assert_eq!(gauge("gyre_queue_depth_replies"), 0.0);
         assert_eq!(got.len(), 10);
+    }
+
+    #[test]
+    fn transfer_counters_are_recorded_under_a_copy_strategy() {
+        let rt = Runtime::builder()
+            .backend(Backend::Cpu)
+            .transfer_strategy(crate::TransferStrategy::Sync)
+            .build()
+            .unwrap();
+        let k = rt
+            .launch(KernelSpec::from_fn("inc", |x: u64| x + 1))
+            .unwrap();
+        for i in 0..100 {
+            assert_eq!(k.call_blocking(i).unwrap(), i + 1);
+        }
+        k.shutdown_blocking().unwrap();
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        metrics::with_local_recorder(&recorder, || k.record_metrics()).unwrap();
+        let s = k.transfer_stats().unwrap();
+        let mut seen = 0;
+        for (key, _, _, v) in snapshotter.snapshot().into_vec() {
+            let name = key.key().name().to_owned();
+            let Some(dir) = key.key().labels().find(|l| l.key() == "direction") else {
+                continue;
+            };
+            let want = match (name.as_str(), dir.value()) {
+                ("gyre_transfer_copies_total", "h2d") => s.h2d_copies,
+                ("gyre_transfer_copies_total", "d2h") => s.d2h_copies,
+                ("gyre_transfer_bytes_total", "h2d") => s.h2d_bytes,
+                ("gyre_transfer_bytes_total", "d2h") => s.d2h_bytes,
+                ("gyre_transfer_slots_total", "h2d") => s.slots_down,
+                ("gyre_transfer_slots_total", "d2h") => s.slots_up,
+                other => panic!("unexpected {other:?}"),
+            };
+            assert_eq!(v, DebugValue::Counter(want), "{name} {}", dir.value());
+            seen += 1;
+        }
+        assert_eq!(seen, 6);
+        assert_eq!((s.slots_down, s.slots_up), (100, 100));
     }
 }
