@@ -406,6 +406,22 @@ impl RingBufferBridge {
         [(start * ss, first * ss), (0, (n - first) * ss)]
     }
 
+    /// How far a head moved from `done` (slots to move), or a protocol error when it went
+    /// backwards or more than the capacity ahead (a corrupt line is never trusted).
+    fn advance(&self, ring: &'static str, what: &'static str, done: u64, head: u64) -> Result<u64> {
+        let cap = u64::from(self.geometry.capacity());
+        match head.checked_sub(done) {
+            Some(n) if n <= cap => Ok(n),
+            _ => Err(Error::Protocol {
+                ring,
+                index: done,
+                what,
+                expected: done + cap,
+                found: head,
+            }),
+        }
+    }
+
     /// Writes the mirror's initial control block and telemetry line to the device, before
     /// the kernel is launched.
     pub fn init(&self) -> Result<()> {
@@ -432,17 +448,7 @@ impl RingBufferBridge {
     fn push_locked(&self, st: &mut PushState) -> Result<()> {
         let line = HostLine::load(self.mirror.control());
         let head = line.h2k_head;
-        let cap = u64::from(self.geometry.capacity());
-        if head < st.pushed || head - st.pushed > cap {
-            return Err(Error::Protocol {
-                ring: "request",
-                index: st.pushed,
-                what: "mirror h2k_head out of range",
-                expected: st.pushed + cap,
-                found: head,
-            });
-        }
-        let new_slots = head - st.pushed;
+        let new_slots = self.advance("request", "mirror h2k_head out of range", st.pushed, head)?;
         if new_slots == 0 && st.last == Some(line) {
             return Ok(());
         }
@@ -506,17 +512,7 @@ impl RingBufferBridge {
         // SAFETY: staging written by the completed copy above, under the pull lock.
         let line = unsafe { KernelLine::load_from(l1) };
         let head = line.k2h_head;
-        let cap = u64::from(self.geometry.capacity());
-        if head < st.pulled || head - st.pulled > cap {
-            return Err(Error::Protocol {
-                ring: "reply",
-                index: st.pulled,
-                what: "device k2h_head out of range",
-                expected: st.pulled + cap,
-                found: head,
-            });
-        }
-        let new = head - st.pulled;
+        let new = self.advance("reply", "device k2h_head out of range", st.pulled, head)?;
         if new > 0 {
             let ring = RINGS_OFFSET + self.geometry.ring_bytes();
             for (off, len) in self.ranges(st.pulled, head) {
