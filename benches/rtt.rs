@@ -41,8 +41,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use common::{
-    launch_gyre, launch_gyre_opencl, msg, spawn_server, warmed, Imp, Msg, Session, Summary,
-    CAPACITY,
+    launch_gyre, launch_gyre_opencl, msg, spawn_server, warmed, BlockingCalls, Imp, Msg, Session,
+    Summary, CAPACITY,
 };
 use criterion::Criterion;
 use crossbeam_utils::CachePadded;
@@ -63,7 +63,7 @@ const IMPLS: &[Imp] = &[
     },
     Imp {
         name: "gyre_blocking",
-        start: GyreBlocking::start,
+        start: gyre_blocking,
     },
     Imp {
         name: "rtrb",
@@ -343,37 +343,10 @@ impl Drop for Tokio {
 
 // --- gyre ------------------------------------------------------------------------------
 
-struct GyreBlocking {
-    k: Kernel<Msg, Msg>,
-}
-
-impl GyreBlocking {
-    fn start() -> Box<dyn Session> {
-        let rt = Runtime::builder().build().expect("gyre runtime");
-        warmed(
-            Box::new(Self {
-                k: launch_gyre(&rt),
-            }),
-            WARM_UP_RUN,
-        )
-    }
-}
-
-impl Session for GyreBlocking {
-    fn run(&mut self, iters: u64) -> Duration {
-        let m = msg();
-        let t = Instant::now();
-        for _ in 0..iters {
-            black_box(self.k.call_blocking(m).expect("call"));
-        }
-        t.elapsed()
-    }
-}
-
-impl Drop for GyreBlocking {
-    fn drop(&mut self) {
-        self.k.shutdown_blocking().expect("shutdown");
-    }
+/// `gyre_blocking`: [`BlockingCalls`] on the CPU backend's pinned echo.
+fn gyre_blocking() -> Box<dyn Session> {
+    let rt = Runtime::builder().build().expect("gyre runtime");
+    warmed(Box::new(BlockingCalls(launch_gyre(&rt))), WARM_UP_RUN)
 }
 
 struct GyreAsync {
@@ -420,39 +393,12 @@ impl Drop for GyreAsync {
 /// The OpenCL rows, added by `common::main` when a device is present.
 const OPENCL_IMPLS: &[Imp] = &[Imp {
     name: "gyre_opencl",
-    start: GyreOpenCl::start,
+    start: gyre_opencl,
 }];
 
-struct GyreOpenCl {
-    k: Kernel<Msg, Msg>,
-}
-
-impl GyreOpenCl {
-    fn start() -> Box<dyn Session> {
-        warmed(
-            Box::new(Self {
-                k: launch_gyre_opencl(),
-            }),
-            WARM_UP_RUN,
-        )
-    }
-}
-
-impl Session for GyreOpenCl {
-    fn run(&mut self, iters: u64) -> Duration {
-        let m = msg();
-        let t = Instant::now();
-        for _ in 0..iters {
-            black_box(self.k.call_blocking(m).expect("call"));
-        }
-        t.elapsed()
-    }
-}
-
-impl Drop for GyreOpenCl {
-    fn drop(&mut self) {
-        self.k.shutdown_blocking().expect("shutdown");
-    }
+/// `gyre_opencl`: [`BlockingCalls`] on the OpenCL device's echo.
+fn gyre_opencl() -> Box<dyn Session> {
+    warmed(Box::new(BlockingCalls(launch_gyre_opencl())), WARM_UP_RUN)
 }
 
 // ----------------------------------------------------------------------------------------

@@ -20,15 +20,15 @@
 
 mod common;
 
-use std::hint::black_box;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{msg, pinned_echo, warmed, Imp, Msg, Session, Summary, CAPACITY};
+use common::{
+    batched_echo, pinned_echo, warmed, BlockingCalls, Imp, Msg, Session, Summary, CAPACITY,
+};
 use criterion::Criterion;
 use gyre::{Backend, Kernel, KernelSpec, Runtime, TransferStrategy};
 
 const WARM_UP_RUN: u64 = 100;
-const BATCH: usize = 64;
 
 fn launch(strategy: TransferStrategy) -> Kernel<Msg, Msg> {
     let rt = Runtime::builder()
@@ -47,94 +47,51 @@ fn dma(us: u64) -> TransferStrategy {
     TransferStrategy::dma_polling(Duration::from_micros(us)).expect("interval")
 }
 
-struct Rtt(Kernel<Msg, Msg>);
-
-impl Session for Rtt {
-    fn run(&mut self, n: u64) -> Duration {
-        let m = msg();
-        let t = Instant::now();
-        for _ in 0..n {
-            black_box(self.0.call_blocking(m).expect("call"));
-        }
-        t.elapsed()
-    }
-}
-
-struct Tput(Kernel<Msg, Msg>);
+/// Batched sends and receives (`common::batched_echo`, yielding when idle) on a kernel
+/// owned through [`BlockingCalls`] (which shuts it down on drop).
+struct Tput(BlockingCalls);
 
 impl Session for Tput {
     fn run(&mut self, n: u64) -> Duration {
-        let batch = [msg(); BATCH];
-        let mut out: Vec<gyre::Result<Msg>> = Vec::with_capacity(BATCH);
-        let (mut sent, mut recvd) = (0u64, 0u64);
-        let t = Instant::now();
-        while recvd < n {
-            let k = ((n - sent) as usize).min(BATCH);
-            if k > 0 && self.0.try_send_batch(&batch[..k]).is_ok() {
-                sent += k as u64;
-            }
-            out.clear();
-            let got = self.0.try_recv_batch(&mut out, BATCH).expect("recv") as u64;
-            recvd += got;
-            black_box(&out);
-            if got == 0 {
-                // Give a copy thread sharing this core a turn (two cores here).
-                std::thread::yield_now();
-            }
-        }
-        t.elapsed()
+        // Yield when a poll brought nothing: a copy thread may share this core (two here).
+        batched_echo(&self.0 .0, n, true)
     }
 }
 
-impl Drop for Rtt {
-    fn drop(&mut self) {
-        self.0.shutdown_blocking().expect("shutdown");
-    }
-}
-
-impl Drop for Tput {
-    fn drop(&mut self) {
-        self.0.shutdown_blocking().expect("shutdown");
-    }
+/// A warmed session on a fresh kernel under `strategy`: RTT (blocking calls) or batched
+/// throughput.
+fn start(strategy: TransferStrategy, batched: bool) -> Box<dyn Session> {
+    let k = BlockingCalls(launch(strategy));
+    let s: Box<dyn Session> = if batched {
+        Box::new(Tput(k))
+    } else {
+        Box::new(k)
+    };
+    warmed(s, WARM_UP_RUN)
 }
 
 macro_rules! imps {
-    ($session:ident) => {
+    ($batched:expr) => {
         &[
             Imp {
                 name: "unified",
-                start: || {
-                    warmed(
-                        Box::new($session(launch(TransferStrategy::Unified))),
-                        WARM_UP_RUN,
-                    )
-                },
+                start: || start(TransferStrategy::Unified, $batched),
             },
             Imp {
                 name: "sync",
-                start: || {
-                    warmed(
-                        Box::new($session(launch(TransferStrategy::Sync))),
-                        WARM_UP_RUN,
-                    )
-                },
+                start: || start(TransferStrategy::Sync, $batched),
             },
             Imp {
                 name: "async",
-                start: || {
-                    warmed(
-                        Box::new($session(launch(TransferStrategy::Async))),
-                        WARM_UP_RUN,
-                    )
-                },
+                start: || start(TransferStrategy::Async, $batched),
             },
             Imp {
                 name: "dma_polling_10us",
-                start: || warmed(Box::new($session(launch(dma(10)))), WARM_UP_RUN),
+                start: || start(dma(10), $batched),
             },
             Imp {
                 name: "dma_polling_100us",
-                start: || warmed(Box::new($session(launch(dma(100)))), WARM_UP_RUN),
+                start: || start(dma(100), $batched),
             },
         ]
     };
@@ -150,7 +107,7 @@ const TARGETS: &[(&str, &str, f64)] = &[
 const RTT: Summary = Summary {
     title: "gyre strategies: RTT of a 64-byte echo, CPU backend, backoff idle",
     unit: "ns/RTT",
-    impls: imps!(Rtt),
+    impls: imps!(false),
     targets: TARGETS,
     higher_is_better: false,
     run_target: Duration::from_millis(20),
@@ -165,7 +122,7 @@ const RTT: Summary = Summary {
 const TPUT: Summary = Summary {
     title: "gyre strategies: throughput, batches of 64 x 64 B, CPU backend, backoff idle",
     unit: "Mmsg/s",
-    impls: imps!(Tput),
+    impls: imps!(true),
     targets: TARGETS,
     higher_is_better: true,
     run_target: Duration::from_millis(20),

@@ -44,15 +44,13 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use common::{
-    launch_gyre, launch_gyre_opencl, launch_gyre_with, msg, spawn_server, warmed, Imp, Msg,
-    Session, Summary, CAPACITY,
+    batched_echo, launch_gyre, launch_gyre_opencl, launch_gyre_with, msg, spawn_server, warmed,
+    Imp, Msg, Session, Summary, BATCH, CAPACITY,
 };
 use criterion::{Criterion, Throughput};
 use crossbeam_utils::CachePadded;
 use gyre::{Kernel, Runtime};
 
-/// Messages per batch in the batched variants.
-const BATCH: usize = 64;
 /// Messages each session moves per warm-up run (see `common::warmed`).
 const WARM_UP_RUN: u64 = 10_000;
 
@@ -342,30 +340,19 @@ const OPENCL_IMPLS: &[Imp] = &[
 
 impl Session for Gyre {
     fn run(&mut self, n: u64) -> Duration {
-        let m = msg();
-        let batch = [m; BATCH];
-        let (mut sent, mut recvd) = (0u64, 0u64);
-        let mut out: Vec<gyre::Result<Msg>> = Vec::with_capacity(BATCH);
-        let t = Instant::now();
         if self.batched {
-            while recvd < n {
-                let k = ((n - sent) as usize).min(BATCH);
-                if k > 0 && self.k.try_send_batch(&batch[..k]).is_ok() {
-                    sent += k as u64;
-                }
-                out.clear();
-                recvd += self.k.try_recv_batch(&mut out, BATCH).expect("recv") as u64;
-                black_box(&out);
+            return batched_echo(&self.k, n, false);
+        }
+        let m = msg();
+        let (mut sent, mut recvd) = (0u64, 0u64);
+        let t = Instant::now();
+        while recvd < n {
+            while sent < n && self.k.try_send(m).is_ok() {
+                sent += 1;
             }
-        } else {
-            while recvd < n {
-                while sent < n && self.k.try_send(m).is_ok() {
-                    sent += 1;
-                }
-                while let Some(r) = self.k.try_recv().expect("recv") {
-                    black_box(r);
-                    recvd += 1;
-                }
+            while let Some(r) = self.k.try_recv().expect("recv") {
+                black_box(r);
+                recvd += 1;
             }
         }
         t.elapsed()

@@ -190,6 +190,55 @@ pub struct Imp {
     pub start: fn() -> Box<dyn Session>,
 }
 
+/// `n` blocking echo calls per run on a gyre kernel (the gyre rows of the RTT benches);
+/// the kernel is shut down when the session drops.
+pub struct BlockingCalls(pub Kernel<Msg, Msg>);
+
+impl Session for BlockingCalls {
+    fn run(&mut self, n: u64) -> Duration {
+        let m = msg();
+        let t = Instant::now();
+        for _ in 0..n {
+            black_box(self.0.call_blocking(m).expect("call"));
+        }
+        t.elapsed()
+    }
+}
+
+impl Drop for BlockingCalls {
+    fn drop(&mut self) {
+        self.0.shutdown_blocking().expect("shutdown");
+    }
+}
+
+/// Messages per batch of the batched throughput loops.
+pub const BATCH: usize = 64;
+
+/// Sends `n` echo messages in batches of [`BATCH`] (`try_send_batch`) while receiving
+/// their replies (`try_recv_batch`), and returns the time. With `yield_when_idle` the
+/// loop yields whenever a receive brought nothing, so a copy thread sharing the core gets
+/// a turn.
+pub fn batched_echo(k: &Kernel<Msg, Msg>, n: u64, yield_when_idle: bool) -> Duration {
+    let batch = [msg(); BATCH];
+    let mut out: Vec<gyre::Result<Msg>> = Vec::with_capacity(BATCH);
+    let (mut sent, mut recvd) = (0u64, 0u64);
+    let t = Instant::now();
+    while recvd < n {
+        let want = ((n - sent) as usize).min(BATCH);
+        if want > 0 && k.try_send_batch(&batch[..want]).is_ok() {
+            sent += want as u64;
+        }
+        out.clear();
+        let got = k.try_recv_batch(&mut out, BATCH).expect("recv") as u64;
+        recvd += got;
+        black_box(&out);
+        if got == 0 && yield_when_idle {
+            std::thread::yield_now();
+        }
+    }
+    t.elapsed()
+}
+
 /// Runs `s` in runs of `per_run` operations for [`WARM_UP`], then returns it.
 pub fn warmed(mut s: Box<dyn Session>, per_run: u64) -> Box<dyn Session> {
     let t = Instant::now();
@@ -245,17 +294,28 @@ pub fn main(
         eprintln!("note: no OpenCL device (or the `opencl` feature is off): no OpenCL rows");
         summary
     };
-    if std::env::var("GYRE_BENCH_SUMMARY").is_ok_and(|v| v == "1") {
+    if summary_mode() {
         summary.run();
         return;
     }
-    let mut c = Criterion::default()
+    let mut c = criterion();
+    criterion_benches(&mut c, summary.impls);
+    c.final_summary();
+}
+
+/// The criterion settings every bench uses (1 s warm-up, 3 s, 20 samples; command-line
+/// arguments still apply).
+fn criterion() -> Criterion {
+    Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3))
         .sample_size(20)
-        .configure_from_args();
-    criterion_benches(&mut c, summary.impls);
-    c.final_summary();
+        .configure_from_args()
+}
+
+/// Whether `GYRE_BENCH_SUMMARY=1` asks for summary mode.
+fn summary_mode() -> bool {
+    std::env::var("GYRE_BENCH_SUMMARY").is_ok_and(|v| v == "1")
 }
 
 /// A bench of CPU-backend variants only (no OpenCL rows) with several summaries, run one
@@ -263,17 +323,13 @@ pub fn main(
 pub fn main_many(summaries: &[&Summary], criterion_benches: fn(&mut Criterion)) {
     init_cores();
     pin_current(MAIN_CORE);
-    if std::env::var("GYRE_BENCH_SUMMARY").is_ok_and(|v| v == "1") {
+    if summary_mode() {
         for s in summaries {
             s.run();
         }
         return;
     }
-    let mut c = Criterion::default()
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(3))
-        .sample_size(20)
-        .configure_from_args();
+    let mut c = criterion();
     criterion_benches(&mut c);
     c.final_summary();
 }

@@ -61,6 +61,8 @@ impl Ring {
         for (k, v) in values.iter().enumerate() {
             let idx = first + k as u64;
             let s = (idx % CAP) as usize;
+            // SAFETY: this producer claimed `idx` and has not published it, so it owns the
+            // cell; loom's UnsafeCell flags any concurrent access (that is the check).
             self.data[s].with_mut(|p| unsafe { *p = *v });
             self.seq[s].store(idx + 1, Release);
         }
@@ -80,6 +82,8 @@ impl Ring {
         while self.seq[s].load(Acquire) != idx + 1 {
             thread::yield_now();
         }
+        // SAFETY: the acquire of sequence `idx + 1` orders the producer's write before this
+        // read, and the cell is not reused before `tail` passes `idx` (loom checks it).
         let v = self.data[s].with(|p| unsafe { *p });
         self.tail.store(idx + 1, Release);
         v

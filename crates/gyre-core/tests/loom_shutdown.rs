@@ -61,6 +61,8 @@ impl Ring {
             Err(ClaimError::Closed | ClaimError::Full) => return false,
         };
         let s = (idx % CAP) as usize;
+        // SAFETY: claimed and not yet published, so this producer owns the cell; loom's
+        // UnsafeCell flags any concurrent access.
         self.data[s].with_mut(|p| unsafe { *p = value });
         self.seq[s].store(idx + 1, Release);
         advance_prefix(&self.head, idx + 1, CAP, |i| &self.seq[(i % CAP) as usize]);
@@ -73,6 +75,8 @@ impl Ring {
         for _ in 0..polls {
             let s = (*tail % CAP) as usize;
             if self.seq[s].load(Acquire) == *tail + 1 {
+                // SAFETY: the acquire of the sequence orders the producer's write first;
+                // the cell is reused only after `tail` passes it (loom checks both).
                 out.push(self.data[s].with(|p| unsafe { *p }));
                 *tail += 1;
                 self.tail.store(*tail, Release);
