@@ -7,7 +7,7 @@
 //! kernel never allows), and launches one block on its own non-blocking stream, never the
 //! default stream. The launch contract is at the top of `cuda/ring_kernel.cu`.
 
-use std::ffi::{c_void, CString};
+use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys::{self, CUresult};
@@ -21,9 +21,10 @@ use crate::context::Context;
 use crate::copy::CudaCopyEngine;
 use crate::error::{check, Error, Result};
 use crate::export::ExportRegistration;
+use crate::launch::Resources;
 use crate::memory::PinnedBuffer;
 use crate::nvrtc::{CompileOptions, Handler, Nvrtc, RING_KERNEL_ENTRY};
-use crate::probe::{self, CudaInfo, CudaProbe};
+use crate::probe::{CudaInfo, CudaProbe};
 use crate::toolchain::Toolchain;
 
 /// Threads in the ring kernel's block (at most `GYRE_MAX_LANES` of `cuda/ring_kernel.cu`, 128).
@@ -151,43 +152,10 @@ impl CudaBackend {
                 why: "loading PTX made by this NVRTC",
             });
         }
-        let ptx = self.ring_kernel_ptx(&handler)?;
-        let image = CString::new(ptx).map_err(|_| Error::InvalidInput {
-            what: "PTX".into(),
-            reason: "contains a NUL byte",
-        })?;
-        self.ctx.bind()?;
-        let mut module: sys::CUmodule = std::ptr::null_mut();
-        // SAFETY: context current; `image` is NUL-terminated PTX text.
-        let r = unsafe { sys::cuModuleLoadData(&mut module, image.as_ptr().cast()) };
-        check("cuModuleLoadData", r, || {
-            format!(", {} bytes of PTX", image.as_bytes().len())
-        })?;
-        let mut res = Resources {
-            ctx: self.ctx.clone(),
-            module,
-            stream: std::ptr::null_mut(),
-        };
-        let mut func: sys::CUfunction = std::ptr::null_mut();
-        let entry = CString::new(RING_KERNEL_ENTRY).map_err(|_| Error::InvalidInput {
-            what: "entry name".into(),
-            reason: "contains a NUL byte",
-        })?;
-        // SAFETY: `module` is loaded; `entry` is NUL-terminated.
-        let r = unsafe { sys::cuModuleGetFunction(&mut func, module, entry.as_ptr()) };
-        check("cuModuleGetFunction", r, || {
-            format!(", {RING_KERNEL_ENTRY}")
-        })?;
-        if found >= probe::FUNC_LOAD_DRIVER_VERSION {
-            // SAFETY: `func` comes from a loaded module; the symbol exists from 12.4 on.
-            check("cuFuncLoad", unsafe { sys::cuFuncLoad(func) }, String::new)?;
-        }
-        let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
-        // SAFETY: context current; one handle written through a valid pointer.
-        check(
-            "cuStreamCreate",
-            unsafe { sys::cuStreamCreate(&mut res.stream, flags) },
-            || ", CU_STREAM_NON_BLOCKING".into(),
+        let res = Resources::load(
+            &self.ctx,
+            self.ring_kernel_ptx(&handler)?,
+            RING_KERNEL_ENTRY,
         )?;
         // The export file's telemetry line, registered so K8 writes it directly; without
         // a registration (no export, or the driver refused) the host copies it instead.
@@ -204,28 +172,10 @@ impl CudaBackend {
             std::ptr::addr_of_mut!(dptr).cast::<c_void>(),
             std::ptr::addr_of_mut!(export_dptr).cast::<c_void>(),
         ];
-        // SAFETY: `func` is the ring kernel, whose two parameters are pointers, passed as
-        // the addresses of `dptr` and `export_dptr` (read by the driver during the call);
-        // the region and the registered export file stay alive as long as the CudaKernel
-        // holds them; grid/block follow the contract.
-        let r = unsafe {
-            sys::cuLaunchKernel(
-                func,
-                1,
-                1,
-                1,
-                LANES,
-                1,
-                1,
-                0,
-                res.stream,
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        };
-        check("cuLaunchKernel", r, || {
-            format!(", grid 1x1x1, block {LANES}x1x1")
-        })?;
+        // SAFETY: the ring kernel's two parameters are pointers, passed as the addresses
+        // of `dptr` and `export_dptr` (read by the driver during the call); the region and
+        // the registered export file stay alive as long as the CudaKernel holds them.
+        unsafe { res.launch(LANES, &mut params)? };
         let writes_export = export.is_some();
         let keep: Keep = Box::new((keep, export));
         Ok(CudaKernel {
@@ -321,35 +271,6 @@ impl gyre_core::Backend for CudaBackend {
 /// device buffer).
 type Keep = Box<dyn core::any::Any + Send + Sync>;
 
-/// The module and stream of one launch; destroyed once the kernel has finished.
-struct Resources {
-    ctx: Arc<Context>,
-    module: sys::CUmodule,
-    stream: sys::CUstream,
-}
-
-impl Drop for Resources {
-    fn drop(&mut self) {
-        if let Err(e) = self.ctx.bind() {
-            tracing::error!(error = %e, "leaking a CUDA stream and module");
-            return;
-        }
-        if !self.stream.is_null() {
-            // SAFETY: created by cuStreamCreate, destroyed once; its work has finished
-            // (Resources are dropped only then, or before the launch).
-            let r = unsafe { sys::cuStreamDestroy_v2(self.stream) };
-            if let Err(e) = check("cuStreamDestroy", r, String::new) {
-                tracing::error!(error = %e, "destroying the kernel stream");
-            }
-        }
-        // SAFETY: loaded by cuModuleLoadData, unloaded once; no kernel of it runs.
-        let r = unsafe { sys::cuModuleUnload(self.module) };
-        if let Err(e) = check("cuModuleUnload", r, String::new) {
-            tracing::error!(error = %e, "unloading the ring kernel module");
-        }
-    }
-}
-
 /// A ring kernel running on the device.
 struct CudaKernel {
     ctx: Arc<Context>,
@@ -379,7 +300,7 @@ impl KernelInstance for CudaKernel {
             return true;
         }
         // SAFETY: a live stream in the bound context.
-        match unsafe { sys::cuStreamQuery(res.stream) } {
+        match unsafe { sys::cuStreamQuery(res.stream()) } {
             CUresult::CUDA_ERROR_NOT_READY => false,
             // Done, or failed: `join` reports which.
             _ => true,
@@ -394,7 +315,7 @@ impl KernelInstance for CudaKernel {
         let fail = |e: Error| to_core("(join)", e);
         self.ctx.bind().map_err(fail)?;
         // SAFETY: a live stream in the bound context.
-        let r = unsafe { sys::cuStreamSynchronize(res.stream) };
+        let r = unsafe { sys::cuStreamSynchronize(res.stream()) };
         let result = check("cuStreamSynchronize", r, || {
             ", the ring kernel's stream".into()
         });
@@ -429,6 +350,6 @@ impl CudaKernel {
     fn is_finished_now(&self, res: &Resources) -> bool {
         // SAFETY: a live stream; the context is bound first.
         self.ctx.bind().is_ok()
-            && unsafe { sys::cuStreamQuery(res.stream) } != CUresult::CUDA_ERROR_NOT_READY
+            && unsafe { sys::cuStreamQuery(res.stream()) } != CUresult::CUDA_ERROR_NOT_READY
     }
 }

@@ -24,6 +24,7 @@ pub mod context;
 pub mod copy;
 pub mod error;
 pub mod export;
+mod launch;
 pub mod memory;
 pub mod nvrtc;
 pub mod probe;

@@ -15,7 +15,7 @@
 //! kernel is compiled by NVRTC for every supported architecture in CI
 //! (`tests/nvrtc_compile.rs`).
 
-use std::ffi::{c_void, CString};
+use std::ffi::c_void;
 use std::sync::atomic::AtomicU32;
 use std::sync::atomic::Ordering::{Acquire, Release};
 use std::sync::Arc;
@@ -24,7 +24,8 @@ use std::time::{Duration, Instant};
 use cudarc::driver::sys;
 
 use crate::context::Context;
-use crate::error::{check, Error, Result};
+use crate::error::{check, Result};
+use crate::launch::Resources;
 use crate::memory::PinnedBuffer;
 use crate::nvrtc::{CompileOptions, Nvrtc};
 use crate::toolchain::Toolchain;
@@ -73,108 +74,55 @@ pub fn mapped_round_trip(
 ) -> Result<ProbeResult> {
     let opts = CompileOptions::new(ctx.device().arch(), toolchain);
     let ptx = nvrtc.compile_ptx("gyre_visibility_probe.cu", PROBE_SOURCE, &opts)?;
-    let image = CString::new(ptx.ptx).map_err(|_| Error::InvalidInput {
-        what: "probe PTX".into(),
-        reason: "contains a NUL byte",
-    })?;
     let flags = PinnedBuffer::<u32>::zeroed(ctx, 2)?;
-    ctx.bind()?;
-    let mut module: sys::CUmodule = std::ptr::null_mut();
-    // SAFETY: context current; `image` is NUL-terminated PTX.
-    check(
-        "cuModuleLoadData",
-        unsafe { sys::cuModuleLoadData(&mut module, image.as_ptr().cast()) },
-        || ", the visibility probe".into(),
-    )?;
-    let run = || -> Result<ProbeResult> {
-        let mut func: sys::CUfunction = std::ptr::null_mut();
-        let entry = CString::new(PROBE_ENTRY).map_err(|_| Error::InvalidInput {
-            what: "probe entry".into(),
-            reason: "contains a NUL byte",
-        })?;
-        // SAFETY: `module` is loaded; `entry` is NUL-terminated.
-        check(
-            "cuModuleGetFunction",
-            unsafe { sys::cuModuleGetFunction(&mut func, module, entry.as_ptr()) },
-            || format!(", {PROBE_ENTRY}"),
-        )?;
-        let mut stream: sys::CUstream = std::ptr::null_mut();
-        let sflags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
-        // SAFETY: context current; one handle written through a valid pointer.
-        check(
-            "cuStreamCreate",
-            unsafe { sys::cuStreamCreate(&mut stream, sflags) },
-            || ", the visibility probe's stream".into(),
-        )?;
-        let mut dptr = flags.device_ptr();
-        // The kernel gives up a little after the host would (1 us per poll).
-        let mut polls: u64 = (timeout.as_micros() as u64).saturating_mul(2).max(1000);
-        let mut params = [
-            std::ptr::addr_of_mut!(dptr).cast::<c_void>(),
-            std::ptr::addr_of_mut!(polls).cast::<c_void>(),
-        ];
-        // SAFETY: the probe takes (unsigned int*, unsigned long long), passed as the
-        // addresses of `dptr` and `polls`; `flags` outlives the kernel (we synchronise the
-        // stream before it drops).
-        let r = unsafe {
-            sys::cuLaunchKernel(
-                func,
-                1,
-                1,
-                1,
-                1,
-                1,
-                1,
-                0,
-                stream,
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
+    let res = Resources::load(ctx, ptx.ptx, PROBE_ENTRY)?;
+    let mut dptr = flags.device_ptr();
+    // The kernel gives up a little after the host would (about 1 us per poll).
+    let mut polls: u64 = (timeout.as_micros() as u64).saturating_mul(2).max(1000);
+    let mut params = [
+        std::ptr::addr_of_mut!(dptr).cast::<c_void>(),
+        std::ptr::addr_of_mut!(polls).cast::<c_void>(),
+    ];
+    // SAFETY: the probe takes (unsigned int*, unsigned long long), passed as the addresses
+    // of `dptr` and `polls`; `flags` outlives the kernel (the stream is synchronised below,
+    // before `flags` and `res` drop).
+    let launched = unsafe { res.launch(1, &mut params) };
+    let outcome = launched.map(|()| {
+        // SAFETY: `flags` is two live, 4-aligned u32s of mapped pinned memory; the kernel
+        // accesses them with system-scope atomics, so atomics here.
+        let (ping, pong) = unsafe {
+            let p = flags.host_ptr().as_ptr();
+            (&*p.cast::<AtomicU32>(), &*p.add(1).cast::<AtomicU32>())
         };
-        let launched = check("cuLaunchKernel", r, || ", the visibility probe".into());
-        let outcome = launched.map(|()| {
-            // SAFETY: `flags` is two live, 4-aligned u32s of mapped pinned memory; the
-            // kernel accesses them with system-scope atomics, so atomics here.
-            let (ping, pong) = unsafe {
-                let p = flags.host_ptr().as_ptr();
-                (&*p.cast::<AtomicU32>(), &*p.add(1).cast::<AtomicU32>())
-            };
-            let t0 = Instant::now();
-            ping.store(PING, Release);
-            loop {
-                match pong.load(Acquire) {
-                    v if v == PING + 1 => return Ok(t0.elapsed()),
-                    GAVE_UP => {
-                        return Err(format!(
-                            "the kernel never saw the host's write to mapped memory \
-                             (gave up after {polls} polls)"
-                        ))
-                    }
-                    _ if t0.elapsed() > timeout => {
-                        return Err(format!(
-                            "no answer through mapped memory within {timeout:?} (the host \
-                             never saw the kernel's write, or the kernel did not run)"
-                        ))
-                    }
-                    _ => std::hint::spin_loop(),
+        let t0 = Instant::now();
+        ping.store(PING, Release);
+        loop {
+            match pong.load(Acquire) {
+                v if v == PING + 1 => return Ok(t0.elapsed()),
+                GAVE_UP => {
+                    return Err(format!(
+                        "the kernel never saw the host's write to mapped memory \
+                         (gave up after {polls} polls)"
+                    ))
                 }
+                _ if t0.elapsed() > timeout => {
+                    return Err(format!(
+                        "no answer through mapped memory within {timeout:?} (the host never \
+                         saw the kernel's write, or the kernel did not run)"
+                    ))
+                }
+                _ => std::hint::spin_loop(),
             }
-        });
-        // SAFETY: a live stream; waits for the probe (bounded by `polls`) before `flags`
-        // and the module go away.
-        let sync = check(
-            "cuStreamSynchronize",
-            unsafe { sys::cuStreamSynchronize(stream) },
-            || ", the visibility probe".into(),
-        );
-        // SAFETY: created above, destroyed once, idle.
-        unsafe { sys::cuStreamDestroy_v2(stream) };
-        let outcome = outcome?;
-        sync?;
-        Ok(outcome)
-    };
-    let out = run();
-    // SAFETY: loaded above, unloaded once; its kernel finished (or never launched).
-    unsafe { sys::cuModuleUnload(module) };
-    out
+        }
+    });
+    // SAFETY: a live stream; waits for the probe (bounded by `polls`) before `flags` and
+    // the module go away.
+    let sync = check(
+        "cuStreamSynchronize",
+        unsafe { sys::cuStreamSynchronize(res.stream()) },
+        || ", the visibility probe".into(),
+    );
+    let outcome = outcome?;
+    sync?;
+    Ok(outcome)
 }
