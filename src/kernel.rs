@@ -65,7 +65,7 @@ impl KernelState {
 
 pub(crate) struct Inner {
     pub(crate) ch: Arc<Channel>,
-    instance: Box<dyn KernelInstance>,
+    instance: Arc<dyn KernelInstance>,
     driver: Mutex<Option<Driver>>,
     pub(crate) host_idle: IdleStrategy,
     pub(crate) async_spin: Duration,
@@ -102,7 +102,7 @@ impl Inner {
             }
             return Err(e);
         }
-        let _ = self.instance.join();
+        let joined = self.instance.join();
         self.drain_transfer();
         match self.ch.kernel_state() {
             (state::FAULTED, code) => Err(Error::KernelFaulted {
@@ -110,7 +110,16 @@ impl Inner {
                 code,
                 name: error::name(code),
             }),
-            _ => Ok(()),
+            // The device ended the kernel (join says how), or it exited without writing
+            // a final state: its waiters learn it from the channel too.
+            (st, _) => match joined {
+                Err(Error::KernelLost { cause, .. }) => Err(self.ch.mark_lost(cause)),
+                Err(e) => Err(e),
+                Ok(()) if !state::is_final(st) => Err(self
+                    .ch
+                    .mark_lost("the kernel's execution ended without a final state".into())),
+                Ok(()) => Ok(()),
+            },
         }
     }
 
@@ -229,6 +238,11 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
             ch = ch.with_transfer(t.clone());
         }
         let ch = Arc::new(ch);
+        let instance: Arc<dyn KernelInstance> = Arc::from(instance);
+        // The backend's view of the kernel's execution (a device fault kills a kernel
+        // without a final state), consulted without keeping the kernel alive.
+        let watched: std::sync::Weak<dyn KernelInstance> = Arc::downgrade(&instance);
+        ch.watch_liveness(Arc::new(watched));
         let hb = if spec.host_timeout.is_zero() {
             Duration::from_secs(1)
         } else {

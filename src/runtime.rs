@@ -140,8 +140,9 @@ pub struct BackendInfo {
     pub compiled: bool,
     /// `Ok` when usable here, else why not.
     pub available: std::result::Result<(), String>,
-    /// What the backend found on this machine (for CUDA: driver version, device, compute
-    /// capability, memory attributes), as label / value pairs; empty when unavailable.
+    /// What the backend found on this machine (for CUDA: the NVRTC toolchain, and where
+    /// a driver is, its version, the device, its attributes and the driver environment),
+    /// as label / value pairs; possibly non-empty when unavailable.
     pub details: Vec<(&'static str, String)>,
 }
 
@@ -154,7 +155,7 @@ pub struct BackendInfo {
 /// assert!(b.iter().any(|i| i.name == "cpu" && i.available.is_ok()));
 /// ```
 pub fn backends() -> Vec<BackendInfo> {
-    let cuda_facts = cuda::facts();
+    let (cuda_available, cuda_details) = cuda::facts();
     let opencl_facts = opencl::facts();
     vec![
         BackendInfo {
@@ -166,8 +167,8 @@ pub fn backends() -> Vec<BackendInfo> {
         BackendInfo {
             name: "cuda",
             compiled: cfg!(feature = "cuda"),
-            available: cuda_facts.as_ref().map(|_| ()).map_err(Clone::clone),
-            details: cuda_facts.unwrap_or_default(),
+            available: cuda_available,
+            details: cuda_details,
         },
         BackendInfo {
             name: "opencl",
@@ -182,13 +183,29 @@ pub fn backends() -> Vec<BackendInfo> {
 mod cuda {
     use std::sync::Arc;
 
-    /// What CUDA offers here (no context is made), or why it is unusable.
+    /// Whether CUDA is usable here (no context is made), and what was found: the
+    /// compile toolchain (even without a driver) and the driver and device.
     #[cfg(feature = "cuda")]
-    pub(super) fn facts() -> Result<Vec<(&'static str, String)>, String> {
-        let i = gyre_cuda::CudaBackend::check().map_err(|e| e.to_string())?;
+    pub(super) fn facts() -> (Result<(), String>, Vec<(&'static str, String)>) {
+        let mut facts = Vec::new();
+        match gyre_cuda::Nvrtc::discover() {
+            Ok((n, tc)) => {
+                facts.push(("NVRTC", format!("{} ({})", n.version_string(), n.path())));
+                facts.push(("toolchain", tc.origin.clone()));
+                match n.ring_kernel_archs() {
+                    Ok(a) => facts.push(("NVRTC archs (sm_70+)", format!("{a:?}"))),
+                    Err(e) => facts.push(("NVRTC archs (sm_70+)", e.to_string())),
+                }
+            }
+            Err(e) => facts.push(("NVRTC", e.to_string())),
+        }
+        let i = match gyre_cuda::CudaBackend::check() {
+            Ok(i) => i,
+            Err(e) => return (Err(e.to_string()), facts),
+        };
         let d = &i.device;
         let yes = |b: bool| if b { "yes" } else { "no" }.to_owned();
-        Ok(vec![
+        facts.extend([
             ("driver", i.driver_version_string()),
             ("devices", i.device_count.to_string()),
             ("device 0", d.name.clone()),
@@ -196,7 +213,9 @@ mod cuda {
                 "compute capability",
                 format!("{}.{}", d.compute_capability.0, d.compute_capability.1),
             ),
+            ("multiprocessors", d.multiprocessors.to_string()),
             ("memory", format!("{} MiB", d.total_mem >> 20)),
+            ("kernel exec timeout", yes(d.kernel_exec_timeout)),
             ("can map host memory", yes(d.can_map_host_memory)),
             ("unified addressing", yes(d.unified_addressing)),
             (
@@ -205,7 +224,28 @@ mod cuda {
             ),
             ("pageable memory access", yes(d.pageable_memory_access)),
             ("host native atomics", yes(d.host_native_atomic_supported)),
-        ])
+            ("CUDA_MODULE_LOADING", i.env.module_loading.clone()),
+            (
+                "CUDA_DEVICE_MAX_CONNECTIONS",
+                i.env.max_connections.to_string(),
+            ),
+            (
+                "set by gyre",
+                if i.env.set_by_gyre.is_empty() {
+                    "nothing".to_owned()
+                } else {
+                    i.env.set_by_gyre.join(", ")
+                },
+            ),
+        ]);
+        if i.env.initialized_before_gyre {
+            facts.push((
+                "note",
+                "CUDA was initialised before gyre: the variables above may not be in effect"
+                    .to_owned(),
+            ));
+        }
+        (Ok(()), facts)
     }
 
     /// Device 0's memory attributes, where the CUDA backend is usable.
@@ -239,8 +279,8 @@ mod cuda {
     const NOT_BUILT: &str = "not in this build: gyre was built without the `cuda` feature";
 
     #[cfg(not(feature = "cuda"))]
-    pub(super) fn facts() -> Result<Vec<(&'static str, String)>, String> {
-        Err(NOT_BUILT.into())
+    pub(super) fn facts() -> (Result<(), String>, Vec<(&'static str, String)>) {
+        (Err(NOT_BUILT.into()), Vec::new())
     }
 
     #[cfg(not(feature = "cuda"))]

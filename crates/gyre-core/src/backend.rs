@@ -61,13 +61,37 @@ pub trait KernelInstance: Send + Sync {
     /// Whether the kernel loop has exited.
     fn is_finished(&self) -> bool;
     /// Waits for the loop to exit (call after it reached a final state) and releases its
-    /// resources. Idempotent.
+    /// resources. Idempotent. An execution that the device ended with an error (see
+    /// [`KernelInstance::failure`]) is reported as [`Error::KernelLost`].
     fn join(&self) -> Result<()>;
+
+    /// Whether the kernel's execution failed on the device (a fault in device code, a
+    /// watchdog kill): `Some(cause)` naming what the backend saw, once it has. The
+    /// channel consults it (at most once a millisecond) while the kernel's own line says
+    /// it is running, so that waiters of a kernel that died without writing a final state
+    /// fail with [`Error::KernelLost`] instead of waiting forever. The default: never
+    /// (a host thread's loop always writes its final state).
+    fn failure(&self) -> Option<String> {
+        None
+    }
 
     /// Whether the kernel writes the telemetry line of [`LaunchSpec::export`] itself, so
     /// the host must not copy into it. The default: no.
     fn writes_export_telemetry(&self) -> bool {
         false
+    }
+}
+
+impl<T: KernelInstance + ?Sized> crate::channel::liveness::Liveness for T {
+    fn failure(&self) -> Option<String> {
+        KernelInstance::failure(self)
+    }
+}
+
+/// A kernel watched without being kept alive: no failure once it is gone.
+impl crate::channel::liveness::Liveness for std::sync::Weak<dyn KernelInstance> {
+    fn failure(&self) -> Option<String> {
+        self.upgrade()?.failure()
     }
 }
 

@@ -78,6 +78,19 @@ pub enum Error {
         /// `gyre_abi::error::name(code)`.
         name: &'static str,
     },
+    /// The kernel's execution ended without it reaching a final state: the device killed
+    /// it (a fault in device code, a watchdog, a reset). Requests it did not answer fail
+    /// with this. `code` is `gyre_abi::error::KERNEL_GONE`; `cause` is what the backend
+    /// reported (for CUDA, the call and the CUDA error name and code).
+    #[error("kernel '{kernel}' is gone ({}, code {code}): {cause}", gyre_abi::error::name(*.code))]
+    KernelLost {
+        /// Kernel name.
+        kernel: String,
+        /// `gyre_abi::error::KERNEL_GONE`.
+        code: u32,
+        /// What the backend reported.
+        cause: String,
+    },
     /// The kernel has terminated; no more requests are accepted or answered.
     #[error("kernel '{kernel}' has terminated{}", if *.code != 0 { format!(" ({})", gyre_abi::error::name(*.code)) } else { String::new() })]
     KernelTerminated {

@@ -14,7 +14,7 @@
 //! use gyre_cuda::{CudaAllocator, CudaBackend};
 //!
 //! let backend = CudaBackend::new()?;
-//! let alloc = CudaAllocator::new(backend.context(), MemoryKind::Device)?;
+//! let alloc = CudaAllocator::new(&backend.context()?, MemoryKind::Device)?;
 //! let pool = MemoryPool::new(alloc, PoolConfig::default())?;
 //! let buf = pool.acquire(4096)?; // cuMemAlloc on a miss, a bucket hit afterwards
 //! assert!(buf.device_addr() != 0);

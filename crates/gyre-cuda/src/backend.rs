@@ -1,47 +1,71 @@
 //! [`CudaBackend`]: gyre's `Backend` on a CUDA device.
 //!
-//! The shared region lives in mapped pinned memory ([`PinnedBuffer<u8>`], zero copy). A
-//! launch compiles the ring kernel with the built-in handler for the device's own
-//! architecture (cached on disk, [`crate::cache`]), loads the module eagerly (a lazily
-//! loaded kernel would need a context-wide synchronisation that a running persistent
-//! kernel never allows), and launches one block on its own non-blocking stream, never the
-//! default stream. The launch contract is at the top of `cuda/ring_kernel.cu`.
+//! Under zero copy the shared region lives in mapped pinned memory ([`PinnedBuffer<u8>`]);
+//! under the copy strategies in device memory behind a [`CudaCopyEngine`]. A launch
+//! builds the ring kernel with its handler for the device's own architecture
+//! ([`CudaBackend::load_program`]: a CUBIN first, PTX as the fallback, cached on disk),
+//! loads it into the context once ([`crate::module`]), and launches one block on a stream
+//! held from the context's fixed set ([`crate::stream`]), never the default stream. The
+//! launch contract is at the top of `cuda/ring_kernel.cu`.
+//!
+//! Before the first persistent launch on a context, every module gyre may need later is
+//! loaded (the built-in handlers and the visibility probe), so that no module load has to
+//! happen next to a running ring kernel unless a new user handler asks for one.
 
-use std::ffi::c_void;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use cudarc::driver::sys::{self, CUresult};
 use gyre_core::bridge::CopyEngine;
 use gyre_core::region::RegionMemory;
 use gyre_core::ring::Geometry;
 use gyre_core::{KernelInstance, LaunchSpec, SharedRegion};
+use parking_lot::Mutex;
 
-use crate::cache::{CacheKey, PtxCache};
+use crate::cache::{CacheKey, KernelCache};
 use crate::context::Context;
 use crate::copy::CudaCopyEngine;
-use crate::error::{check, Error, Result};
+use crate::error::{Error, Result};
 use crate::export::ExportRegistration;
-use crate::launch::Resources;
+use crate::kernel::{CudaKernel, Keep};
 use crate::memory::PinnedBuffer;
-use crate::nvrtc::{CompileOptions, Handler, Nvrtc, RING_KERNEL_ENTRY};
+use crate::module::{Module, Modules};
+use crate::nvrtc::{CompileOptions, Nvrtc, Target};
 use crate::probe::{CudaInfo, CudaProbe};
+use crate::source::{ring_kernel_source, Handler, MIN_ARCH, RING_KERNEL_ENTRY};
+use crate::stream::StreamPool;
 use crate::toolchain::Toolchain;
 
 /// Threads in the ring kernel's block (at most `GYRE_MAX_LANES` of `cuda/ring_kernel.cu`, 128).
 pub const LANES: u32 = 128;
 
+/// The ring kernel's resources on a device ([`CudaBackend::ring_kernel_info`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RingKernelInfo {
+    /// Registers per thread.
+    pub registers: i32,
+    /// Blocks of [`LANES`] threads resident on one SM at once.
+    pub blocks_per_sm: i32,
+    /// Ring kernels that may run at once on the device.
+    pub max_ring_kernels: usize,
+}
+
 /// The CUDA backend on device 0.
 #[derive(Debug)]
 pub struct CudaBackend {
-    ctx: Arc<Context>,
+    info: CudaInfo,
+    /// The device's primary context; `None` only while a poisoned one is being reset.
+    ctx: Mutex<Option<Arc<Context>>>,
     nvrtc: Nvrtc,
     toolchain: Toolchain,
-    cache: Option<PtxCache>,
+    cache: Option<KernelCache>,
 }
 
 impl CudaBackend {
-    /// Whether the backend can work here: a driver, a device that maps host memory, and
-    /// NVRTC. Makes no context.
+    /// Whether the backend can work here: a driver, a device that maps host memory and
+    /// is sm_70 or newer, and NVRTC. Makes no context.
+    ///
+    /// # Errors
+    ///
+    /// What is missing, as a typed [`Error`].
     pub fn check() -> Result<CudaInfo> {
         let info = CudaProbe::detect()?;
         if !info.device.can_map_host_memory {
@@ -51,9 +75,10 @@ impl CudaBackend {
                 device: info.device.name.clone(),
             });
         }
-        if info.device.arch() < crate::nvrtc::MIN_ARCH {
+        if info.device.arch() < MIN_ARCH {
             return Err(Error::UnsupportedArch {
                 arch: info.device.arch(),
+                why: format!("gyre's ring kernel needs sm_{MIN_ARCH} or newer"),
             });
         }
         Nvrtc::discover()?;
@@ -61,8 +86,11 @@ impl CudaBackend {
     }
 
     /// Probes the driver and device ([`check`](Self::check)), finds NVRTC and retains
-    /// device 0's primary context. Every failure is a typed [`Error`] naming what is
-    /// missing.
+    /// device 0's primary context.
+    ///
+    /// # Errors
+    ///
+    /// A typed [`Error`] naming what is missing.
     pub fn new() -> Result<Self> {
         let info = Self::check()?;
         let (nvrtc, toolchain) = Nvrtc::discover()?;
@@ -71,62 +99,185 @@ impl CudaBackend {
             device = %info.device.name,
             arch = info.device.arch(),
             driver = %info.driver_version_string(),
-            nvrtc = ?nvrtc.version(),
+            nvrtc = %nvrtc.version_string(),
+            nvrtc_lib = nvrtc.path(),
+            connections = info.env.max_connections,
+            module_loading = %info.env.module_loading,
             "CUDA backend ready"
         );
         Ok(Self {
-            ctx,
+            info,
+            ctx: Mutex::new(Some(ctx)),
             nvrtc,
             toolchain,
-            cache: PtxCache::from_env(),
+            cache: KernelCache::from_env(),
         })
     }
 
-    /// The context (device facts, `bind`).
-    pub fn context(&self) -> &Arc<Context> {
-        &self.ctx
+    /// The context, reset first if a sticky error poisoned it and nothing else holds it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ContextPoisoned`] while the poisoned context is still held elsewhere; the
+    /// driver's error.
+    pub fn context(&self) -> Result<Arc<Context>> {
+        let mut g = self.ctx.lock();
+        let current = match g.take() {
+            Some(c) => c,
+            None => Context::primary(&self.info)?,
+        };
+        let healthy = Context::recover(current)?;
+        *g = Some(healthy.clone());
+        Ok(healthy)
     }
 
-    /// The PTX of the ring kernel with `handler` for this device, from the cache or NVRTC.
-    pub fn ring_kernel_ptx(&self, handler: &Handler<'_>) -> Result<String> {
-        let arch = self.ctx.device().arch();
-        let opts = CompileOptions::new(arch, &self.toolchain);
-        let compile = || {
-            self.nvrtc
-                .compile_ring_kernel(handler, &opts)
-                .map(|p| p.ptx)
+    /// The NVRTC in use.
+    pub fn nvrtc(&self) -> &Nvrtc {
+        &self.nvrtc
+    }
+
+    /// The toolchain NVRTC came from.
+    pub fn toolchain(&self) -> &Toolchain {
+        &self.toolchain
+    }
+
+    /// What the probe found.
+    pub fn info(&self) -> &CudaInfo {
+        &self.info
+    }
+
+    /// Compiles `source` (program `name`) and loads it into `ctx`, with entry point
+    /// `entry`, for this device (see the module docs):
+    ///
+    /// 1. a CUBIN for the device's architecture, when NVRTC supports it: a driver loads a
+    ///    CUBIN of its own major version even from a newer NVRTC;
+    /// 2. otherwise, or if the driver refuses that CUBIN, PTX for the newest architecture
+    ///    NVRTC supports up to the device's, JIT-compiled by the driver (which needs a
+    ///    driver at least as new as NVRTC).
+    ///
+    /// A compile error (bad source) is returned as is; when neither image loads, the
+    /// error names both versions and both failures.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Compile`], [`Error::CodeNotLoadable`], [`Error::UnsupportedArch`], or the
+    /// driver's error.
+    pub(crate) fn load_program(
+        &self,
+        ctx: &Arc<Context>,
+        name: &str,
+        source: &str,
+        entry: &str,
+    ) -> Result<Arc<Module>> {
+        let arch = ctx.device().arch();
+        let supported = self.nvrtc.ring_kernel_archs()?;
+        let load = |target: Target| -> Result<Arc<Module>> {
+            let opts = CompileOptions::new(target);
+            let key = CacheKey::new(source, &opts.args()?, target, self.nvrtc.version());
+            let what = format!(
+                "{} of {name} from NVRTC {}",
+                target.name(),
+                self.nvrtc.version_string()
+            );
+            Modules::get_or_load(ctx, key.source_hash, entry, &what, || {
+                let compile = || {
+                    self.nvrtc
+                        .compile(name, source, &opts)
+                        .map(|c| c.loadable())
+                };
+                match &self.cache {
+                    Some(c) => c.get_or_compile(&key, compile),
+                    None => compile(),
+                }
+            })
         };
-        match &self.cache {
-            Some(cache) => {
-                let source = crate::nvrtc::ring_kernel_source(handler);
-                let key = CacheKey::new(&source, &opts.args()?, arch, self.nvrtc.version());
-                cache.get_or_compile(&key, compile)
+        let cubin = if supported.contains(&arch) {
+            match load(Target::Cubin(arch)) {
+                Ok(m) => return Ok(m),
+                Err(e @ (Error::Compile { .. } | Error::InvalidInput { .. })) => return Err(e),
+                Err(e) => e.to_string(),
             }
-            None => compile(),
+        } else {
+            format!(
+                "NVRTC {} cannot compile for sm_{arch} (it supports {supported:?})",
+                self.nvrtc.version_string()
+            )
+        };
+        let Some(&ptx_arch) = supported.iter().rev().find(|&&a| a <= arch) else {
+            return Err(Error::UnsupportedArch {
+                arch,
+                why: format!(
+                    "NVRTC {} supports no architecture from sm_{MIN_ARCH} up to it ({supported:?})",
+                    self.nvrtc.version_string()
+                ),
+            });
+        };
+        match load(Target::Ptx(ptx_arch)) {
+            Ok(m) => {
+                tracing::warn!(%cubin, ptx_arch, "CUBIN route failed; running PTX JIT-compiled by the driver");
+                Ok(m)
+            }
+            Err(e @ Error::Compile { .. }) => Err(e),
+            Err(e) => Err(Error::CodeNotLoadable {
+                driver: self.info.driver_version_string(),
+                nvrtc: self.nvrtc.version_string(),
+                arch,
+                cubin,
+                ptx: e.to_string(),
+            }),
         }
     }
 
-    /// The device address of a zero-copy region: its mapping of mapped pinned memory.
-    fn mapped_ptr(&self, region: &SharedRegion) -> Result<sys::CUdeviceptr> {
-        self.ctx.bind()?;
-        let host = region.base().as_ptr().cast::<c_void>();
-        let mut dptr: sys::CUdeviceptr = 0;
-        // SAFETY: queries the mapping of a host address; fails (typed) if it is not mapped
-        // pinned memory.
-        let r = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dptr, host, 0) };
-        check("cuMemHostGetDevicePointer", r, || {
-            format!(
-                ", region at {host:p} is not mapped pinned memory (use CudaBackend::alloc_region)"
-            )
-        })?;
-        Ok(dptr)
+    /// Loads the ring kernel with `handler` and reports its resources on this device.
+    ///
+    /// # Errors
+    ///
+    /// As a launch's compile and load.
+    pub fn ring_kernel_info(&self, handler: &Handler<'_>) -> Result<RingKernelInfo> {
+        let ctx = self.context()?;
+        let m = self.ring_module(&ctx, handler)?;
+        let per_sm = m.occupancy(&ctx, LANES)?;
+        Ok(RingKernelInfo {
+            registers: m.registers(&ctx)?,
+            blocks_per_sm: per_sm,
+            max_ring_kernels: self.kernel_limit(&ctx, per_sm),
+        })
     }
 
-    /// Launches the ring kernel over the region at device address `dptr`; `keep` owns the
-    /// memory behind it and lives until the kernel has finished.
-    fn launch_inner(
+    /// How many ring kernels may run at once on `ctx` when one SM holds `per_sm` of
+    /// them: all resident at once, one SM's worth of room left for short kernels (the
+    /// visibility probe), and one held stream each.
+    fn kernel_limit(&self, ctx: &Context, per_sm: i32) -> usize {
+        let per_sm = per_sm.max(1) as usize;
+        let sms = ctx.device().multiprocessors.max(1) as usize;
+        let resident = (sms * per_sm).saturating_sub(per_sm).max(1);
+        resident.min(ctx.streams.limit())
+    }
+
+    /// The ring kernel with `handler`, loaded into `ctx`.
+    fn ring_module(&self, ctx: &Arc<Context>, handler: &Handler<'_>) -> Result<Arc<Module>> {
+        let name = format!("gyre_ring_kernel[{}]", handler.name());
+        self.load_program(ctx, &name, &ring_kernel_source(handler), RING_KERNEL_ENTRY)
+    }
+
+    /// Loads every module gyre may need into `ctx` before its first persistent launch.
+    fn preload(&self, ctx: &Arc<Context>) {
+        for h in Handler::BUILTIN {
+            if let Err(e) = self.ring_module(ctx, &h) {
+                tracing::warn!(handler = h.name(), error = %e, "preloading a built-in ring kernel");
+            }
+        }
+        if let Err(e) = crate::visibility_probe::module(self, ctx) {
+            tracing::warn!(error = %e, "preloading the visibility probe");
+        }
+    }
+
+    /// Launches the ring kernel over the region at device address `region`; `keep` owns
+    /// the memory behind it and lives until the kernel has finished.
+    fn launch_on(
         &self,
-        mut dptr: sys::CUdeviceptr,
+        ctx: &Arc<Context>,
+        region: u64,
         keep: Keep,
         spec: &LaunchSpec,
     ) -> Result<CudaKernel> {
@@ -142,47 +293,48 @@ impl CudaBackend {
             .ok_or_else(|| Error::NeedsDeviceHandler {
                 kernel: spec.name.clone(),
             })?;
-        let (major, minor) = self.nvrtc.version();
-        let need = major * 1000 + minor * 10;
-        let found = self.ctx.info().driver_version;
-        if found < need {
-            return Err(Error::DriverTooOld {
-                found,
-                need,
-                why: "loading PTX made by this NVRTC",
-            });
+        if ctx.running_kernels() == 0 {
+            self.preload(ctx);
         }
-        let res = Resources::load(
-            &self.ctx,
-            self.ring_kernel_ptx(&handler)?,
-            RING_KERNEL_ENTRY,
+        let module = self.ring_module(ctx, &handler)?;
+        let per_sm = module.occupancy(ctx, LANES)?;
+        let guard = ctx.begin_kernel(
+            self.kernel_limit(ctx, per_sm),
+            &format!(
+                "{} SMs x {per_sm} resident blocks of {LANES} threads, less one SM; {} \
+                 streams",
+                ctx.device().multiprocessors,
+                ctx.streams.limit()
+            ),
         )?;
+        let stream = StreamPool::lease(ctx, "a ring kernel")?;
         // The export file's telemetry line, registered so K8 writes it directly; without
         // a registration (no export, or the driver refused) the host copies it instead.
         let export = spec.export.clone().and_then(|file| {
-            ExportRegistration::new(&self.ctx, file)
+            ExportRegistration::new(ctx, file)
                 .map_err(|e| {
                     tracing::warn!(error = %e, "telemetry export: the device cannot write the file; the host copies it");
                 })
                 .ok()
         });
-        let mut export_dptr: sys::CUdeviceptr =
-            export.as_ref().map_or(0, ExportRegistration::telemetry_ptr);
-        let mut params = [
-            std::ptr::addr_of_mut!(dptr).cast::<c_void>(),
-            std::ptr::addr_of_mut!(export_dptr).cast::<c_void>(),
-        ];
-        // SAFETY: the ring kernel's two parameters are pointers, passed as the addresses
-        // of `dptr` and `export_dptr` (read by the driver during the call); the region and
-        // the registered export file stay alive as long as the CudaKernel holds them.
-        unsafe { res.launch(LANES, &mut params)? };
-        let writes_export = export.is_some();
+        let export_tel = export.as_ref().map_or(0, ExportRegistration::telemetry_ptr);
         let keep: Keep = Box::new((keep, export));
-        Ok(CudaKernel {
-            ctx: self.ctx.clone(),
-            state: Mutex::new(Some((res, keep))),
-            writes_export,
-        })
+        // SAFETY: `region` is the device address of an initialised shared region (mapped
+        // pinned memory or the copy engine's device buffer) and `export_tel` a registered
+        // telemetry line or 0; `keep` owns both until the kernel has finished.
+        let k = unsafe {
+            CudaKernel::launch(
+                ctx, &spec.name, module, stream, guard, LANES, region, export_tel, keep,
+            )?
+        };
+        tracing::info!(
+            kernel = %spec.name,
+            handler = handler.name(),
+            lanes = LANES,
+            running = ctx.running_kernels(),
+            "CUDA ring kernel launched"
+        );
+        Ok(k)
     }
 }
 
@@ -200,7 +352,9 @@ impl gyre_core::Backend for CudaBackend {
     }
 
     fn alloc_region(&self, bytes: usize) -> gyre_core::Result<Box<dyn RegionMemory>> {
-        let mem = PinnedBuffer::<u8>::region_zeroed(&self.ctx, bytes)
+        let mem = self
+            .context()
+            .and_then(|ctx| PinnedBuffer::<u8>::region_zeroed(&ctx, bytes))
             .map_err(|e| to_core("(shared region)", e))?;
         Ok(Box::new(mem))
     }
@@ -212,10 +366,22 @@ impl gyre_core::Backend for CudaBackend {
     ) -> gyre_core::Result<Box<dyn KernelInstance>> {
         spec.idle.validate()?;
         let k = self
-            .mapped_ptr(&region)
-            .and_then(|dptr| self.launch_inner(dptr, Box::new(region), spec))
+            .context()
+            .and_then(|ctx| {
+                ctx.bind()?;
+                let host = region.base().as_ptr().cast::<std::ffi::c_void>();
+                // SAFETY: the context is current; fails (typed) if the region is not
+                // mapped pinned memory.
+                let dptr = unsafe { crate::result::host_device_pointer(host) }.map_err(|e| {
+                    Error::InvalidInput {
+                        what: format!("region at {host:p} ({e})"),
+                        reason:
+                            "not mapped pinned memory: allocate it with CudaBackend::alloc_region",
+                    }
+                })?;
+                self.launch_on(&ctx, dptr, Box::new(region), spec)
+            })
             .map_err(|e| to_core(&spec.name, e))?;
-        tracing::info!(kernel = %spec.name, lanes = LANES, "CUDA ring kernel launched");
         Ok(Box::new(k))
     }
 
@@ -225,17 +391,20 @@ impl gyre_core::Backend for CudaBackend {
         &self,
         timeout: std::time::Duration,
     ) -> gyre_core::Result<std::result::Result<std::time::Duration, String>> {
-        crate::visibility_probe::mapped_round_trip(&self.ctx, &self.nvrtc, &self.toolchain, timeout)
+        self.context()
+            .and_then(|ctx| crate::visibility_probe::mapped_round_trip(self, &ctx, timeout))
             .map_err(|e| to_core("(visibility probe)", e))
     }
 
-    /// Device memory (`cuMemAlloc`) behind a [`CudaCopyEngine`] on its own copy stream.
+    /// Device memory (`cuMemAlloc`) behind a [`CudaCopyEngine`] on a stream of its own.
     fn alloc_resident(
         &self,
         g: &Geometry,
         _host_timeout_ms: u32,
     ) -> gyre_core::Result<Arc<dyn CopyEngine>> {
-        let engine = CudaCopyEngine::new(&self.ctx, SharedRegion::bytes_for(g))
+        let engine = self
+            .context()
+            .and_then(|ctx| CudaCopyEngine::new(&ctx, SharedRegion::bytes_for(g)))
             .map_err(|e| to_core("(device-resident region)", e))?;
         Ok(Arc::new(engine))
     }
@@ -260,96 +429,9 @@ impl gyre_core::Backend for CudaBackend {
             ));
         };
         let k = self
-            .launch_inner(dptr, Box::new(mem), spec)
+            .context()
+            .and_then(|ctx| self.launch_on(&ctx, dptr, Box::new(mem), spec))
             .map_err(|e| to_core(&spec.name, e))?;
-        tracing::info!(kernel = %spec.name, lanes = LANES, "CUDA ring kernel launched over device-resident rings");
         Ok(Box::new(k))
-    }
-}
-
-/// What a running kernel's memory is owned by (the shared region, or the copy engine's
-/// device buffer).
-type Keep = Box<dyn core::any::Any + Send + Sync>;
-
-/// A ring kernel running on the device.
-struct CudaKernel {
-    ctx: Arc<Context>,
-    /// `None` once joined. The region is kept alive while the kernel may touch it.
-    state: Mutex<Option<(Resources, Keep)>>,
-    /// Whether K8 also writes the registered telemetry export file.
-    writes_export: bool,
-}
-
-// SAFETY: the raw handles are driver objects usable from any thread with the context
-// bound (every method binds it); the Mutex serialises access.
-unsafe impl Send for CudaKernel {}
-// SAFETY: as above.
-unsafe impl Sync for CudaKernel {}
-
-impl KernelInstance for CudaKernel {
-    fn writes_export_telemetry(&self) -> bool {
-        self.writes_export
-    }
-
-    fn is_finished(&self) -> bool {
-        let g = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let Some((res, _)) = g.as_ref() else {
-            return true;
-        };
-        if self.ctx.bind().is_err() {
-            return true;
-        }
-        // SAFETY: a live stream in the bound context.
-        match unsafe { sys::cuStreamQuery(res.stream()) } {
-            CUresult::CUDA_ERROR_NOT_READY => false,
-            // Done, or failed: `join` reports which.
-            _ => true,
-        }
-    }
-
-    fn join(&self) -> gyre_core::Result<()> {
-        let mut g = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let Some((res, _region)) = g.as_ref() else {
-            return Ok(());
-        };
-        let fail = |e: Error| to_core("(join)", e);
-        self.ctx.bind().map_err(fail)?;
-        // SAFETY: a live stream in the bound context.
-        let r = unsafe { sys::cuStreamSynchronize(res.stream()) };
-        let result = check("cuStreamSynchronize", r, || {
-            ", the ring kernel's stream".into()
-        });
-        // The stream is idle (or the context is broken): release everything.
-        *g = None;
-        result.map_err(fail)
-    }
-}
-
-impl Drop for CudaKernel {
-    fn drop(&mut self) {
-        let state = match self.state.get_mut() {
-            Ok(s) => s.take(),
-            Err(p) => p.into_inner().take(),
-        };
-        if let Some(pair) = state {
-            if self.is_finished_now(&pair.0) {
-                drop(pair);
-            } else {
-                // Freeing the region or unloading the module under a running kernel would
-                // fault the device: leak them instead.
-                tracing::error!(
-                    "CUDA ring kernel dropped while running: leaking its region and module"
-                );
-                std::mem::forget(pair);
-            }
-        }
-    }
-}
-
-impl CudaKernel {
-    fn is_finished_now(&self, res: &Resources) -> bool {
-        // SAFETY: a live stream; the context is bound first.
-        self.ctx.bind().is_ok()
-            && unsafe { sys::cuStreamQuery(res.stream()) } != CUresult::CUDA_ERROR_NOT_READY
     }
 }

@@ -1,72 +1,174 @@
-//! The primary context of a device, retained for as long as anything uses it.
+//! The primary context of a device: one per device and process, shared by everything
+//! gyre does on it, and the rules that keep a running persistent kernel from hanging the
+//! rest.
 //!
-//! The driver API's current context is per thread. Every method in this crate that calls
-//! the driver first calls [`Context::bind`], so any thread may use any buffer or kernel
-//! handle (including the thread that drops it).
+//! * **Bound on every thread.** The driver's current context is per thread; every safe
+//!   type calls [`Context::bind`] before its driver calls, so any thread (a tokio worker,
+//!   the completion driver, a copy thread) may use any handle.
+//! * **No free under a running kernel.** `cuMemFree`, `cuMemFreeHost`,
+//!   `cuMemHostUnregister` and `cuModuleUnload` may wait for every kernel of the context to
+//!   finish, which a persistent ring kernel never does. Buffers therefore hand their
+//!   memory back through [`Context::release`]: freed at once when no ring kernel runs,
+//!   else kept on a deferred list that the last ring kernel to finish frees. A deferred
+//!   block of the right size is reused by the next allocation instead of allocating anew
+//!   ([`Context::reuse`]). Modules stay loaded for the context's life ([`crate::module`]).
+//!   The running count and the deferred list share one lock, so a free never overlaps a
+//!   launch.
+//! * **Fixed streams.** At most `CUDA_DEVICE_MAX_CONNECTIONS` streams exist per context
+//!   ([`crate::stream`]), so no work ever shares a hardware queue with a persistent kernel.
+//! * **Sticky errors.** A kernel fault corrupts the context: every later call fails with
+//!   the same error. The first such error *poisons* the context ([`Context::poison`]); once
+//!   nothing holds it any more, [`Context::recover`] resets the device's primary context
+//!   and makes a fresh one, so a later launch in the same process works.
 
-use std::sync::Arc;
+use std::ffi::c_void;
+use std::sync::{Arc, OnceLock, Weak};
 
-use cudarc::driver::sys;
+use parking_lot::Mutex;
 
-use crate::error::{check, Result};
+use crate::error::{Error, Result};
+use crate::module::Modules;
 use crate::probe::{CudaInfo, DeviceInfo};
+use crate::result;
+use crate::stream::StreamPool;
+use crate::sys;
 
-/// A retained primary context. Buffers and kernels hold an `Arc<Context>`, so the context
-/// outlives them.
+/// Memory handed back to the context (see the module docs).
+pub(crate) enum Release {
+    /// `cuMemAlloc` memory of this many bytes.
+    Device(sys::CUdeviceptr, usize),
+    /// `cuMemHostAlloc` memory of this many bytes.
+    Host(*mut c_void, usize),
+    /// `cuMemAllocManaged` memory.
+    Managed(sys::CUdeviceptr),
+    /// A `cuMemHostRegister` registration, and the owner of the registered memory, kept
+    /// until the registration is gone.
+    Unregister(*mut c_void, Option<Box<dyn core::any::Any + Send + Sync>>),
+}
+
+impl core::fmt::Debug for Release {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Release::Device(p, b) => write!(f, "Device({p:#x}, {b})"),
+            Release::Host(p, b) => write!(f, "Host({p:p}, {b})"),
+            Release::Managed(p) => write!(f, "Managed({p:#x})"),
+            Release::Unregister(p, _) => write!(f, "Unregister({p:p})"),
+        }
+    }
+}
+
+/// A kind of memory [`Context::reuse`] can hand out again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reusable {
+    /// `cuMemAlloc` memory.
+    Device,
+    /// `cuMemHostAlloc(DEVICEMAP | PORTABLE)` memory.
+    Host,
+}
+
+impl Release {
+    /// Frees it now. The context must be current.
+    fn free(self) -> Result<()> {
+        // SAFETY: each variant was allocated (or registered) by the matching call and is
+        // handed back exactly once (the buffers give up ownership when they release).
+        unsafe {
+            match self {
+                Release::Device(p, _) | Release::Managed(p) => result::mem_free(p),
+                Release::Host(p, _) => result::mem_free_host(p),
+                Release::Unregister(p, owner) => {
+                    let r = result::host_unregister(p);
+                    drop(owner);
+                    r
+                }
+            }
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Life {
+    /// Ring kernels launched and not yet seen finished.
+    running: usize,
+    /// Memory to free once `running` is 0.
+    deferred: Vec<Release>,
+}
+
+/// A retained primary context. Everything made on it holds an `Arc<Context>`, so the
+/// context outlives it.
 #[derive(Debug)]
 pub struct Context {
     dev: sys::CUdevice,
     ctx: sys::CUcontext,
     info: CudaInfo,
+    poison: OnceLock<(i32, String)>,
+    life: Mutex<Life>,
+    pub(crate) streams: StreamPool,
+    pub(crate) modules: Modules,
 }
 
 // SAFETY: a CUcontext is a driver handle usable from any thread once made current there
-// (which `bind` does); the primary context is reference-counted by the driver.
+// (which `bind` does); the raw pointers in `life` are allocations owned by the context
+// until freed, touched only under its lock with the context bound.
 unsafe impl Send for Context {}
-// SAFETY: as above; `&Context` only binds the context or reads immutable facts.
+// SAFETY: as above; shared access binds the context or goes through the locks.
 unsafe impl Sync for Context {}
 
+/// The live contexts of this process, one per device ordinal.
+static CONTEXTS: Mutex<Vec<(i32, Weak<Context>)>> = Mutex::new(Vec::new());
+
 impl Context {
-    /// Retains the primary context of the device `info` describes (device 0) and makes it
-    /// current on this thread. `info` proves that the driver is loaded and initialised.
+    /// The primary context of the device `info` describes (device 0), shared with every
+    /// other user in this process, made current on this thread. `info` proves that the
+    /// driver is loaded and initialised.
+    ///
+    /// # Errors
+    ///
+    /// The driver's error naming the call.
     pub fn primary(info: &CudaInfo) -> Result<Arc<Self>> {
+        let mut all = CONTEXTS.lock();
+        all.retain(|(_, w)| w.strong_count() > 0);
         let ordinal = info.device.ordinal;
-        let mut dev: sys::CUdevice = 0;
-        // SAFETY: the driver is loaded and initialised (`info` exists); one int written
-        // through a valid pointer.
-        check(
-            "cuDeviceGet",
-            unsafe { sys::cuDeviceGet(&mut dev, ordinal) },
-            || format!(", ordinal {ordinal}"),
-        )?;
-        let mut ctx: sys::CUcontext = std::ptr::null_mut();
-        // SAFETY: valid device handle; one pointer written through a valid pointer. The
-        // matching release is in Drop.
-        check(
-            "cuDevicePrimaryCtxRetain",
-            unsafe { sys::cuDevicePrimaryCtxRetain(&mut ctx, dev) },
-            || format!(", device {ordinal}"),
-        )?;
+        if let Some(c) = all
+            .iter()
+            .find(|(o, _)| *o == ordinal)
+            .and_then(|(_, w)| w.upgrade())
+        {
+            c.bind()?;
+            return Ok(c);
+        }
+        let c = Self::retain(info)?;
+        all.push((ordinal, Arc::downgrade(&c)));
+        Ok(c)
+    }
+
+    fn retain(info: &CudaInfo) -> Result<Arc<Self>> {
+        let ordinal = info.device.ordinal;
+        let dev = result::device_get(ordinal)?;
+        let ctx = result::primary_ctx_retain(dev)?;
         let c = Arc::new(Self {
             dev,
             ctx,
             info: info.clone(),
+            poison: OnceLock::new(),
+            life: Mutex::new(Life::default()),
+            streams: StreamPool::new(info.env.max_connections),
+            modules: Modules::default(),
         });
         c.bind()?;
         Ok(c)
     }
 
     /// Makes this context current on the calling thread.
+    ///
+    /// # Errors
+    ///
+    /// The driver's error (`cuCtxSetCurrent`).
     pub fn bind(&self) -> Result<()> {
-        // SAFETY: `ctx` is a retained primary context (released only in Drop).
-        check(
-            "cuCtxSetCurrent",
-            unsafe { sys::cuCtxSetCurrent(self.ctx) },
-            String::new,
-        )
+        // SAFETY: `ctx` is retained until Drop.
+        unsafe { result::ctx_set_current(self.ctx) }
     }
 
-    /// What the probe found (driver version, device attributes).
+    /// What the probe found (driver version, device attributes, driver environment).
     pub fn info(&self) -> &CudaInfo {
         &self.info
     }
@@ -75,15 +177,213 @@ impl Context {
     pub fn device(&self) -> &DeviceInfo {
         &self.info.device
     }
+
+    /// Records a sticky error (see [`result::is_sticky`]) as the context's poison; other
+    /// errors are ignored. Returns whether the context is poisoned now.
+    pub fn poison(&self, e: &Error) -> bool {
+        if let Some(code) = e.cuda_code().filter(|&c| result::is_sticky(c)) {
+            if self.poison.set((code, result::error_name(code))).is_ok() {
+                tracing::error!(
+                    device = self.info.device.ordinal,
+                    code,
+                    error = %e,
+                    "CUDA context poisoned by a sticky error; it is reset once nothing holds it"
+                );
+            }
+        }
+        self.poison.get().is_some()
+    }
+
+    /// The sticky error that poisoned the context, if any: `(code, name)`.
+    pub fn poisoned(&self) -> Option<&(i32, String)> {
+        self.poison.get()
+    }
+
+    /// Returns `this` if it is healthy. A poisoned context held by nobody else is dropped,
+    /// the device's primary context reset (`cuDevicePrimaryCtxReset`: every allocation,
+    /// module and stream of the old one is gone, and the sticky error with them) and a
+    /// fresh context returned.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ContextPoisoned`] while other holders remain (kernels, buffers, other
+    /// runtimes); the driver's error if the reset fails.
+    pub fn recover(this: Arc<Self>) -> Result<Arc<Self>> {
+        let Some((code, name)) = this.poisoned().cloned() else {
+            return Ok(this);
+        };
+        // Under the registry lock nobody can take a new reference (upgrades happen only
+        // in `primary`, under this lock).
+        let mut all = CONTEXTS.lock();
+        let holders = Arc::strong_count(&this) - 1;
+        if holders > 0 {
+            return Err(Error::ContextPoisoned {
+                ordinal: this.info.device.ordinal,
+                name,
+                code,
+                holders,
+            });
+        }
+        let info = this.info.clone();
+        let dev = this.dev;
+        drop(this);
+        all.retain(|(_, w)| w.strong_count() > 0);
+        // SAFETY: the only holder was dropped (and with it the retain it owned); no
+        // handle of the old context is used again.
+        unsafe { result::primary_ctx_reset(dev)? };
+        tracing::warn!(device = info.device.ordinal, code, %name, "CUDA primary context reset after a sticky error");
+        let c = Self::retain(&info)?;
+        all.push((info.device.ordinal, Arc::downgrade(&c)));
+        Ok(c)
+    }
+
+    /// Counts a ring kernel as running, if fewer than `limit` run; see
+    /// [`RunningKernel`]. Call it before the launch.
+    pub(crate) fn begin_kernel(self: &Arc<Self>, limit: usize, why: &str) -> Result<RunningKernel> {
+        let mut life = self.life.lock();
+        if life.running >= limit {
+            return Err(Error::TooManyKernels {
+                device: self.info.device.name.clone(),
+                running: life.running,
+                limit,
+                why: why.to_owned(),
+            });
+        }
+        life.running += 1;
+        Ok(RunningKernel {
+            ctx: self.clone(),
+            done: false,
+        })
+    }
+
+    /// Ring kernels running on this context.
+    pub fn running_kernels(&self) -> usize {
+        self.life.lock().running
+    }
+
+    /// Streams held by ring kernels and copy engines, and how many may be held at once
+    /// (see [`crate::stream`]).
+    pub fn streams_held(&self) -> (usize, usize) {
+        (self.streams.held(), self.streams.limit())
+    }
+
+    /// Modules loaded on this context (they stay loaded for its life).
+    pub fn loaded_modules(&self) -> usize {
+        self.modules.len()
+    }
+
+    /// Blocks freed later because a ring kernel was running.
+    pub fn deferred_releases(&self) -> usize {
+        self.life.lock().deferred.len()
+    }
+
+    /// Frees `r` now if no ring kernel runs, else defers it (see the module docs).
+    /// Failures are logged: nothing else can be done about them in a `Drop`.
+    pub(crate) fn release(&self, r: Release) {
+        let mut life = self.life.lock();
+        if life.running > 0 {
+            life.deferred.push(r);
+            return;
+        }
+        let freed = self.bind().and_then(|()| r.free());
+        drop(life);
+        self.log_free(freed);
+    }
+
+    /// A deferred block of `kind` and exactly `bytes` bytes, taken off the deferred list
+    /// for reuse (not zeroed).
+    pub(crate) fn reuse(&self, kind: Reusable, bytes: usize) -> Option<Release> {
+        let mut life = self.life.lock();
+        let at = life.deferred.iter().position(|r| match (kind, r) {
+            (Reusable::Device, Release::Device(_, b)) | (Reusable::Host, Release::Host(_, b)) => {
+                *b == bytes
+            }
+            _ => false,
+        })?;
+        Some(life.deferred.swap_remove(at))
+    }
+
+    fn log_free(&self, r: Result<()>) {
+        if let Err(e) = r {
+            if self.poisoned().is_some() {
+                tracing::debug!(error = %e, "free on a poisoned CUDA context (the reset frees it)");
+            } else {
+                tracing::error!(error = %e, "freeing CUDA memory");
+            }
+        }
+    }
+
+    /// Frees every deferred block; `life` is held, so no launch overlaps.
+    fn free_deferred(&self, life: &mut Life) {
+        if life.deferred.is_empty() {
+            return;
+        }
+        let n = life.deferred.len();
+        if let Err(e) = self.bind() {
+            tracing::error!(error = %e, blocks = n, "cannot bind the context to free deferred blocks");
+            return;
+        }
+        for r in life.deferred.drain(..) {
+            self.log_free(r.free());
+        }
+        tracing::debug!(
+            blocks = n,
+            "freed CUDA memory deferred while ring kernels ran"
+        );
+    }
 }
 
 impl Drop for Context {
     fn drop(&mut self) {
-        // SAFETY: retained in `primary`, released once here; nothing uses the context any
-        // more (every user holds an Arc).
-        let r = unsafe { sys::cuDevicePrimaryCtxRelease_v2(self.dev) };
-        if let Err(e) = check("cuDevicePrimaryCtxRelease", r, String::new) {
+        if let Err(e) = self.bind() {
+            tracing::error!(error = %e, "dropping a CUDA context that cannot be bound");
+        }
+        let life = self.life.get_mut();
+        life.running = 0;
+        let deferred: Vec<Release> = life.deferred.drain(..).collect();
+        for r in deferred {
+            let freed = r.free();
+            self.log_free(freed);
+        }
+        self.modules.unload_all(self.poisoned().is_some());
+        self.streams.destroy_all(self.poisoned().is_some());
+        // SAFETY: retained in `retain`, released once here; nothing uses the context any
+        // more (every user held an Arc).
+        if let Err(e) = unsafe { result::primary_ctx_release(self.dev) } {
             tracing::warn!(error = %e, "releasing the CUDA primary context");
         }
+    }
+}
+
+/// A ring kernel counted as running on its context ([`Context::begin_kernel`]). Call
+/// [`RunningKernel::finished`] once its stream has completed; dropping it without that
+/// (a failed launch) also uncounts it.
+#[derive(Debug)]
+pub(crate) struct RunningKernel {
+    ctx: Arc<Context>,
+    done: bool,
+}
+
+impl RunningKernel {
+    /// Uncounts the kernel; the last one to finish frees the deferred blocks.
+    pub(crate) fn finished(mut self) {
+        self.end();
+    }
+
+    fn end(&mut self) {
+        if std::mem::replace(&mut self.done, true) {
+            return;
+        }
+        let mut life = self.ctx.life.lock();
+        life.running = life.running.saturating_sub(1);
+        if life.running == 0 {
+            self.ctx.free_deferred(&mut life);
+        }
+    }
+}
+
+impl Drop for RunningKernel {
+    fn drop(&mut self) {
+        self.end();
     }
 }

@@ -16,57 +16,46 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use cudarc::driver::sys;
 use gyre_core::bridge::CopyEngine;
 use gyre_core::region::RegionMemory;
 
 use crate::context::Context;
-use crate::error::{check, Error, Result};
+use crate::error::{Error, Result};
 use crate::memory::{DeviceBuffer, PinnedBuffer};
+use crate::result;
+use crate::stream::{StreamLease, StreamPool};
+use crate::sys;
 
 /// A kernel's device-resident region and the stream its copies run on.
 #[derive(Debug)]
 pub struct CudaCopyEngine {
     ctx: Arc<Context>,
     buf: DeviceBuffer<u8>,
-    stream: sys::CUstream,
+    stream: StreamLease,
     event: sys::CUevent,
 }
 
-// SAFETY: the stream and event are driver handles usable from any thread once the context
-// is bound, which every method does first; the buffer is Send + Sync.
+// SAFETY: the event is a driver handle usable from any thread once the context is bound,
+// which every method does first; the buffer and the stream lease are Send + Sync.
 unsafe impl Send for CudaCopyEngine {}
 // SAFETY: as above; copies issued from several threads are serialised by the bridge's
 // locks, and the driver API is thread-safe.
 unsafe impl Sync for CudaCopyEngine {}
 
 impl CudaCopyEngine {
-    /// Allocates `bytes` of zeroed device memory, a non-blocking copy stream and an event
-    /// (timing disabled).
+    /// Allocates `bytes` of zeroed device memory (zeroed before this returns, so before
+    /// any copy or launch), holds a stream of the context's pool for the copies, and
+    /// creates an event (timing disabled).
     ///
     /// # Errors
     ///
-    /// The driver's error naming the call and the size.
+    /// The driver's error naming the call and the size; [`Error::StreamsExhausted`].
     pub fn new(ctx: &Arc<Context>, bytes: usize) -> Result<Self> {
+        let stream = StreamPool::lease(ctx, "a bridge's copies")?;
         let buf = DeviceBuffer::<u8>::zeroed(ctx, bytes)?;
         ctx.bind()?;
-        let mut stream: sys::CUstream = std::ptr::null_mut();
-        let flags = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
-        // SAFETY: context current; one handle written through a valid pointer.
-        check(
-            "cuStreamCreate",
-            unsafe { sys::cuStreamCreate(&mut stream, flags) },
-            || ", the bridge's copy stream".into(),
-        )?;
-        let mut event: sys::CUevent = std::ptr::null_mut();
-        let eflags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
-        // SAFETY: as above.
-        let r = unsafe { sys::cuEventCreate(&mut event, eflags) };
-        if let Err(e) = check("cuEventCreate", r, String::new) {
-            // SAFETY: created above, destroyed once.
-            unsafe { sys::cuStreamDestroy_v2(stream) };
-            return Err(e);
-        }
+        // SAFETY: the context is current.
+        let event = unsafe { result::event_create()? };
         Ok(Self {
             ctx: ctx.clone(),
             buf,
@@ -109,12 +98,9 @@ impl CudaCopyEngine {
     }
 
     fn wait_stream(&self, op: &'static str, offset: usize, len: usize) -> gyre_core::Result<()> {
-        // SAFETY: a live stream in the bound context.
-        let r = unsafe { sys::cuStreamSynchronize(self.stream) };
-        check("cuStreamSynchronize", r, || {
-            ", the bridge's copy stream".into()
-        })
-        .map_err(|e| Self::transfer_error(op, offset, len, e))
+        self.stream
+            .synchronize("the bridge's copy stream")
+            .map_err(|e| Self::transfer_error(op, offset, len, e))
     }
 }
 
@@ -153,16 +139,15 @@ unsafe impl CopyEngine for CudaCopyEngine {
         self.bounds(OP, dst, len)?;
         // SAFETY: bounds checked; the caller keeps `src` valid and unwritten until the
         // stream completes; context bound by `bounds`.
-        let r = unsafe {
-            sys::cuMemcpyHtoDAsync_v2(
+        unsafe {
+            result::memcpy_htod_async(
                 self.buf.device_ptr() + dst as u64,
                 src.cast::<c_void>(),
                 len,
-                self.stream,
+                self.stream.get(),
             )
-        };
-        check("cuMemcpyHtoDAsync", r, || format!(", {len} bytes"))
-            .map_err(|e| Self::transfer_error(OP, dst, len, e))
+        }
+        .map_err(|e| Self::transfer_error(OP, dst, len, e))
     }
 
     unsafe fn copy_d2h_async(&self, dst: *mut u8, src: usize, len: usize) -> gyre_core::Result<()> {
@@ -170,16 +155,15 @@ unsafe impl CopyEngine for CudaCopyEngine {
         self.bounds(OP, src, len)?;
         // SAFETY: bounds checked; the caller keeps `dst` valid and untouched until the
         // stream completes; context bound by `bounds`.
-        let r = unsafe {
-            sys::cuMemcpyDtoHAsync_v2(
+        unsafe {
+            result::memcpy_dtoh_async(
                 dst.cast::<c_void>(),
                 self.buf.device_ptr() + src as u64,
                 len,
-                self.stream,
+                self.stream.get(),
             )
-        };
-        check("cuMemcpyDtoHAsync", r, || format!(", {len} bytes"))
-            .map_err(|e| Self::transfer_error(OP, src, len, e))
+        }
+        .map_err(|e| Self::transfer_error(OP, src, len, e))
     }
 
     fn synchronize(&self) -> gyre_core::Result<()> {
@@ -187,12 +171,10 @@ unsafe impl CopyEngine for CudaCopyEngine {
         self.ctx
             .bind()
             .map_err(|e| Self::transfer_error(OP, 0, 0, e))?;
-        // SAFETY: a live event and stream in the bound context.
-        let r = unsafe { sys::cuEventRecord(self.event, self.stream) };
-        check("cuEventRecord", r, String::new).map_err(|e| Self::transfer_error(OP, 0, 0, e))?;
-        // SAFETY: as above; blocks this (non-tokio) thread until the copies are done.
-        let r = unsafe { sys::cuEventSynchronize(self.event) };
-        check("cuEventSynchronize", r, String::new).map_err(|e| Self::transfer_error(OP, 0, 0, e))
+        // SAFETY: a live event and stream in the bound context; blocks this (non-tokio)
+        // thread until the copies are done.
+        unsafe { result::event_wait_behind(self.event, self.stream.get()) }
+            .map_err(|e| Self::transfer_error(OP, 0, 0, e))
     }
 
     fn alloc_staging(&self, bytes: usize) -> gyre_core::Result<Box<dyn RegionMemory>> {
@@ -208,15 +190,21 @@ unsafe impl CopyEngine for CudaCopyEngine {
 
 impl Drop for CudaCopyEngine {
     fn drop(&mut self) {
-        if let Err(e) = self.ctx.bind() {
-            tracing::error!(error = %e, "leaking the bridge's CUDA stream and event");
-            return;
-        }
-        // SAFETY: created in `new`, destroyed once; nothing is issued after drop starts.
-        unsafe {
-            sys::cuStreamSynchronize(self.stream);
-            sys::cuEventDestroy_v2(self.event);
-            sys::cuStreamDestroy_v2(self.stream);
+        // Copies still in flight must land before the stream goes back to the pool and
+        // the buffer is released; the event goes with them. The buffer and the stream
+        // are released by their own drops, after this.
+        let r = self
+            .stream
+            .synchronize("the bridge's copy stream")
+            .and_then(|()| {
+                // SAFETY: created in `new`, destroyed once; nothing is issued after drop
+                // starts.
+                unsafe { result::event_destroy(self.event) }
+            });
+        if let Err(e) = r {
+            if self.ctx.poisoned().is_none() {
+                tracing::warn!(error = %e, "releasing a bridge's copy stream");
+            }
         }
     }
 }

@@ -1,20 +1,20 @@
 //! The errors of the CUDA backend.
 
 /// What went wrong in the CUDA backend. Every variant names what failed and carries what
-/// a user needs to act on it (paths searched, the NVRTC log).
-#[derive(Debug, thiserror::Error)]
+/// a user needs to act on it (paths searched, raw CUDA error codes, NVRTC's log, sizes).
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The NVRTC library could not be loaded (no CUDA toolkit, no venv, wrong path).
+    /// The NVRTC library could not be loaded (no CUDA toolkit, no wheel, wrong path).
     #[error(
-        "NVRTC not found: {detail}; run scripts/setup-cuda-venv.sh (and set GYRE_CUDA_VENV \
-         if the venv is elsewhere) or install a CUDA 12 toolkit"
+        "NVRTC not found: {detail}; install a CUDA 12 or 13 toolkit (CUDA_HOME) or the \
+         PyPI wheel (scripts/setup-cuda-venv.sh, then GYRE_CUDA_VENV=<venv>)"
     )]
     NvrtcNotFound {
         /// What was tried.
         detail: String,
     },
-    /// A part of the CUDA compile toolchain (CCCL headers, libnvrtc, ptxas) is missing.
+    /// A part of the CUDA compile toolchain (libnvrtc, its builtins, ptxas) is missing.
     #[error("{what} not found; looked in: {searched}")]
     ToolchainNotFound {
         /// The missing part.
@@ -23,38 +23,45 @@ pub enum Error {
         searched: String,
     },
     /// An NVRTC call other than the compilation itself failed.
-    #[error("NVRTC {op} failed: {result}")]
+    #[error("NVRTC {op} failed: {name} (code {code})")]
     Nvrtc {
         /// The NVRTC function.
         op: &'static str,
-        /// NVRTC's result code.
-        result: String,
+        /// NVRTC's name for the result (`NVRTC_ERROR_INVALID_OPTION`).
+        name: String,
+        /// The raw `nvrtcResult`.
+        code: i32,
     },
     /// NVRTC rejected a program: `log` is NVRTC's log (errors with file and line).
-    #[error("NVRTC failed to compile {name} for compute_{arch} ({result}):\n{log}")]
+    #[error("NVRTC {nvrtc} failed to compile {name} for {target} ({result}):\n{log}")]
     Compile {
         /// The program name (for a ring kernel, it names the handler).
         name: String,
-        /// The virtual architecture it was compiled for.
-        arch: u32,
-        /// NVRTC's result code.
+        /// The target (`sm_90` for a CUBIN, `compute_90` for PTX).
+        target: String,
+        /// NVRTC's version, `12.8`.
+        nvrtc: String,
+        /// NVRTC's result name.
         result: String,
         /// NVRTC's log.
         log: String,
     },
-    /// An input cannot be passed to NVRTC (a NUL byte, a path that is not UTF-8).
-    #[error("invalid NVRTC input {what}: {reason}")]
+    /// An input cannot be passed to NVRTC or the driver (a NUL byte, a path that is not
+    /// UTF-8, memory of another backend).
+    #[error("invalid input {what}: {reason}")]
     InvalidInput {
         /// Which input.
         what: String,
         /// Why.
         reason: &'static str,
     },
-    /// The ring kernel needs sm_70 or newer (system-scope acquire/release, `__nanosleep`).
-    #[error("unsupported GPU architecture sm_{arch}: gyre's ring kernel needs sm_70 or newer")]
+    /// The ring kernel needs sm_70 or newer, and NVRTC must support the architecture.
+    #[error("unsupported GPU architecture sm_{arch}: {why}")]
     UnsupportedArch {
-        /// The requested architecture (`80` for sm_80).
+        /// The architecture (`80` for sm_80).
         arch: u32,
+        /// Why (too old for the ring kernel, or unknown to this NVRTC).
+        why: String,
     },
     /// The CUDA driver library (`libcuda`) could not be loaded: no NVIDIA driver here.
     #[error(
@@ -65,10 +72,16 @@ pub enum Error {
         /// The library names tried.
         searched: Vec<String>,
     },
+    /// The driver library lacks a function gyre needs (a driver older than 12.2).
+    #[error("the CUDA driver library lacks {symbol}: gyre needs a 12.2 or newer driver")]
+    DriverSymbol {
+        /// The symbol and the loader's message.
+        symbol: String,
+    },
     /// `cuInit` failed for a reason other than "no device".
     #[error("cuInit failed: {name} (code {code})")]
     InitFailed {
-        /// The CUDA error code.
+        /// The raw CUDA error code.
         code: i32,
         /// The CUDA error name (`CUDA_ERROR_...`).
         name: String,
@@ -92,6 +105,24 @@ pub enum Error {
         /// What needs it.
         why: &'static str,
     },
+    /// Neither a CUBIN nor PTX from this NVRTC loads on this driver.
+    #[error(
+        "the driver (CUDA {driver}) cannot load code from NVRTC {nvrtc} for sm_{arch}: \
+         CUBIN: {cubin}; PTX: {ptx}. Use an NVRTC no newer than the driver (e.g. the \
+         toolkit that came with it, or pip install 'nvidia-cuda-nvrtc=={driver}.*')"
+    )]
+    CodeNotLoadable {
+        /// The driver's CUDA version, `13.0`.
+        driver: String,
+        /// NVRTC's version, `13.5`.
+        nvrtc: String,
+        /// The device's architecture.
+        arch: u32,
+        /// Why the CUBIN route failed.
+        cubin: String,
+        /// Why the PTX route failed.
+        ptx: String,
+    },
     /// A CUDA driver call failed.
     #[error("{op} failed: {name} (code {code}){detail}")]
     Driver {
@@ -99,7 +130,7 @@ pub enum Error {
         op: &'static str,
         /// The CUDA error name (`CUDA_ERROR_OUT_OF_MEMORY`).
         name: String,
-        /// The CUDA error code.
+        /// The raw CUDA error code, as the driver returned it.
         code: i32,
         /// What it was asked for (sizes), starting with `", "`, or empty.
         detail: String,
@@ -114,15 +145,64 @@ pub enum Error {
         /// The device's name.
         device: String,
     },
-    /// A kernel was launched with a host (closure) handler: CUDA kernels need a device
-    /// handler (a built-in; user CUDA handler source is a later feature).
+    /// A kernel was launched with a host (closure) handler, which the device cannot run.
     #[error(
-        "CUDA kernels need a device handler: kernel '{kernel}' has a CPU closure handler; \
-         use a built-in kernel (echo, vec_scale, reduce_sum) or the cpu backend"
+        "CUDA kernels need a device handler: kernel '{kernel}' has a Rust closure handler; \
+         use a built-in kernel (echo, vec_scale, reduce_sum), KernelSpec::cuda_handler, or \
+         the cpu backend"
     )]
     NeedsDeviceHandler {
         /// The kernel's name.
         kernel: String,
+    },
+    /// Every stream gyre may hold on this context is held: a persistent kernel on a
+    /// stream that shares a hardware queue with other work would starve that work.
+    #[error(
+        "no CUDA stream left for {purpose}: {held} of {limit} held (CUDA_DEVICE_MAX_CONNECTIONS \
+         = {connections}; each ring kernel holds one, each kernel under a copy strategy a \
+         second); shut a kernel down, or raise CUDA_DEVICE_MAX_CONNECTIONS before the \
+         process first uses CUDA"
+    )]
+    StreamsExhausted {
+        /// What needed a stream.
+        purpose: &'static str,
+        /// Streams held.
+        held: usize,
+        /// Streams gyre may hold.
+        limit: usize,
+        /// The hardware queue count in effect.
+        connections: u32,
+    },
+    /// More ring kernels than the device can keep resident at once.
+    #[error(
+        "cannot launch another ring kernel on {device}: {running} running, at most {limit} \
+         ({why})"
+    )]
+    TooManyKernels {
+        /// The device.
+        device: String,
+        /// Ring kernels running on it.
+        running: usize,
+        /// The most that can run at once.
+        limit: usize,
+        /// What bounds it.
+        why: String,
+    },
+    /// A kernel fault left the context unusable (a sticky error) and it cannot be reset
+    /// while something still holds it.
+    #[error(
+        "the CUDA context of device {ordinal} is unusable after {name} (code {code}); it is \
+         reset once every kernel and buffer of it is dropped ({holders} holders remain)"
+    )]
+    ContextPoisoned {
+        /// The device.
+        ordinal: i32,
+        /// The sticky error's name.
+        name: String,
+        /// Its raw code.
+        code: i32,
+        /// Other holders of the context (kernels, buffers, runtimes).
+        holders: usize,
     },
     /// A copy between a buffer and a host slice of another length.
     #[error("{op}: buffer of {buffer} values, host slice of {host}")]
@@ -147,27 +227,23 @@ pub enum Error {
 }
 
 impl Error {
-    /// A failed driver call: `op`, the error's name and code, and `detail` (sizes).
-    pub fn driver(op: &'static str, r: cudarc::driver::sys::CUresult, detail: String) -> Self {
+    /// A failed driver call: `op`, the raw code with its name, and `detail` (sizes).
+    pub fn driver(op: &'static str, code: i32, detail: String) -> Self {
         Error::Driver {
             op,
-            name: format!("{r:?}"),
-            code: r as i32,
+            name: crate::result::error_name(code),
+            code,
             detail,
         }
     }
-}
 
-/// Checks a raw driver result: `Ok` on `CUDA_SUCCESS`, else [`Error::Driver`] naming `op`
-/// and `detail` (built only on failure).
-pub(crate) fn check(
-    op: &'static str,
-    r: cudarc::driver::sys::CUresult,
-    detail: impl FnOnce() -> String,
-) -> Result<()> {
-    match r {
-        cudarc::driver::sys::CUresult::CUDA_SUCCESS => Ok(()),
-        e => Err(Error::driver(op, e, detail())),
+    /// The raw CUDA driver error code, when this is a driver call's failure.
+    pub fn cuda_code(&self) -> Option<i32> {
+        match self {
+            Error::Driver { code, .. } | Error::InitFailed { code, .. } => Some(*code),
+            Error::ContextPoisoned { code, .. } => Some(*code),
+            _ => None,
+        }
     }
 }
 

@@ -11,21 +11,24 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use cudarc::driver::sys;
 use gyre_core::shm::{ExportWriter, TelemetryExport};
 
-use crate::context::Context;
-use crate::error::{check, Result};
+use crate::context::{Context, Release};
+use crate::error::Result;
+use crate::result;
+use crate::sys;
 
 /// A registered export file; see the module docs.
 pub struct ExportRegistration {
     ctx: Arc<Context>,
     host: *mut c_void,
     telemetry: sys::CUdeviceptr,
-    _file: Arc<ExportWriter>,
+    /// The file, kept mapped until the registration is released (which the context may
+    /// defer while ring kernels run: the mapping must outlive it).
+    file: Option<Arc<ExportWriter>>,
 }
 
-// SAFETY: the pointer is the file's mapping, owned (through `_file`) for the value's
+// SAFETY: the pointer is the file's mapping, owned (through `file`) for the value's
 // lifetime; the driver calls bind the context first and are thread-safe.
 unsafe impl Send for ExportRegistration {}
 // SAFETY: as above; `&self` exposes only the device address.
@@ -56,24 +59,18 @@ impl ExportRegistration {
             .cast::<c_void>();
         let bytes = core::mem::size_of::<TelemetryExport>();
         ctx.bind()?;
-        let flags = sys::CU_MEMHOSTREGISTER_DEVICEMAP | sys::CU_MEMHOSTREGISTER_PORTABLE;
-        // SAFETY: `host` is the start of a live, page-aligned shared mapping of `bytes`
-        // bytes owned by `file`, which this value keeps alive until it unregisters.
-        let r = unsafe { sys::cuMemHostRegister_v2(host, bytes, flags) };
-        check("cuMemHostRegister", r, || {
-            format!(", the telemetry export file ({bytes} bytes)")
-        })?;
+        // SAFETY: the context is current; `host` is the start of a live, page-aligned
+        // shared mapping of `bytes` bytes owned by `file`, which this value keeps alive
+        // until the registration is released.
+        unsafe { result::host_register_mapped(host, bytes)? };
         let mut reg = Self {
             ctx: ctx.clone(),
             host,
             telemetry: 0,
-            _file: file,
+            file: Some(file),
         };
-        // SAFETY: `line` lies inside the range registered above (DEVICEMAP); flags 0.
-        let r = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut reg.telemetry, line, 0) };
-        check("cuMemHostGetDevicePointer", r, || {
-            ", the export file's telemetry line".into()
-        })?;
+        // SAFETY: `line` lies inside the range registered above (DEVICEMAP).
+        reg.telemetry = unsafe { result::host_device_pointer(line)? };
         Ok(reg)
     }
 
@@ -86,15 +83,12 @@ impl ExportRegistration {
 
 impl Drop for ExportRegistration {
     fn drop(&mut self) {
-        if self.ctx.bind().is_err() {
-            tracing::error!("leaving the telemetry export file registered (no context)");
-            return;
-        }
-        // SAFETY: registered in `new`, unregistered once; the kernel that wrote it has
-        // finished (the CudaKernel drops this only then).
-        let r = unsafe { sys::cuMemHostUnregister(self.host) };
-        if let Err(e) = check("cuMemHostUnregister", r, String::new) {
-            tracing::error!(error = %e, "unregistering the telemetry export file");
-        }
+        // Unregistering may wait for running kernels: the context frees it now or once
+        // none runs, keeping the file mapped until then.
+        let owner: Option<Box<dyn core::any::Any + Send + Sync>> = self
+            .file
+            .take()
+            .map(|f| Box::new(f) as Box<dyn core::any::Any + Send + Sync>);
+        self.ctx.release(Release::Unregister(self.host, owner));
     }
 }

@@ -2,18 +2,24 @@
 //!
 //! The device side is CUDA C++ in the repository's `cuda/` directory: the persistent loop
 //! `cuda/ring_kernel.cu` over the language-neutral ring logic `cuda/include/gyre/ring.h`
-//! (with its CUDA port `port_cuda.h`) and the built-in handlers `cuda/handlers/*.cuh`.
-//! This crate compiles them with NVRTC at run time ([`nvrtc`]), loaded dynamically through
-//! cudarc, so it builds, and its tests pass, on machines without CUDA: where NVRTC or the
-//! driver is missing every entry point returns a typed [`Error`] instead of panicking.
-//! [`toolchain`] finds NVRTC and the CCCL headers (a PyPI venv made by
-//! `scripts/setup-cuda-venv.sh`, or a CUDA toolkit).
+//! (with its CUDA port `port_cuda.h`) and the built-in handlers `cuda/handlers/*.cuh`,
+//! all embedded in this crate ([`source`]). This crate compiles them with NVRTC at run time
+//! ([`nvrtc`]), so it builds, and its tests pass, on machines without CUDA: where NVRTC or
+//! the driver is missing every entry point returns a typed [`Error`] instead of panicking.
+//! [`toolchain`] finds NVRTC (CUDA 12 or 13, a toolkit or the PyPI wheels) from the
+//! environment of the machine it runs on.
 //!
-//! Layers, as in cudarc: cudarc's raw FFI (`cudarc::driver::sys`), checked calls
-//! ([`error::Error::Driver`] names the call, the CUDA error and the sizes), then the safe
-//! types: [`probe`] (is there a driver and a device), [`context`] (the primary context,
-//! bound on every calling thread), [`memory`] (RAII buffers), [`cache`] (compiled PTX on
-//! disk) and [`backend`] (`gyre_core::Backend`).
+//! Layers, as in cudarc: the raw FFI ([`sys`]: the driver functions, resolved from the
+//! library cudarc loads, with integer results; NVRTC's in [`nvrtc`]), the checked layer
+//! ([`result`]: one function per call, errors naming the call, the CUDA error and its raw
+//! code), then the safe types, which make no raw call: [`probe`] (is there a driver and a
+//! device; the driver environment), [`context`] (the device's primary context, bound on
+//! every calling thread, frees deferred while ring kernels run, reset after a sticky
+//! error), [`stream`] (a fixed set of streams), [`module`] (modules loaded once),
+//! [`memory`] (RAII buffers), [`cache`] (compiled kernels on disk), [`copy`] (the copy
+//! strategies' engine), [`alloc`] (a memory pool's allocator), [`export`] (the telemetry
+//! export file registered with the device), [`visibility_probe`], [`peer`] (the
+//! benchmark's launch-per-request peers) and [`backend`] (`gyre_core::Backend`).
 //!
 //! See `docs/cuda.md`.
 
@@ -24,20 +30,27 @@ pub mod context;
 pub mod copy;
 pub mod error;
 pub mod export;
-mod launch;
+mod kernel;
 pub mod memory;
+mod module;
 pub mod nvrtc;
+pub mod peer;
 pub mod probe;
+pub mod result;
+pub mod source;
+mod stream;
+pub mod sys;
 pub mod toolchain;
 pub mod visibility_probe;
 
 pub use alloc::CudaAllocator;
 pub use backend::CudaBackend;
-pub use cache::{CacheKey, PtxCache};
+pub use cache::{CacheKey, KernelCache};
 pub use context::Context;
 pub use copy::CudaCopyEngine;
 pub use error::{Error, Result};
 pub use memory::{DeviceBuffer, DeviceRepr, Location, PinnedBuffer, UnifiedBuffer};
-pub use nvrtc::{CompileOptions, Handler, Nvrtc, Ptx};
-pub use probe::{CudaInfo, CudaProbe, DeviceInfo};
+pub use nvrtc::{CompileOptions, Compiled, Nvrtc, Target};
+pub use probe::{CudaInfo, CudaProbe, DeviceInfo, DriverEnv};
+pub use source::{Handler, RING_KERNEL_ENTRY};
 pub use toolchain::Toolchain;

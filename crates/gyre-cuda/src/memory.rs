@@ -8,19 +8,22 @@
 //! * [`UnifiedBuffer<T>`]: managed memory (`cuMemAllocManaged`) with prefetch and advice;
 //!   host access is refused where the device lacks concurrent managed access.
 //!
-//! Every buffer is zeroed at allocation, frees itself in `Drop` (a failure there is logged
-//! with `tracing`), and binds its context before each driver call.
+//! Every buffer is zeroed at allocation (on the context's utility stream, complete before
+//! the constructor returns), binds its context before each driver call, and hands its
+//! memory back to the context in `Drop` ([`crate::context`]: freed at once, or deferred
+//! while a ring kernel runs, since a free could wait for it forever).
 
 use core::ptr::NonNull;
 use std::ffi::c_void;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use cudarc::driver::sys::{self, CUmemLocation, CUmemLocationType, CUmem_advise};
 use gyre_core::region::RegionMemory;
 
-use crate::context::Context;
-use crate::error::{check, Error, Result};
+use crate::context::{Context, Release, Reusable};
+use crate::error::{Error, Result};
+use crate::result;
+use crate::sys::{self, CUmemLocation, CUmemLocationType, CUmem_advise};
 
 /// Types that may be copied to and from the device bit for bit, and for which all-zero
 /// bytes are a valid value: exactly `bytemuck::Pod`.
@@ -36,24 +39,16 @@ fn bytes_of<T>(op: &'static str, len: usize) -> Result<usize> {
         .ok_or(Error::SizeOverflow { op, len, elem })
 }
 
-fn sized(bytes: usize) -> impl Fn() -> String {
-    move || format!(", {bytes} bytes")
-}
-
-/// Waits for the legacy default stream only: never `cuCtxSynchronize`, which would wait
-/// for a persistent kernel on its own stream, that is, forever. The context must be
-/// current.
-fn sync_legacy_stream() -> Result<()> {
-    // SAFETY: the null stream is always valid in the current context.
-    let r = unsafe { sys::cuStreamSynchronize(std::ptr::null_mut()) };
-    check("cuStreamSynchronize(legacy stream)", r, String::new)
-}
-
-/// Logs a failure to free (nothing else can be done about it in `Drop`).
-fn log_drop(what: &'static str, r: Result<()>) {
-    if let Err(e) = r {
-        tracing::error!(error = %e, "freeing a CUDA {what}");
+/// Zeroes `bytes` of device (or managed) memory at `p` on the utility stream and waits.
+fn zero_device(ctx: &Context, p: sys::CUdeviceptr, bytes: usize) -> Result<()> {
+    if bytes == 0 {
+        return Ok(());
     }
+    ctx.bind()?;
+    let s = ctx.streams.utility()?;
+    // SAFETY: `p` is `bytes` bytes of device memory of this context; the stream is live.
+    unsafe { result::memset_d8_async(p, 0, bytes, s.get())? };
+    s.synchronize("zeroing new device memory")
 }
 
 /// `len` values of `T` in device memory.
@@ -66,27 +61,35 @@ pub struct DeviceBuffer<T: DeviceRepr> {
 }
 
 impl<T: DeviceRepr> DeviceBuffer<T> {
-    /// Allocates `len` zeroed values.
+    /// Allocates `len` zeroed values. The zeroing has completed when this returns (it
+    /// runs on the context's utility stream, never the legacy default stream), so any
+    /// later copy or launch sees zeros. A block freed while ring kernels ran and deferred
+    /// ([`crate::context`]) is reused when its size matches.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::SizeOverflow`]; the driver's error naming the call and the size.
     pub fn zeroed(ctx: &Arc<Context>, len: usize) -> Result<Self> {
         let bytes = bytes_of::<T>("cuMemAlloc", len)?;
-        ctx.bind()?;
-        let mut ptr: sys::CUdeviceptr = 0;
-        // SAFETY: context current; one pointer written through a valid pointer. A zero
-        // size is rounded up to one byte (the driver rejects 0).
-        check(
-            "cuMemAlloc",
-            unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes.max(1)) },
-            sized(bytes),
-        )?;
+        let ptr = match ctx.reuse(Reusable::Device, bytes) {
+            Some(Release::Device(p, _)) => p,
+            other => {
+                if let Some(r) = other {
+                    ctx.release(r);
+                }
+                ctx.bind()?;
+                // SAFETY: the context is current.
+                unsafe { result::mem_alloc(bytes)? }
+            }
+        };
+        // Owned from here: Drop releases it on every error path below.
         let buf = Self {
             ctx: ctx.clone(),
             ptr,
             len,
             _t: PhantomData,
         };
-        // SAFETY: `ptr` is a live allocation of at least `bytes` bytes.
-        let r = unsafe { sys::cuMemsetD8_v2(ptr, 0, bytes) };
-        check("cuMemsetD8", r, sized(bytes))?;
+        zero_device(ctx, ptr, bytes)?;
         Ok(buf)
     }
 
@@ -105,23 +108,34 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
         self.ptr
     }
 
-    /// Copies `src` (exactly `len` values) to the device, synchronously.
+    /// Copies `src` (exactly `len` values) to the device and waits.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LengthMismatch`]; the driver's error.
     pub fn copy_from_host(&mut self, src: &[T]) -> Result<()> {
-        let bytes = self.same_len("cuMemcpyHtoD", src.len())?;
+        let bytes = self.same_len("cuMemcpyHtoDAsync", src.len())?;
         self.ctx.bind()?;
-        // SAFETY: `src` is `bytes` readable bytes; the destination holds `bytes` bytes.
-        let r = unsafe { sys::cuMemcpyHtoD_v2(self.ptr, src.as_ptr().cast(), bytes) };
-        check("cuMemcpyHtoD", r, sized(bytes))
+        let s = self.ctx.streams.utility()?;
+        // SAFETY: `src` is `bytes` readable bytes, borrowed until the synchronize below;
+        // the destination holds `bytes` bytes.
+        unsafe { result::memcpy_htod_async(self.ptr, src.as_ptr().cast(), bytes, s.get())? };
+        s.synchronize("a host-to-device copy")
     }
 
-    /// Copies the device values into `dst` (exactly `len` values), synchronously.
+    /// Copies the device values into `dst` (exactly `len` values) and waits.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LengthMismatch`]; the driver's error.
     pub fn copy_to_host(&self, dst: &mut [T]) -> Result<()> {
-        let bytes = self.same_len("cuMemcpyDtoH", dst.len())?;
+        let bytes = self.same_len("cuMemcpyDtoHAsync", dst.len())?;
         self.ctx.bind()?;
-        // SAFETY: `dst` is `bytes` writable bytes of a Pod type (any bytes are valid);
-        // the source holds `bytes` bytes.
-        let r = unsafe { sys::cuMemcpyDtoH_v2(dst.as_mut_ptr().cast(), self.ptr, bytes) };
-        check("cuMemcpyDtoH", r, sized(bytes))
+        let s = self.ctx.streams.utility()?;
+        // SAFETY: `dst` is `bytes` writable bytes of a Pod type (any bytes are valid),
+        // borrowed until the synchronize below; the source holds `bytes` bytes.
+        unsafe { result::memcpy_dtoh_async(dst.as_mut_ptr().cast(), self.ptr, bytes, s.get())? };
+        s.synchronize("a device-to-host copy")
     }
 
     fn same_len(&self, op: &'static str, other: usize) -> Result<usize> {
@@ -138,15 +152,9 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
 
 impl<T: DeviceRepr> Drop for DeviceBuffer<T> {
     fn drop(&mut self) {
-        let r = self.ctx.bind().and_then(|()| {
-            // SAFETY: allocated by cuMemAlloc in `zeroed`, freed once here.
-            check(
-                "cuMemFree",
-                unsafe { sys::cuMemFree_v2(self.ptr) },
-                String::new,
-            )
-        });
-        log_drop("device buffer", r);
+        // Cannot overflow: checked at allocation.
+        let bytes = self.len * core::mem::size_of::<T>();
+        self.ctx.release(Release::Device(self.ptr, bytes));
     }
 }
 
@@ -166,8 +174,13 @@ unsafe impl<T: DeviceRepr> Send for PinnedBuffer<T> {}
 unsafe impl<T: DeviceRepr> Sync for PinnedBuffer<T> {}
 
 impl<T: DeviceRepr> PinnedBuffer<T> {
-    /// Allocates `len` zeroed values, mapped into the device. Needs
-    /// `CAN_MAP_HOST_MEMORY`.
+    /// Allocates `len` zeroed values, mapped into the device (`cuMemHostAlloc` with
+    /// `DEVICEMAP | PORTABLE`: cached, not write-combined, so host reads stay fast).
+    /// Needs `CAN_MAP_HOST_MEMORY`. A deferred block of the same size is reused.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unsupported`] without `CAN_MAP_HOST_MEMORY`; the driver's error.
     pub fn zeroed(ctx: &Arc<Context>, len: usize) -> Result<Self> {
         let bytes = bytes_of::<T>("cuMemHostAlloc", len)?;
         if !ctx.device().can_map_host_memory {
@@ -177,30 +190,36 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
                 device: ctx.device().name.clone(),
             });
         }
-        ctx.bind()?;
-        let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
-        let mut raw: *mut c_void = std::ptr::null_mut();
-        // SAFETY: context current; one pointer written through a valid pointer.
-        let r = unsafe { sys::cuMemHostAlloc(&mut raw, bytes.max(1), flags) };
-        check("cuMemHostAlloc", r, sized(bytes))?;
+        let alloc_bytes = bytes.max(1);
+        let raw = match ctx.reuse(Reusable::Host, alloc_bytes) {
+            Some(Release::Host(p, _)) => p,
+            other => {
+                if let Some(r) = other {
+                    ctx.release(r);
+                }
+                ctx.bind()?;
+                // SAFETY: the context is current.
+                unsafe { result::mem_host_alloc_mapped(alloc_bytes)? }
+            }
+        };
         let host = NonNull::new(raw.cast::<T>()).ok_or_else(|| Error::Driver {
             op: "cuMemHostAlloc",
-            name: "null pointer returned".into(),
+            name: "a null pointer".into(),
             code: 0,
             detail: format!(", {bytes} bytes"),
         })?;
-        // Owned from here: Drop frees it on every error path below.
+        // Owned from here: Drop releases it on every error path below.
         let mut buf = Self {
             ctx: ctx.clone(),
             host,
             dev: 0,
             len,
         };
-        // SAFETY: `raw` is `bytes.max(1)` writable bytes just allocated.
-        unsafe { std::ptr::write_bytes(raw.cast::<u8>(), 0, bytes.max(1)) };
-        // SAFETY: `raw` is a live DEVICEMAP allocation; flags must be 0.
-        let r = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut buf.dev, raw, 0) };
-        check("cuMemHostGetDevicePointer", r, sized(bytes))?;
+        // SAFETY: `raw` is `alloc_bytes` writable bytes owned by `buf`.
+        unsafe { std::ptr::write_bytes(raw.cast::<u8>(), 0, alloc_bytes) };
+        ctx.bind()?;
+        // SAFETY: the context is current; `raw` is a live DEVICEMAP allocation.
+        buf.dev = unsafe { result::host_device_pointer(raw)? };
         Ok(buf)
     }
 
@@ -241,12 +260,9 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
 
 impl<T: DeviceRepr> Drop for PinnedBuffer<T> {
     fn drop(&mut self) {
-        let r = self.ctx.bind().and_then(|()| {
-            // SAFETY: allocated by cuMemHostAlloc in `zeroed`, freed once here.
-            let r = unsafe { sys::cuMemFreeHost(self.host.as_ptr().cast()) };
-            check("cuMemFreeHost", r, String::new)
-        });
-        log_drop("pinned buffer", r);
+        let bytes = (self.len * core::mem::size_of::<T>()).max(1);
+        self.ctx
+            .release(Release::Host(self.host.as_ptr().cast::<c_void>(), bytes));
     }
 }
 
@@ -264,7 +280,11 @@ unsafe impl RegionMemory for PinnedBuffer<u8> {
 
 impl PinnedBuffer<u8> {
     /// Zeroed mapped pinned memory for a shared region of `bytes` bytes, checked to be
-    /// [`REGION_ALIGN`]-aligned.
+    /// [`REGION_ALIGN`]-aligned on both sides.
+    ///
+    /// # Errors
+    ///
+    /// As [`PinnedBuffer::zeroed`], and [`Error::Driver`] for a misaligned allocation.
     pub fn region_zeroed(ctx: &Arc<Context>, bytes: usize) -> Result<Self> {
         let b = Self::zeroed(ctx, bytes)?;
         let addr = b.host.as_ptr() as usize;
@@ -309,27 +329,22 @@ unsafe impl<T: DeviceRepr> Sync for UnifiedBuffer<T> {}
 impl<T: DeviceRepr> UnifiedBuffer<T> {
     /// Allocates `len` zeroed values of managed memory, attached globally, with the device
     /// as preferred location and the host as an accessor.
+    ///
+    /// # Errors
+    ///
+    /// The driver's error naming the call and the size.
     pub fn zeroed(ctx: &Arc<Context>, len: usize) -> Result<Self> {
         let bytes = bytes_of::<T>("cuMemAllocManaged", len)?;
         ctx.bind()?;
-        let mut ptr: sys::CUdeviceptr = 0;
-        let flags = sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL as u32;
-        // SAFETY: context current; one pointer written through a valid pointer.
-        let r = unsafe { sys::cuMemAllocManaged(&mut ptr, bytes.max(1), flags) };
-        check("cuMemAllocManaged", r, sized(bytes))?;
+        // SAFETY: the context is current.
+        let ptr = unsafe { result::mem_alloc_managed(bytes)? };
         let buf = Self {
             ctx: ctx.clone(),
             ptr,
             len,
             _t: PhantomData,
         };
-        // SAFETY: a live managed allocation of at least `bytes` bytes.
-        check(
-            "cuMemsetD8",
-            unsafe { sys::cuMemsetD8_v2(ptr, 0, bytes) },
-            sized(bytes),
-        )?;
-        sync_legacy_stream()?;
+        zero_device(ctx, ptr, bytes)?;
         buf.advise(
             CUmem_advise::CU_MEM_ADVISE_SET_PREFERRED_LOCATION,
             Location::Device,
@@ -357,35 +372,33 @@ impl<T: DeviceRepr> UnifiedBuffer<T> {
     }
 
     /// Gives the driver `advice` about the whole buffer for `at`.
+    ///
+    /// # Errors
+    ///
+    /// The driver's error.
     pub fn advise(&self, advice: CUmem_advise, at: Location) -> Result<()> {
         if self.bytes() == 0 {
             return Ok(());
         }
         self.ctx.bind()?;
-        let bytes = self.bytes();
-        // SAFETY: the exact range of a live managed allocation.
-        let r = unsafe { sys::cuMemAdvise_v2(self.ptr, bytes, advice, self.location(at)) };
-        check("cuMemAdvise", r, || {
-            format!(", {advice:?} for {at:?}, {bytes} bytes")
-        })
+        // SAFETY: the exact range of a live managed allocation of the bound context.
+        unsafe { result::mem_advise(self.ptr, self.bytes(), advice, self.location(at)) }
     }
 
-    /// Prefetches the whole buffer to `to`, ordered on the legacy stream, and waits.
+    /// Prefetches the whole buffer to `to` on the utility stream, and waits.
+    ///
+    /// # Errors
+    ///
+    /// The driver's error.
     pub fn prefetch(&self, to: Location) -> Result<()> {
         if self.bytes() == 0 {
             return Ok(());
         }
         self.ctx.bind()?;
-        let bytes = self.bytes();
-        let loc = self.location(to);
-        // SAFETY: the exact range of a live managed allocation; a null stream is the
-        // context's default stream, synchronised right after.
-        let r =
-            unsafe { sys::cuMemPrefetchAsync_v2(self.ptr, bytes, loc, 0, std::ptr::null_mut()) };
-        check("cuMemPrefetchAsync", r, || {
-            format!(", to {to:?}, {bytes} bytes")
-        })?;
-        sync_legacy_stream()
+        let s = self.ctx.streams.utility()?;
+        // SAFETY: the exact range of a live managed allocation; a live stream.
+        unsafe { result::mem_prefetch_async(self.ptr, self.bytes(), self.location(to), s.get())? };
+        s.synchronize("a managed-memory prefetch")
     }
 
     /// Number of values.
@@ -417,6 +430,10 @@ impl<T: DeviceRepr> UnifiedBuffer<T> {
 
     /// The values, from the host. Refused ([`Error::Unsupported`]) where the device lacks
     /// concurrent managed access: there, host access while any kernel runs faults.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unsupported`], see above.
     pub fn as_slice(&self) -> Result<&[T]> {
         self.host_access()?;
         // SAFETY: `len` initialised (zeroed, Pod) values at a host-addressable managed
@@ -425,6 +442,10 @@ impl<T: DeviceRepr> UnifiedBuffer<T> {
     }
 
     /// The values, mutably, from the host (refused as [`as_slice`](Self::as_slice) is).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unsupported`], see [`as_slice`](Self::as_slice).
     pub fn as_mut_slice(&mut self) -> Result<&mut [T]> {
         self.host_access()?;
         // SAFETY: as above, and `&mut self` excludes other host access.
@@ -434,15 +455,7 @@ impl<T: DeviceRepr> UnifiedBuffer<T> {
 
 impl<T: DeviceRepr> Drop for UnifiedBuffer<T> {
     fn drop(&mut self) {
-        let r = self.ctx.bind().and_then(|()| {
-            // SAFETY: allocated by cuMemAllocManaged in `zeroed`, freed once here.
-            check(
-                "cuMemFree",
-                unsafe { sys::cuMemFree_v2(self.ptr) },
-                String::new,
-            )
-        });
-        log_drop("unified buffer", r);
+        self.ctx.release(Release::Managed(self.ptr));
     }
 }
 

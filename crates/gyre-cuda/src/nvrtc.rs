@@ -1,127 +1,170 @@
-//! Building and compiling ring kernels with NVRTC at run time.
+//! Compiling device code with NVRTC at run time, through gyre's own handle on the library.
 //!
-//! A ring kernel is one translation unit: a handler (the `__device__` function
-//! `gyre_handler`, see `cuda/handlers/echo.cuh` for its signature), then
-//! `cuda/ring_kernel.cu` ([`ring_kernel_source`]). It is compiled to PTX for a virtual
-//! architecture `compute_XX` with the include path of gyre's device headers and the CCCL
-//! headers ([`CompileOptions`]); the driver JIT-compiles the PTX for the device at load
-//! time.
+//! gyre loads libnvrtc itself ([`Nvrtc::load`]): cudarc's loader knows the library names
+//! of the one CUDA version it was built for (`libnvrtc.so.12` for `cuda-12080`) and would
+//! panic on a machine with only `libnvrtc.so.13`, and its typed results cannot hold a code
+//! a newer NVRTC adds. Here the library is opened by the path [`Toolchain`] found (its
+//! builtins library first, see [`crate::toolchain`]), every result is read as an integer,
+//! and a missing library is [`Error::NvrtcNotFound`], never a panic.
 //!
-//! NVRTC is loaded dynamically by cudarc, which panics when the library is absent. Every
-//! compilation therefore goes through an [`Nvrtc`] handle, which only [`Nvrtc::load`]
-//! makes, after checking that the library loads: a machine without NVRTC gets
-//! [`Error::NvrtcNotFound`], never a panic.
+//! A program is compiled with gyre's device headers in memory ([`HEADERS`]) and no
+//! include path, for one [`Target`]: a CUBIN for a real architecture (`sm_90`), which a
+//! driver of the same major version loads even when it is older than NVRTC (minor-version
+//! compatibility), or PTX for a virtual one (`compute_90`), which the driver's JIT
+//! compiles and which needs a driver at least as new as NVRTC. The backend prefers the
+//! CUBIN ([`crate::backend`]). [`Nvrtc::supported_archs`] says which architectures this
+//! NVRTC compiles for (NVRTC 13 dropped sm_70).
 
-use std::ffi::{c_char, CString};
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use cudarc::nvrtc::{result, sys};
-use gyre_core::kernels::ids;
-
 use crate::error::{Error, Result};
-use crate::toolchain::Toolchain;
+use crate::source::{ring_kernel_source, Handler, HEADERS, MIN_ARCH};
+use crate::toolchain::{Toolchain, NVRTC_NAMES};
 
-/// The entry point of every ring kernel (`extern "C"`, so unmangled).
-pub const RING_KERNEL_ENTRY: &str = "gyre_ring_kernel";
+type NvrtcResult = c_int;
+type Program = *mut c_void;
 
-/// `cuda/ring_kernel.cu`, the persistent loop.
-pub const RING_KERNEL_CU: &str = include_str!("../../../cuda/ring_kernel.cu");
-const ECHO_CUH: &str = include_str!("../../../cuda/handlers/echo.cuh");
-const VEC_SCALE_CUH: &str = include_str!("../../../cuda/handlers/vec_scale.cuh");
-const REDUCE_SUM_CUH: &str = include_str!("../../../cuda/handlers/reduce_sum.cuh");
-
-/// The oldest architecture the ring kernel supports (`sm_70`: system-scope
-/// acquire/release, `__nanosleep`).
-pub const MIN_ARCH: u32 = 70;
-
-/// The handler a ring kernel is built with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Handler<'a> {
-    /// `cuda/handlers/echo.cuh` (`gyre_core::kernels::echo`).
-    Echo,
-    /// `cuda/handlers/vec_scale.cuh` (`gyre_core::kernels::vec_scale`).
-    VecScale,
-    /// `cuda/handlers/reduce_sum.cuh` (`gyre_core::kernels::reduce_sum`).
-    ReduceSum,
-    /// A user's CUDA C++ source defining `gyre_handler` with the handler signature.
-    Custom {
-        /// A name for messages and `#line` directives (NVRTC's log names it).
-        name: &'a str,
-        /// The source text.
-        source: &'a str,
-    },
+/// The NVRTC functions gyre calls, resolved from one library.
+#[allow(non_snake_case)]
+struct Api {
+    nvrtcVersion: unsafe extern "C" fn(*mut c_int, *mut c_int) -> NvrtcResult,
+    nvrtcGetErrorString: unsafe extern "C" fn(NvrtcResult) -> *const c_char,
+    nvrtcGetNumSupportedArchs: unsafe extern "C" fn(*mut c_int) -> NvrtcResult,
+    nvrtcGetSupportedArchs: unsafe extern "C" fn(*mut c_int) -> NvrtcResult,
+    nvrtcCreateProgram: unsafe extern "C" fn(
+        *mut Program,
+        *const c_char,
+        *const c_char,
+        c_int,
+        *const *const c_char,
+        *const *const c_char,
+    ) -> NvrtcResult,
+    nvrtcDestroyProgram: unsafe extern "C" fn(*mut Program) -> NvrtcResult,
+    nvrtcCompileProgram: unsafe extern "C" fn(Program, c_int, *const *const c_char) -> NvrtcResult,
+    nvrtcGetProgramLogSize: unsafe extern "C" fn(Program, *mut usize) -> NvrtcResult,
+    nvrtcGetProgramLog: unsafe extern "C" fn(Program, *mut c_char) -> NvrtcResult,
+    nvrtcGetPTXSize: unsafe extern "C" fn(Program, *mut usize) -> NvrtcResult,
+    nvrtcGetPTX: unsafe extern "C" fn(Program, *mut c_char) -> NvrtcResult,
+    nvrtcGetCUBINSize: unsafe extern "C" fn(Program, *mut usize) -> NvrtcResult,
+    nvrtcGetCUBIN: unsafe extern "C" fn(Program, *mut c_char) -> NvrtcResult,
+    version: (i32, i32),
+    path: String,
 }
 
-impl Handler<'static> {
-    /// Every built-in handler.
-    pub const BUILTIN: [Handler<'static>; 3] =
-        [Handler::Echo, Handler::VecScale, Handler::ReduceSum];
+impl Api {
+    /// Resolves the table from `lib` (kept loaded for the rest of the process).
+    ///
+    /// # Safety
+    ///
+    /// `lib` is libnvrtc: each symbol has the declared signature.
+    unsafe fn resolve(lib: &'static libloading::Library, path: String) -> Result<Self> {
+        macro_rules! sym {
+            ($name:ident) => {{
+                // SAFETY: the caller's contract.
+                let s = unsafe { lib.get(concat!(stringify!($name), "\0").as_bytes()) };
+                *s.map_err(|e| Error::NvrtcNotFound {
+                    detail: format!("{path} lacks {}: {e}", stringify!($name)),
+                })?
+            }};
+        }
+        let mut api = Self {
+            nvrtcVersion: sym!(nvrtcVersion),
+            nvrtcGetErrorString: sym!(nvrtcGetErrorString),
+            nvrtcGetNumSupportedArchs: sym!(nvrtcGetNumSupportedArchs),
+            nvrtcGetSupportedArchs: sym!(nvrtcGetSupportedArchs),
+            nvrtcCreateProgram: sym!(nvrtcCreateProgram),
+            nvrtcDestroyProgram: sym!(nvrtcDestroyProgram),
+            nvrtcCompileProgram: sym!(nvrtcCompileProgram),
+            nvrtcGetProgramLogSize: sym!(nvrtcGetProgramLogSize),
+            nvrtcGetProgramLog: sym!(nvrtcGetProgramLog),
+            nvrtcGetPTXSize: sym!(nvrtcGetPTXSize),
+            nvrtcGetPTX: sym!(nvrtcGetPTX),
+            nvrtcGetCUBINSize: sym!(nvrtcGetCUBINSize),
+            nvrtcGetCUBIN: sym!(nvrtcGetCUBIN),
+            version: (0, 0),
+            path,
+        };
+        let (mut major, mut minor) = (0, 0);
+        // SAFETY: two ints written through valid pointers.
+        let r = unsafe { (api.nvrtcVersion)(&mut major, &mut minor) };
+        api.check("nvrtcVersion", r)?;
+        api.version = (major, minor);
+        Ok(api)
+    }
 
-    /// The built-in handler of kernel id `id` (`gyre_core::kernels::ids`).
-    pub fn builtin(id: u32) -> Option<Self> {
-        match id {
-            ids::ECHO => Some(Handler::Echo),
-            ids::VEC_SCALE => Some(Handler::VecScale),
-            ids::REDUCE_SUM => Some(Handler::ReduceSum),
-            _ => None,
+    fn name(&self, r: NvrtcResult) -> String {
+        // SAFETY: returns a static NUL-terminated string for any code (NVRTC's
+        // "NVRTC_ERROR unknown" for codes it does not know).
+        let p = unsafe { (self.nvrtcGetErrorString)(r) };
+        if p.is_null() {
+            return format!("NVRTC_ERROR_{r}");
+        }
+        // SAFETY: as above.
+        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    }
+
+    fn check(&self, op: &'static str, r: NvrtcResult) -> Result<()> {
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(Error::Nvrtc {
+                op,
+                name: self.name(r),
+                code: r,
+            })
         }
     }
 }
 
-impl<'a> Handler<'a> {
-    /// Its name: the file name for a built-in (`handlers/echo.cuh`), else the given one.
-    pub fn name(&self) -> &'a str {
+/// Libraries loaded by this process, by path, never unloaded.
+static LOADED: Mutex<Vec<&'static Api>> = Mutex::new(Vec::new());
+
+/// Loads `path` and keeps it loaded for the rest of the process.
+fn load_library(path: &Path) -> Result<&'static libloading::Library> {
+    // SAFETY: loading libnvrtc (or its builtins) runs its initialisers, which have no
+    // preconditions; the handle is leaked so the library is never unloaded while used.
+    let lib = unsafe { libloading::Library::new(path) }.map_err(|e| Error::NvrtcNotFound {
+        detail: format!("cannot load {}: {e}", path.display()),
+    })?;
+    Ok(Box::leak(Box::new(lib)))
+}
+
+/// What to compile for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Target {
+    /// A CUBIN for the real architecture `sm_XX` (`90`).
+    Cubin(u32),
+    /// PTX for the virtual architecture `compute_XX`, JIT-compiled by the driver.
+    Ptx(u32),
+}
+
+impl Target {
+    /// The architecture number.
+    pub fn arch(self) -> u32 {
         match self {
-            Handler::Echo => "handlers/echo.cuh",
-            Handler::VecScale => "handlers/vec_scale.cuh",
-            Handler::ReduceSum => "handlers/reduce_sum.cuh",
-            Handler::Custom { name, .. } => name,
+            Target::Cubin(a) | Target::Ptx(a) => a,
         }
     }
 
-    /// Its source text.
-    pub fn source(&self) -> &'a str {
+    /// `sm_90` or `compute_90`.
+    pub fn name(self) -> String {
         match self {
-            Handler::Echo => ECHO_CUH,
-            Handler::VecScale => VEC_SCALE_CUH,
-            Handler::ReduceSum => REDUCE_SUM_CUH,
-            Handler::Custom { source, .. } => source,
+            Target::Cubin(a) => format!("sm_{a}"),
+            Target::Ptx(a) => format!("compute_{a}"),
         }
     }
-}
-
-/// The full source of a ring kernel with `handler`: the handler, then
-/// `cuda/ring_kernel.cu`, each after a `#line` directive so that NVRTC's log names the
-/// original file and line.
-pub fn ring_kernel_source(handler: &Handler<'_>) -> String {
-    let name: String = handler
-        .name()
-        .chars()
-        .map(|c| {
-            if c == '"' || c == '\\' || c.is_control() {
-                '_'
-            } else {
-                c
-            }
-        })
-        .collect();
-    format!(
-        "// gyre ring kernel, handler `{name}`: generated by gyre_cuda::nvrtc::ring_kernel_source\n\
-         #line 1 \"{name}\"\n{}\n#line 1 \"ring_kernel.cu\"\n{RING_KERNEL_CU}",
-        handler.source()
-    )
 }
 
 /// NVRTC options. [`args`](Self::args) turns them into the command line:
-/// `--std=c++17 --gpu-architecture=compute_XX -default-device
-/// --relocatable-device-code=false [-lineinfo] --include-path=... -D...`.
+/// `--std=c++17 --gpu-architecture=<target> -default-device
+/// --relocatable-device-code=false [-lineinfo] -D...`. No include path: gyre's headers
+/// are in memory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompileOptions {
-    /// The architecture, `80` for `compute_80` (PTX for sm_80 and newer).
-    pub arch: u32,
-    /// Include directories: gyre's `cuda/include` and the CCCL headers.
-    pub include_dirs: Vec<PathBuf>,
+    /// What to compile for.
+    pub target: Target,
     /// Preprocessor definitions, `NAME` or `NAME=VALUE` (e.g. `GYRE_MAX_LANES=128`).
     pub defines: Vec<String>,
     /// Emit line information (`-lineinfo`): profilers and sanitizers map SASS to source.
@@ -129,37 +172,40 @@ pub struct CompileOptions {
 }
 
 impl CompileOptions {
-    /// Options for `arch` with gyre's device headers and `toolchain`'s CCCL headers.
-    pub fn new(arch: u32, toolchain: &Toolchain) -> Self {
+    /// Options for `target`, with line information.
+    pub fn new(target: Target) -> Self {
         Self {
-            arch,
-            include_dirs: vec![Toolchain::gyre_include(), toolchain.cccl_include.clone()],
+            target,
             defines: Vec::new(),
             line_info: true,
         }
     }
 
-    /// The NVRTC command line. Fails for an architecture older than [`MIN_ARCH`], a path
-    /// that is not UTF-8, or anything containing a NUL byte.
+    /// The NVRTC command line.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::UnsupportedArch`] for an architecture older than [`MIN_ARCH`];
+    /// [`Error::InvalidInput`] for a define containing a NUL byte.
     pub fn args(&self) -> Result<Vec<String>> {
-        if self.arch < MIN_ARCH {
-            return Err(Error::UnsupportedArch { arch: self.arch });
+        let arch = self.target.arch();
+        if arch < MIN_ARCH {
+            return Err(Error::UnsupportedArch {
+                arch,
+                why: format!(
+                    "gyre's ring kernel needs sm_{MIN_ARCH} or newer (system-scope \
+                     acquire/release, __nanosleep)"
+                ),
+            });
         }
         let mut args = vec![
             "--std=c++17".to_owned(),
-            format!("--gpu-architecture=compute_{}", self.arch),
+            format!("--gpu-architecture={}", self.target.name()),
             "-default-device".to_owned(),
             "--relocatable-device-code=false".to_owned(),
         ];
         if self.line_info {
             args.push("-lineinfo".to_owned());
-        }
-        for dir in &self.include_dirs {
-            let s = dir.to_str().ok_or_else(|| Error::InvalidInput {
-                what: format!("include directory {}", dir.display()),
-                reason: "not UTF-8",
-            })?;
-            args.push(format!("--include-path={s}"));
         }
         for d in &self.defines {
             args.push(format!("-D{d}"));
@@ -176,77 +222,171 @@ impl CompileOptions {
 
 /// A compiled program.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Ptx {
+pub struct Compiled {
     /// The program name.
     pub name: String,
-    /// The architecture it was compiled for (`compute_XX`).
-    pub arch: u32,
-    /// The PTX text.
-    pub ptx: String,
+    /// What it was compiled for.
+    pub target: Target,
+    /// The CUBIN, or the PTX text (without a NUL byte).
+    pub image: Vec<u8>,
     /// NVRTC's log: empty, or warnings.
     pub log: String,
 }
 
-/// Libraries loaded by absolute path, kept loaded for the life of the process.
-static PRELOADED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+impl Compiled {
+    /// The PTX text, for a [`Target::Ptx`] program.
+    pub fn ptx(&self) -> Option<&str> {
+        match self.target {
+            Target::Ptx(_) => std::str::from_utf8(&self.image).ok(),
+            Target::Cubin(_) => None,
+        }
+    }
 
-/// Proof that the NVRTC library is loaded: the only way to compile.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    /// The image as the driver loads it: a CUBIN as is, PTX with a NUL byte appended.
+    pub fn loadable(&self) -> Vec<u8> {
+        let mut v = self.image.clone();
+        if matches!(self.target, Target::Ptx(_)) {
+            v.push(0);
+        }
+        v
+    }
+}
+
+/// A loaded NVRTC library: the only way to compile. Cheap to copy.
+#[derive(Clone, Copy)]
 pub struct Nvrtc {
-    version: (i32, i32),
+    api: &'static Api,
+}
+
+impl core::fmt::Debug for Nvrtc {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Nvrtc")
+            .field("version", &self.api.version)
+            .field("path", &self.api.path)
+            .finish()
+    }
+}
+
+impl PartialEq for Nvrtc {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self.api, other.api)
+    }
 }
 
 impl Nvrtc {
-    /// Loads NVRTC.
+    /// Loads the NVRTC of `toolchain`: its builtins library first (NVRTC 13 opens it by
+    /// name and has no run path), then libnvrtc by absolute path; with no path, the
+    /// loader's search path by [`NVRTC_NAMES`]. Loading the same library again returns
+    /// the same handle.
     ///
-    /// With `lib` (an absolute path, e.g. [`Toolchain::nvrtc_lib`]), that file is loaded
-    /// first and kept loaded: cudarc looks the library up by name (`libnvrtc.so.12`, ...),
-    /// and the dynamic loader answers a name with an already loaded library of that soname,
-    /// so no `LD_LIBRARY_PATH` is needed. Without it, the loader's search path decides.
-    /// Then the library must be present by cudarc's names, else
-    /// [`Error::NvrtcNotFound`].
-    pub fn load(lib: Option<&Path>) -> Result<Self> {
-        if let Some(path) = lib {
-            preload(path)?;
+    /// # Errors
+    ///
+    /// [`Error::NvrtcNotFound`] saying what was tried.
+    pub fn load(toolchain: &Toolchain) -> Result<Self> {
+        let mut loaded = LOADED.lock().unwrap_or_else(|p| p.into_inner());
+        let key = toolchain
+            .nvrtc_lib
+            .as_ref()
+            .map_or_else(|| "<loader path>".to_owned(), |p| p.display().to_string());
+        if let Some(api) = loaded.iter().find(|a| a.path == key) {
+            return Ok(Self { api });
         }
-        // SAFETY: only tries to load (dlopen) the candidate libnvrtc names and closes
-        // them again; loading libnvrtc runs no initialiser with preconditions.
-        if !unsafe { sys::is_culib_present() } {
-            return Err(Error::NvrtcNotFound {
-                detail: format!(
-                    "no library named {:?} on the loader's search path",
-                    cudarc::get_lib_name_candidates("nvrtc")
-                ),
-            });
+        if let Some(b) = &toolchain.builtins_lib {
+            load_library(b)?;
         }
-        let (mut major, mut minor) = (0, 0);
-        // SAFETY: the library is present (checked above), so cudarc's loader does not
-        // panic; nvrtcVersion writes two ints through valid pointers.
-        let r = unsafe { sys::nvrtcVersion(&mut major, &mut minor) };
-        r.result().map_err(|e| Error::Nvrtc {
-            op: "nvrtcVersion",
-            result: format!("{e:?}"),
-        })?;
-        Ok(Self {
-            version: (major, minor),
-        })
+        let lib = match &toolchain.nvrtc_lib {
+            Some(p) => load_library(p)?,
+            None => NVRTC_NAMES
+                .iter()
+                .find_map(|n| load_library(&PathBuf::from(n)).ok())
+                .ok_or_else(|| Error::NvrtcNotFound {
+                    detail: format!(
+                        "none of {} on the loader's search path; searched {}",
+                        NVRTC_NAMES.join(", "),
+                        Toolchain::searched()
+                    ),
+                })?,
+        };
+        // SAFETY: `lib` is libnvrtc (by its name or the toolchain's path).
+        let api: &'static Api = Box::leak(Box::new(unsafe { Api::resolve(lib, key)? }));
+        loaded.push(api);
+        Ok(Self { api })
     }
 
     /// Finds the toolchain ([`Toolchain::discover`]) and loads its NVRTC.
+    ///
+    /// # Errors
+    ///
+    /// As [`Toolchain::discover`] and [`Nvrtc::load`].
     pub fn discover() -> Result<(Self, Toolchain)> {
         let tc = Toolchain::discover()?;
-        let nvrtc = Self::load(tc.nvrtc_lib.as_deref())?;
+        let nvrtc = Self::load(&tc)?;
         Ok((nvrtc, tc))
     }
 
-    /// NVRTC's version, `(12, 8)`.
+    /// NVRTC's version, `(13, 0)`.
     pub fn version(&self) -> (i32, i32) {
-        self.version
+        self.api.version
     }
 
-    /// Compiles `source` (named `name` in the log) to PTX. [`Error::Compile`] carries
-    /// NVRTC's log.
-    pub fn compile_ptx(&self, name: &str, source: &str, opts: &CompileOptions) -> Result<Ptx> {
+    /// NVRTC's version as `13.0`.
+    pub fn version_string(&self) -> String {
+        format!("{}.{}", self.api.version.0, self.api.version.1)
+    }
+
+    /// The library's path (or `<loader path>`).
+    pub fn path(&self) -> &str {
+        &self.api.path
+    }
+
+    /// The architectures this NVRTC compiles for (`nvrtcGetSupportedArchs`), ascending.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Nvrtc`] naming the call.
+    pub fn supported_archs(&self) -> Result<Vec<u32>> {
+        let a = self.api;
+        let mut n: c_int = 0;
+        // SAFETY: one int written through a valid pointer.
+        a.check("nvrtcGetNumSupportedArchs", unsafe {
+            (a.nvrtcGetNumSupportedArchs)(&mut n)
+        })?;
+        let mut v = vec![0 as c_int; n.max(0) as usize];
+        // SAFETY: `v` holds the `n` ints NVRTC writes.
+        a.check("nvrtcGetSupportedArchs", unsafe {
+            (a.nvrtcGetSupportedArchs)(v.as_mut_ptr())
+        })?;
+        let mut archs: Vec<u32> = v
+            .into_iter()
+            .filter_map(|x| u32::try_from(x).ok())
+            .collect();
+        archs.sort_unstable();
+        Ok(archs)
+    }
+
+    /// The architectures the ring kernel can be compiled for here: those NVRTC supports,
+    /// from [`MIN_ARCH`] on.
+    ///
+    /// # Errors
+    ///
+    /// As [`supported_archs`](Self::supported_archs).
+    pub fn ring_kernel_archs(&self) -> Result<Vec<u32>> {
+        Ok(self
+            .supported_archs()?
+            .into_iter()
+            .filter(|&a| a >= MIN_ARCH)
+            .collect())
+    }
+
+    /// Compiles `source` (named `name` in the log) for `opts.target`, with gyre's headers
+    /// in memory.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Compile`] with NVRTC's log; [`Error::InvalidInput`] for a NUL byte;
+    /// [`Error::Nvrtc`] for another failing call.
+    pub fn compile(&self, name: &str, source: &str, opts: &CompileOptions) -> Result<Compiled> {
+        let a = self.api;
         let args = opts.args()?;
         let nul = |what: String| Error::InvalidInput {
             what,
@@ -254,91 +394,132 @@ impl Nvrtc {
         };
         let src = CString::new(source).map_err(|_| nul(format!("source of {name}")))?;
         let cname = CString::new(name).map_err(|_| nul(format!("program name {name:?}")))?;
-        let prog = Program::create(&src, &cname)?;
-        // SAFETY: `prog` is a live program (destroyed only by its Drop); the options
-        // contain no NUL byte (checked by `args`), so cudarc's CString conversion holds.
-        let compiled = unsafe { result::compile_program(prog.0, &args) };
-        // SAFETY: as above.
-        let log = unsafe { result::get_program_log(prog.0) }
-            .map(|l| c_chars_to_string(&l))
-            .unwrap_or_default();
-        if let Err(e) = compiled {
+        let cargs: Vec<CString> = args
+            .iter()
+            .map(|s| CString::new(s.as_str()).map_err(|_| nul(format!("option {s:?}"))))
+            .collect::<Result<_>>()?;
+        let arg_ptrs: Vec<*const c_char> = cargs.iter().map(|c| c.as_ptr()).collect();
+        let headers: Vec<(CString, CString)> = HEADERS
+            .iter()
+            .map(|(n, t)| {
+                Ok((
+                    CString::new(*n).map_err(|_| nul(format!("header name {n}")))?,
+                    CString::new(*t).map_err(|_| nul(format!("header {n}")))?,
+                ))
+            })
+            .collect::<Result<_>>()?;
+        let texts: Vec<*const c_char> = headers.iter().map(|(_, t)| t.as_ptr()).collect();
+        let names: Vec<*const c_char> = headers.iter().map(|(n, _)| n.as_ptr()).collect();
+        let mut prog: Program = std::ptr::null_mut();
+        // SAFETY: every string is NUL-terminated and outlives the program (destroyed
+        // below, before they drop); the two header arrays have the same length.
+        a.check("nvrtcCreateProgram", unsafe {
+            (a.nvrtcCreateProgram)(
+                &mut prog,
+                src.as_ptr(),
+                cname.as_ptr(),
+                texts.len() as c_int,
+                texts.as_ptr(),
+                names.as_ptr(),
+            )
+        })?;
+        let out = self.compile_program(prog, name, opts.target, &arg_ptrs);
+        // SAFETY: created above, destroyed once.
+        let _ = unsafe { (a.nvrtcDestroyProgram)(&mut prog) };
+        out
+    }
+
+    fn compile_program(
+        &self,
+        prog: Program,
+        name: &str,
+        target: Target,
+        args: &[*const c_char],
+    ) -> Result<Compiled> {
+        let a = self.api;
+        // SAFETY: a live program; `args` are NUL-terminated strings the caller keeps alive.
+        let compiled = unsafe { (a.nvrtcCompileProgram)(prog, args.len() as c_int, args.as_ptr()) };
+        let log = self.fetch(prog, a.nvrtcGetProgramLogSize, a.nvrtcGetProgramLog, "log")?;
+        let log = String::from_utf8_lossy(strip_nul(&log)).into_owned();
+        if compiled != 0 {
             return Err(Error::Compile {
                 name: name.to_owned(),
-                arch: opts.arch,
-                result: format!("{:?}", e.0),
+                target: target.name(),
+                nvrtc: self.version_string(),
+                result: a.name(compiled),
                 log,
             });
         }
-        // SAFETY: as above; the program compiled.
-        let ptx = unsafe { result::get_ptx(prog.0) }.map_err(|e| Error::Nvrtc {
-            op: "nvrtcGetPTX",
-            result: format!("{:?}", e.0),
-        })?;
-        Ok(Ptx {
+        let image = match target {
+            Target::Cubin(_) => self.fetch(prog, a.nvrtcGetCUBINSize, a.nvrtcGetCUBIN, "CUBIN")?,
+            Target::Ptx(_) => {
+                let mut p = self.fetch(prog, a.nvrtcGetPTXSize, a.nvrtcGetPTX, "PTX")?;
+                let len = strip_nul(&p).len();
+                p.truncate(len);
+                p
+            }
+        };
+        Ok(Compiled {
             name: name.to_owned(),
-            arch: opts.arch,
-            ptx: c_chars_to_string(&ptx),
+            target,
+            image,
             log,
         })
     }
 
-    /// Builds the ring kernel with `handler` ([`ring_kernel_source`]) and compiles it to
-    /// PTX; the entry point is [`RING_KERNEL_ENTRY`].
-    pub fn compile_ring_kernel(&self, handler: &Handler<'_>, opts: &CompileOptions) -> Result<Ptx> {
+    /// One of NVRTC's size-then-copy outputs.
+    fn fetch(
+        &self,
+        prog: Program,
+        size: unsafe extern "C" fn(Program, *mut usize) -> NvrtcResult,
+        get: unsafe extern "C" fn(Program, *mut c_char) -> NvrtcResult,
+        what: &'static str,
+    ) -> Result<Vec<u8>> {
+        let mut n = 0usize;
+        // SAFETY: a live program; one usize written through a valid pointer.
+        self.api
+            .check(what_op(what, true), unsafe { size(prog, &mut n) })?;
+        let mut buf = vec![0u8; n];
+        if n > 0 {
+            // SAFETY: `buf` holds the `n` bytes NVRTC writes.
+            self.api.check(what_op(what, false), unsafe {
+                get(prog, buf.as_mut_ptr().cast())
+            })?;
+        }
+        Ok(buf)
+    }
+
+    /// Builds the ring kernel with `handler` ([`ring_kernel_source`]) and compiles it; the
+    /// entry point is [`crate::source::RING_KERNEL_ENTRY`].
+    ///
+    /// # Errors
+    ///
+    /// As [`compile`](Self::compile).
+    pub fn compile_ring_kernel(
+        &self,
+        handler: &Handler<'_>,
+        opts: &CompileOptions,
+    ) -> Result<Compiled> {
         let name = format!("gyre_ring_kernel[{}]", handler.name());
-        self.compile_ptx(&name, &ring_kernel_source(handler), opts)
+        self.compile(&name, &ring_kernel_source(handler), opts)
     }
 }
 
-/// Loads `path` and keeps it loaded for the rest of the process (once per path).
-fn preload(path: &Path) -> Result<()> {
-    let mut done = PRELOADED.lock().unwrap_or_else(|p| p.into_inner());
-    if done.iter().any(|p| p == path) {
-        return Ok(());
-    }
-    // SAFETY: loading libnvrtc runs its initialisers, which have no preconditions; the
-    // handle is leaked on purpose so the library is never unloaded while cudarc uses it.
-    let lib = unsafe { libloading::Library::new(path) }.map_err(|e| Error::NvrtcNotFound {
-        detail: format!("cannot load {}: {e}", path.display()),
-    })?;
-    std::mem::forget(lib);
-    done.push(path.to_path_buf());
-    Ok(())
-}
-
-/// An NVRTC program, destroyed on drop. Borrows its source and name, which NVRTC may
-/// reference until then.
-struct Program<'s>(sys::nvrtcProgram, std::marker::PhantomData<&'s CString>);
-
-impl<'s> Program<'s> {
-    fn create(src: &'s CString, name: &'s CString) -> Result<Self> {
-        let p = result::create_program(src.as_c_str(), Some(name.as_c_str())).map_err(|e| {
-            Error::Nvrtc {
-                op: "nvrtcCreateProgram",
-                result: format!("{:?}", e.0),
-            }
-        })?;
-        Ok(Self(p, std::marker::PhantomData))
+fn what_op(what: &'static str, size: bool) -> &'static str {
+    match (what, size) {
+        ("log", true) => "nvrtcGetProgramLogSize",
+        ("log", false) => "nvrtcGetProgramLog",
+        ("CUBIN", true) => "nvrtcGetCUBINSize",
+        ("CUBIN", false) => "nvrtcGetCUBIN",
+        (_, true) => "nvrtcGetPTXSize",
+        (_, false) => "nvrtcGetPTX",
     }
 }
 
-impl Drop for Program<'_> {
-    fn drop(&mut self) {
-        // SAFETY: created by nvrtcCreateProgram and destroyed only here. A failure leaks
-        // the program, which is all that can be done about it.
-        let _ = unsafe { result::destroy_program(self.0) };
-    }
-}
-
-/// NVRTC's NUL-terminated output as a string (lossy: PTX and logs are ASCII).
-fn c_chars_to_string(chars: &[c_char]) -> String {
-    let bytes: Vec<u8> = chars
-        .iter()
-        .map(|&c| c as u8)
-        .take_while(|&b| b != 0)
-        .collect();
-    String::from_utf8_lossy(&bytes).into_owned()
+/// `b` up to its first NUL byte.
+fn strip_nul(b: &[u8]) -> &[u8] {
+    let end = b.iter().position(|&x| x == 0).unwrap_or(b.len());
+    &b[..end]
 }
 
 #[cfg(test)]
@@ -346,35 +527,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn builtin_ids_match_gyre_core() {
-        assert_eq!(Handler::builtin(ids::ECHO), Some(Handler::Echo));
-        assert_eq!(Handler::builtin(ids::VEC_SCALE), Some(Handler::VecScale));
-        assert_eq!(Handler::builtin(ids::REDUCE_SUM), Some(Handler::ReduceSum));
-        assert_eq!(Handler::builtin(0), None);
-    }
-
-    #[test]
-    fn source_is_handler_then_loop() {
-        for h in Handler::BUILTIN {
-            let s = ring_kernel_source(&h);
-            let handler_at = s.find("__device__ unsigned int gyre_handler(").unwrap();
-            let entry_at = s.find("void __launch_bounds__").unwrap();
-            assert!(handler_at < entry_at, "{}", h.name());
-            assert!(s.contains(&format!("#line 1 \"{}\"", h.name())));
-            assert!(s.contains("#line 1 \"ring_kernel.cu\""));
-        }
-        let odd = Handler::Custom {
-            name: "my\"handler\n.cu",
-            source: "",
-        };
-        assert!(ring_kernel_source(&odd).contains("#line 1 \"my_handler_.cu\""));
-    }
-
-    #[test]
     fn args_are_the_documented_command_line() {
         let o = CompileOptions {
-            arch: 80,
-            include_dirs: vec![PathBuf::from("/a"), PathBuf::from("/b")],
+            target: Target::Cubin(90),
             defines: vec!["GYRE_MAX_LANES=128".into()],
             line_info: true,
         };
@@ -382,46 +537,61 @@ mod tests {
             o.args().unwrap(),
             [
                 "--std=c++17",
-                "--gpu-architecture=compute_80",
+                "--gpu-architecture=sm_90",
                 "-default-device",
                 "--relocatable-device-code=false",
                 "-lineinfo",
-                "--include-path=/a",
-                "--include-path=/b",
                 "-DGYRE_MAX_LANES=128",
             ]
         );
+        let p = CompileOptions::new(Target::Ptx(80));
+        assert!(p
+            .args()
+            .unwrap()
+            .contains(&"--gpu-architecture=compute_80".to_owned()));
     }
 
     #[test]
     fn old_arch_and_nul_bytes_are_typed_errors() {
-        let mut o = CompileOptions {
-            arch: 61,
-            include_dirs: vec![],
-            defines: vec![],
-            line_info: false,
-        };
-        assert!(matches!(o.args(), Err(Error::UnsupportedArch { arch: 61 })));
-        o.arch = 90;
+        let mut o = CompileOptions::new(Target::Ptx(61));
+        assert!(matches!(
+            o.args(),
+            Err(Error::UnsupportedArch { arch: 61, .. })
+        ));
+        o.target = Target::Cubin(90);
         o.defines.push("A\0B".into());
         assert!(matches!(o.args(), Err(Error::InvalidInput { .. })));
     }
 
     #[test]
     fn missing_library_is_a_typed_error_not_a_panic() {
-        let e = Nvrtc::load(Some(Path::new("/nonexistent/libnvrtc.so.12"))).unwrap_err();
+        let tc = Toolchain {
+            nvrtc_lib: Some(PathBuf::from("/nonexistent/libnvrtc.so.13")),
+            builtins_lib: None,
+            ptxas: None,
+            origin: "test".into(),
+        };
+        let e = Nvrtc::load(&tc).unwrap_err();
         assert!(matches!(e, Error::NvrtcNotFound { .. }), "{e}");
-        assert!(e.to_string().contains("/nonexistent/libnvrtc.so.12"), "{e}");
+        assert!(e.to_string().contains("/nonexistent/libnvrtc.so.13"), "{e}");
         // Whatever this machine has: a handle or NvrtcNotFound, never a panic.
-        match Nvrtc::load(None) {
-            Ok(n) => assert!(n.version().0 >= 11),
+        match Nvrtc::load(&Toolchain::from_loader_path()) {
+            Ok(n) => assert!(n.version().0 >= 12),
             Err(e) => assert!(matches!(e, Error::NvrtcNotFound { .. }), "{e}"),
         }
     }
 
     #[test]
-    fn c_chars_stop_at_nul() {
-        let v: Vec<c_char> = b"ab\0cd".iter().map(|&b| b as c_char).collect();
-        assert_eq!(c_chars_to_string(&v), "ab");
+    fn nul_stripping() {
+        assert_eq!(strip_nul(b"ab\0cd"), b"ab");
+        assert_eq!(strip_nul(b"ab"), b"ab");
+        let c = Compiled {
+            name: "x".into(),
+            target: Target::Ptx(80),
+            image: b".version".to_vec(),
+            log: String::new(),
+        };
+        assert_eq!(c.ptx(), Some(".version"));
+        assert_eq!(c.loadable().last(), Some(&0));
     }
 }

@@ -1,23 +1,52 @@
 //! Is there a usable CUDA driver and device here? [`CudaProbe::detect`] answers without
-//! panicking: cudarc panics on the first driver call when `libcuda` is absent, so the
-//! library is looked for first ([`cudarc::driver::sys::is_culib_present`]), and every
-//! other failure (cuInit, no device, an old driver) is its own [`Error`] variant.
+//! panicking: the driver library is looked for first (cudarc panics on a driver call when
+//! `libcuda` is absent), and every other failure (cuInit, no device, an old driver) is its
+//! own [`Error`] variant.
 //!
-//! A [`CudaInfo`] is also the proof that `cuInit` succeeded in this process: the driver
-//! calls of [`crate::context`], [`crate::memory`] and [`crate::backend`] start from one.
+//! Detection is also where gyre prepares the driver's environment, once, before the
+//! process's first `cuInit` (the driver reads it only then; see [`DriverEnv`]):
+//!
+//! * `CUDA_MODULE_LOADING=EAGER`: with lazy loading (the default since 12.2) a kernel's
+//!   code is loaded at its first launch, and that load waits for the whole device to be
+//!   idle, which never happens while a persistent ring kernel runs: a second kernel, or
+//!   the visibility probe, would hang behind the first.
+//! * `CUDA_DEVICE_MAX_CONNECTIONS=32`: the device has this many hardware work queues
+//!   (default 8); streams beyond it share queues, and work queued behind a persistent
+//!   kernel on a shared queue never runs. gyre holds at most this many streams per
+//!   context (see [`crate::stream`]).
+//!
+//! A variable the user already set is left alone. A [`CudaInfo`] is the proof that
+//! `cuInit` succeeded in this process: the driver calls of the other modules start from
+//! one.
 
-use std::ffi::c_int;
 use std::sync::OnceLock;
 
-use cudarc::driver::sys::{self, CUdevice_attribute as Attr, CUresult};
-
-use crate::error::{check, Error, Result};
+use crate::error::{Error, Result};
+use crate::result;
+use crate::sys::CUdevice_attribute as Attr;
 
 /// The oldest driver gyre's driver calls work with (12.2: `cuMemAdvise_v2`,
-/// `cuMemPrefetchAsync_v2`; cudarc resolves symbols lazily and panics on a missing one).
+/// `cuMemPrefetchAsync_v2`).
 pub const MIN_DRIVER_VERSION: i32 = 12020;
-/// Drivers from this version on have `cuFuncLoad`, used to load a kernel eagerly.
-pub const FUNC_LOAD_DRIVER_VERSION: i32 = 12040;
+
+/// The hardware queue count gyre asks for (`CUDA_DEVICE_MAX_CONNECTIONS`, at most 32).
+pub const WANTED_CONNECTIONS: u32 = 32;
+/// The driver's default when the variable is unset or invalid.
+pub const DEFAULT_CONNECTIONS: u32 = 8;
+
+/// The driver environment in effect for this process (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DriverEnv {
+    /// `CUDA_MODULE_LOADING` as the driver saw it (`EAGER`, `LAZY`, or `unset`).
+    pub module_loading: String,
+    /// Hardware work queues per device (`CUDA_DEVICE_MAX_CONNECTIONS`, 1..=32).
+    pub max_connections: u32,
+    /// The variables gyre set itself (it never overrides one the user set).
+    pub set_by_gyre: Vec<&'static str>,
+    /// Whether something in this process called `cuInit` before gyre did, so the
+    /// variables above may not be what the driver read.
+    pub initialized_before_gyre: bool,
+}
 
 /// What the driver says about one device.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +59,11 @@ pub struct DeviceInfo {
     pub compute_capability: (i32, i32),
     /// Global memory in bytes.
     pub total_mem: usize,
+    /// Streaming multiprocessors.
+    pub multiprocessors: i32,
+    /// `KERNEL_EXEC_TIMEOUT`: a display watchdog kills long-running kernels (WDDM,
+    /// WSL2, a GPU that drives a display).
+    pub kernel_exec_timeout: bool,
     /// `CAN_MAP_HOST_MEMORY`: mapped pinned memory (zero copy) works.
     pub can_map_host_memory: bool,
     /// `UNIFIED_ADDRESSING`: host and device share one address space.
@@ -44,7 +78,7 @@ pub struct DeviceInfo {
 }
 
 impl DeviceInfo {
-    /// The architecture number NVRTC takes (`90` for sm_90).
+    /// The architecture number (`90` for sm_90).
     pub fn arch(&self) -> u32 {
         let (major, minor) = self.compute_capability;
         (major.max(0) as u32) * 10 + minor.max(0) as u32
@@ -56,12 +90,14 @@ impl DeviceInfo {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CudaInfo {
-    /// The driver's CUDA version (`12080` for 12.8).
+    /// The driver's CUDA version (`13000` for 13.0).
     pub driver_version: i32,
     /// Number of devices.
     pub device_count: i32,
     /// Device 0, the one gyre uses.
     pub device: DeviceInfo,
+    /// The driver environment in effect.
+    pub env: DriverEnv,
 }
 
 impl CudaInfo {
@@ -85,7 +121,7 @@ impl CudaProbe {
     pub fn library_present() -> bool {
         // SAFETY: only dlopens the candidate names and closes them again; loading libcuda
         // runs no initialiser with preconditions.
-        unsafe { sys::is_culib_present() }
+        unsafe { cudarc::driver::sys::is_culib_present() }
     }
 
     /// The driver library's names that cudarc tries on this OS, for messages.
@@ -103,8 +139,14 @@ impl CudaProbe {
         names
     }
 
-    /// Loads the driver, initialises it and describes device 0. A success is kept:
-    /// the facts do not change within a process; a failure is detected again next time.
+    /// Loads the driver, prepares its environment (once), initialises it and describes
+    /// device 0. A success is kept: the facts do not change within a process; a failure
+    /// is detected again next time.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LibraryMissing`], [`Error::DriverSymbol`], [`Error::InitFailed`],
+    /// [`Error::NoDevice`], [`Error::DriverTooOld`], or a failed query naming its call.
     pub fn detect() -> Result<CudaInfo> {
         static DETECTED: OnceLock<CudaInfo> = OnceLock::new();
         if let Some(info) = DETECTED.get() {
@@ -115,31 +157,60 @@ impl CudaProbe {
     }
 }
 
-fn detect_uncached() -> Result<CudaInfo> {
-    if !CudaProbe::library_present() {
-        return Err(Error::LibraryMissing {
-            searched: CudaProbe::library_names(),
-        });
+/// Sets the variables of the module docs where unset, once, before the first `cuInit`.
+fn prepare_env() -> Result<DriverEnv> {
+    static ENV: OnceLock<DriverEnv> = OnceLock::new();
+    if let Some(e) = ENV.get() {
+        return Ok(e.clone());
     }
-    // SAFETY: the library is present (checked above), so cudarc's loader does not panic;
-    // cuInit(0) has no preconditions and may be called more than once.
-    match unsafe { sys::cuInit(0) } {
-        CUresult::CUDA_SUCCESS => {}
-        CUresult::CUDA_ERROR_NO_DEVICE => return Err(Error::NoDevice { driver: 0 }),
-        e => {
-            return Err(Error::InitFailed {
-                code: e as i32,
-                name: format!("{e:?}"),
-            })
+    // Before cuInit, cuDeviceGetCount fails with CUDA_ERROR_NOT_INITIALIZED; success
+    // means another library initialised the driver first.
+    let initialized_before_gyre = result::device_count().is_ok();
+    let mut set_by_gyre = Vec::new();
+    if !initialized_before_gyre {
+        for (var, value) in [
+            ("CUDA_MODULE_LOADING", "EAGER".to_owned()),
+            (
+                "CUDA_DEVICE_MAX_CONNECTIONS",
+                WANTED_CONNECTIONS.to_string(),
+            ),
+        ] {
+            if std::env::var_os(var).is_none() {
+                // The driver reads these at cuInit, which has not happened. Setting the
+                // environment races with threads reading it concurrently (getenv in C
+                // code); this happens once, at the first CUDA probe, and a program that
+                // cares sets both variables itself before starting threads.
+                std::env::set_var(var, &value);
+                set_by_gyre.push(var);
+            }
         }
     }
-    let mut version: c_int = 0;
-    // SAFETY: the driver is initialised; one int written through a valid pointer.
-    check(
-        "cuDriverGetVersion",
-        unsafe { sys::cuDriverGetVersion(&mut version) },
-        String::new,
-    )?;
+    let max_connections = std::env::var("CUDA_DEVICE_MAX_CONNECTIONS")
+        .ok()
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .filter(|n| (1..=32).contains(n))
+        .unwrap_or(DEFAULT_CONNECTIONS);
+    let env = DriverEnv {
+        module_loading: std::env::var("CUDA_MODULE_LOADING").unwrap_or_else(|_| "unset".into()),
+        max_connections,
+        set_by_gyre,
+        initialized_before_gyre,
+    };
+    if !env.module_loading.eq_ignore_ascii_case("EAGER") {
+        tracing::warn!(
+            CUDA_MODULE_LOADING = %env.module_loading,
+            "CUDA modules may load lazily: gyre loads every kernel explicitly before its first \
+             persistent launch, but other libraries' kernels can hang behind a ring kernel"
+        );
+    }
+    Ok(ENV.get_or_init(|| env).clone())
+}
+
+fn detect_uncached() -> Result<CudaInfo> {
+    result::api()?;
+    let env = prepare_env()?;
+    result::init()?;
+    let version = result::driver_version()?;
     if version < MIN_DRIVER_VERSION {
         return Err(Error::DriverTooOld {
             found: version,
@@ -147,70 +218,38 @@ fn detect_uncached() -> Result<CudaInfo> {
             why: "cuMemAdvise_v2 and cuMemPrefetchAsync_v2",
         });
     }
-    let mut count: c_int = 0;
-    // SAFETY: as above.
-    check(
-        "cuDeviceGetCount",
-        unsafe { sys::cuDeviceGetCount(&mut count) },
-        String::new,
-    )?;
+    let count = result::device_count()?;
     if count < 1 {
         return Err(Error::NoDevice { driver: version });
     }
-    let device = describe(0)?;
     Ok(CudaInfo {
         driver_version: version,
         device_count: count,
-        device,
+        device: describe(0)?,
+        env,
     })
 }
 
 /// Describes device `ordinal`. The driver must be initialised.
 fn describe(ordinal: i32) -> Result<DeviceInfo> {
-    let mut dev: sys::CUdevice = 0;
-    // SAFETY: driver initialised (caller); one int written through a valid pointer.
-    check(
-        "cuDeviceGet",
-        unsafe { sys::cuDeviceGet(&mut dev, ordinal) },
-        || format!(", ordinal {ordinal}"),
-    )?;
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is 256 bytes and the length passed is 255, leaving a NUL.
-    check(
-        "cuDeviceGetName",
-        unsafe { sys::cuDeviceGetName(buf.as_mut_ptr().cast(), 255, dev) },
-        String::new,
-    )?;
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    let name = String::from_utf8_lossy(&buf[..end]).into_owned();
-    let mut total_mem = 0usize;
-    // SAFETY: valid device handle; one usize written through a valid pointer.
-    check(
-        "cuDeviceTotalMem",
-        unsafe { sys::cuDeviceTotalMem_v2(&mut total_mem, dev) },
-        String::new,
-    )?;
-    let attr = |a: Attr| -> Result<i32> {
-        let mut v: c_int = 0;
-        // SAFETY: valid device handle; one int written through a valid pointer.
-        let r = unsafe { sys::cuDeviceGetAttribute(&mut v, a, dev) };
-        check("cuDeviceGetAttribute", r, || format!(", attribute {a:?}"))?;
-        Ok(v)
-    };
+    let dev = result::device_get(ordinal)?;
+    let attr = |a: Attr| result::device_attribute(dev, a);
     Ok(DeviceInfo {
         ordinal,
+        name: result::device_name(dev)?,
         compute_capability: (
             attr(Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
             attr(Attr::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
         ),
-        total_mem,
+        total_mem: result::device_total_mem(dev)?,
+        multiprocessors: attr(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+        kernel_exec_timeout: attr(Attr::CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT)? != 0,
         can_map_host_memory: attr(Attr::CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY)? != 0,
         unified_addressing: attr(Attr::CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING)? != 0,
         concurrent_managed_access: attr(Attr::CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS)? != 0,
         pageable_memory_access: attr(Attr::CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS)? != 0,
         host_native_atomic_supported: attr(Attr::CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED)?
             != 0,
-        name,
     })
 }
 
@@ -225,6 +264,7 @@ mod tests {
                 assert!(CudaProbe::library_present());
                 assert!(info.device_count >= 1);
                 assert!(info.driver_version >= MIN_DRIVER_VERSION);
+                assert!((1..=32).contains(&info.env.max_connections));
             }
             Err(Error::LibraryMissing { searched }) => {
                 assert!(!CudaProbe::library_present());
@@ -250,11 +290,7 @@ mod tests {
         };
         assert!(e.to_string().contains("11.8 is too old"), "{e}");
         assert!(e.to_string().contains("12.2 or newer"), "{e}");
-        let e = Error::driver(
-            "cuMemHostAlloc",
-            CUresult::CUDA_ERROR_OUT_OF_MEMORY,
-            ", 4096 bytes".into(),
-        );
+        let e = Error::driver("cuMemHostAlloc", 2, ", 4096 bytes".into());
         let s = e.to_string();
         assert!(
             s.contains("cuMemHostAlloc") && s.contains("CUDA_ERROR_OUT_OF_MEMORY"),
@@ -262,5 +298,6 @@ mod tests {
         );
         assert!(s.contains("code 2") && s.contains("4096 bytes"), "{s}");
         assert_eq!(version_string(12080), "12.8");
+        assert_eq!(version_string(13000), "13.0");
     }
 }

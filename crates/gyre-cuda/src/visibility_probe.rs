@@ -12,23 +12,20 @@
 //! `device-scope` (see `gyre_core::visibility::MemoryPlan::downgrade`).
 //!
 //! **Not validated on a GPU** (none was available when this was written); the probe
-//! kernel is compiled by NVRTC for every supported architecture in CI
-//! (`tests/nvrtc_compile.rs`).
+//! kernel is compiled by NVRTC for every architecture NVRTC supports in CI
+//! (`tests/nvrtc_compile.rs`), and `scripts/gpu-kit.sh` runs it where a GPU is.
 
-use std::ffi::c_void;
 use std::sync::atomic::AtomicU32;
 use std::sync::atomic::Ordering::{Acquire, Release};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cudarc::driver::sys;
-
+use crate::backend::CudaBackend;
 use crate::context::Context;
-use crate::error::{check, Result};
-use crate::launch::Resources;
+use crate::error::Result;
 use crate::memory::PinnedBuffer;
-use crate::nvrtc::{CompileOptions, Nvrtc};
-use crate::toolchain::Toolchain;
+use crate::module::Module;
+use crate::stream::StreamPool;
 
 /// Entry point of [`PROBE_SOURCE`].
 pub const PROBE_ENTRY: &str = "gyre_visibility_probe";
@@ -37,23 +34,27 @@ pub const PROBE_ENTRY: &str = "gyre_visibility_probe";
 const PING: u32 = 0x6079_0001;
 const GAVE_UP: u32 = u32::MAX;
 
-/// The probe kernel: one thread; `flags[0]` host -> kernel, `flags[1]` kernel -> host.
+/// The probe kernel: one thread; `flags[0]` host -> kernel, `flags[1]` kernel -> host,
+/// through the same system-scope acquire/release as the ring kernel (`gyre/port_cuda.h`).
 pub const PROBE_SOURCE: &str = r#"
-#include <cuda/atomic>
+#include "gyre/port_cuda.h"
 extern "C" __global__ void gyre_visibility_probe(unsigned int *flags, unsigned long long polls) {
-    cuda::atomic_ref<unsigned int, cuda::thread_scope_system> in(flags[0]);
-    cuda::atomic_ref<unsigned int, cuda::thread_scope_system> out(flags[1]);
     for (unsigned long long i = 0; i < polls; ++i) {
-        const unsigned int v = in.load(cuda::memory_order_acquire);
+        const unsigned int v = GYRE_LOAD_ACQUIRE_U32(&flags[0]);
         if (v != 0u) {
-            out.store(v + 1u, cuda::memory_order_release);
+            GYRE_STORE_RELEASE_U32(&flags[1], v + 1u);
             return;
         }
         __nanosleep(1000u);
     }
-    out.store(0xFFFFFFFFu, cuda::memory_order_release);
+    GYRE_STORE_RELEASE_U32(&flags[1], 0xFFFFFFFFu);
 }
 "#;
+
+/// The probe's module on `ctx` (compiled and loaded once).
+pub(crate) fn module(backend: &CudaBackend, ctx: &Arc<Context>) -> Result<Arc<Module>> {
+    backend.load_program(ctx, "gyre_visibility_probe.cu", PROBE_SOURCE, PROBE_ENTRY)
+}
 
 /// Why the round trip failed, or how long it took.
 pub type ProbeResult = std::result::Result<Duration, String>;
@@ -67,26 +68,26 @@ pub type ProbeResult = std::result::Result<Duration, String>;
 ///
 /// The driver's or NVRTC's error, naming the call.
 pub fn mapped_round_trip(
+    backend: &CudaBackend,
     ctx: &Arc<Context>,
-    nvrtc: &Nvrtc,
-    toolchain: &Toolchain,
     timeout: Duration,
 ) -> Result<ProbeResult> {
-    let opts = CompileOptions::new(ctx.device().arch(), toolchain);
-    let ptx = nvrtc.compile_ptx("gyre_visibility_probe.cu", PROBE_SOURCE, &opts)?;
+    let module = module(backend, ctx)?;
     let flags = PinnedBuffer::<u32>::zeroed(ctx, 2)?;
-    let res = Resources::load(ctx, ptx.ptx, PROBE_ENTRY)?;
+    let stream = StreamPool::lease(ctx, "the visibility probe")?;
     let mut dptr = flags.device_ptr();
     // The kernel gives up a little after the host would (about 1 us per poll).
     let mut polls: u64 = (timeout.as_micros() as u64).saturating_mul(2).max(1000);
     let mut params = [
-        std::ptr::addr_of_mut!(dptr).cast::<c_void>(),
-        std::ptr::addr_of_mut!(polls).cast::<c_void>(),
+        std::ptr::addr_of_mut!(dptr).cast::<std::ffi::c_void>(),
+        std::ptr::addr_of_mut!(polls).cast::<std::ffi::c_void>(),
     ];
+    ctx.bind()?;
     // SAFETY: the probe takes (unsigned int*, unsigned long long), passed as the addresses
     // of `dptr` and `polls`; `flags` outlives the kernel (the stream is synchronised below,
-    // before `flags` and `res` drop).
-    let launched = unsafe { res.launch(1, &mut params) };
+    // before `flags` drops); the stream is live and held.
+    let launched =
+        unsafe { crate::result::launch(module.function(), 1, 1, stream.get(), &mut params) };
     let outcome = launched.map(|()| {
         // SAFETY: `flags` is two live, 4-aligned u32s of mapped pinned memory; the kernel
         // accesses them with system-scope atomics, so atomics here.
@@ -115,13 +116,11 @@ pub fn mapped_round_trip(
             }
         }
     });
-    // SAFETY: a live stream; waits for the probe (bounded by `polls`) before `flags` and
-    // the module go away.
-    let sync = check(
-        "cuStreamSynchronize",
-        unsafe { sys::cuStreamSynchronize(res.stream()) },
-        || ", the visibility probe".into(),
-    );
+    // Waits for the probe (bounded by `polls`) before `flags` goes away.
+    let sync = stream.synchronize("the visibility probe");
+    if let Err(e) = &sync {
+        ctx.poison(e);
+    }
     let outcome = outcome?;
     sync?;
     Ok(outcome)

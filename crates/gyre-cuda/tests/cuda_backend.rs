@@ -101,7 +101,7 @@ fn memory_pool_serves_every_cuda_memory_kind() {
         MemoryKind::PinnedMapped,
         MemoryKind::Unified,
     ] {
-        let alloc = gyre_cuda::CudaAllocator::new(backend.context(), kind).unwrap();
+        let alloc = gyre_cuda::CudaAllocator::new(&backend.context().unwrap(), kind).unwrap();
         let pool = MemoryPool::new(alloc, PoolConfig::default()).unwrap();
         let a = pool.acquire(1000).unwrap();
         assert_eq!(a.kind(), kind);
@@ -114,5 +114,5 @@ fn memory_pool_serves_every_cuda_memory_kind() {
         let s = pool.stats();
         assert_eq!((s.hits, s.misses), (1, 1), "{kind:?}");
     }
-    assert!(gyre_cuda::CudaAllocator::new(backend.context(), MemoryKind::Host).is_err());
+    assert!(gyre_cuda::CudaAllocator::new(&backend.context().unwrap(), MemoryKind::Host).is_err());
 }

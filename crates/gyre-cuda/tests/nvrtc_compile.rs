@@ -1,17 +1,22 @@
 //! Every line of CUDA device code compiled and resource-checked, with no GPU.
 //!
 //! * The ring kernel (`cuda/ring_kernel.cu` over `gyre/ring.h` + `gyre/port_cuda.h`) with
-//!   every built-in handler, for sm_70, sm_80 and sm_90: NVRTC to PTX (the runtime's own
-//!   code path, `Nvrtc::compile_ring_kernel`), then `ptxas -v` to CUBIN, asserting 0 bytes
-//!   of spill stores, spill loads and stack frame. The register counts are printed.
+//!   every built-in handler, for **every architecture this NVRTC supports** from sm_70 on
+//!   (`nvrtcGetSupportedArchs`: NVRTC 12.8 and 13.x differ): NVRTC to PTX (the runtime's
+//!   fallback route), then `ptxas -v` to CUBIN, asserting 0 bytes of spill stores, spill
+//!   loads and stack frame (register counts are printed); and NVRTC straight to CUBIN
+//!   (the runtime's first route), checked to be an ELF image.
 //! * `gyre/abi.h` alone under NVRTC, so its static_asserts run under NVRTC's front end,
 //!   and a deliberately wrong offset to show that they are live.
+//! * The visibility probe and the benchmark's peer kernel.
 //! * A user handler, a missing handler and a syntax error: typed errors with NVRTC's log.
 //!
-//! The toolchain comes from `GYRE_CUDA_VENV` (default `<repo>/.venv-cuda`, made by
-//! `scripts/setup-cuda-venv.sh`) or a CUDA toolkit; libnvrtc is loaded by absolute path, so
-//! no `LD_LIBRARY_PATH` is needed. Without NVRTC, the CCCL headers or ptxas the tests skip
-//! with a message, unless `GYRE_REQUIRE_NVRTC=1`, which makes that a failure (CI).
+//! Nothing but gyre's embedded headers is on NVRTC's include path (none at all: they are
+//! passed in memory), so this also proves no CCCL or toolkit header is needed. The
+//! toolchain is found as the runtime finds it (`Toolchain::discover`: `GYRE_CUDA_VENV`,
+//! `CUDA_HOME`, ...); `scripts/test.sh` runs this file against NVRTC 12.8 and 13.x.
+//! Without NVRTC or ptxas the tests skip with a message, unless `GYRE_REQUIRE_NVRTC=1`,
+//! which makes that a failure (CI).
 //!
 //! Reports are written straight to stderr (not through the test harness's capture), so
 //! they show in a plain `cargo test` run.
@@ -20,11 +25,8 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use gyre_cuda::nvrtc::RING_KERNEL_ENTRY;
-use gyre_cuda::{CompileOptions, Error, Handler, Nvrtc, Toolchain};
-
-/// Architectures the ring kernel is checked for.
-const ARCHS: [u32; 3] = [70, 80, 90];
+use gyre_cuda::nvrtc::Target;
+use gyre_cuda::{CompileOptions, Error, Handler, Nvrtc, Toolchain, RING_KERNEL_ENTRY};
 
 /// Writes a line to stderr, bypassing the harness's output capture.
 fn report(line: &str) {
@@ -35,6 +37,7 @@ struct Env {
     nvrtc: Nvrtc,
     toolchain: Toolchain,
     ptxas: PathBuf,
+    archs: Vec<u32>,
 }
 
 /// The toolchain, or `None` (after saying why) when it is missing and not required.
@@ -46,13 +49,15 @@ fn env(test: &str) -> Option<Env> {
             .clone()
             .or_else(|| find_on_path("ptxas"))
             .ok_or_else(|| Error::ToolchainNotFound {
-                what: "ptxas (pip: nvidia-cuda-nvcc-cu12)",
-                searched: format!("{} and PATH", toolchain.origin.display()),
+                what: "ptxas (pip: nvidia-cuda-nvcc)",
+                searched: format!("{} and PATH", toolchain.origin),
             })?;
+        let archs = nvrtc.ring_kernel_archs()?;
         Ok(Env {
             nvrtc,
             toolchain,
             ptxas,
+            archs,
         })
     });
     match found {
@@ -72,6 +77,14 @@ fn find_on_path(exe: &str) -> Option<PathBuf> {
     std::env::split_paths(&std::env::var_os("PATH")?)
         .map(|d| d.join(exe))
         .find(|p| p.is_file())
+}
+
+fn ptx_of(env: &Env, name: &str, source: &str, arch: u32) -> String {
+    let c = env
+        .nvrtc
+        .compile(name, source, &CompileOptions::new(Target::Ptx(arch)))
+        .unwrap_or_else(|e| panic!("sm_{arch}: {e}"));
+    c.ptx().expect("PTX text").to_owned()
 }
 
 /// `ptxas -v` resources of one function.
@@ -155,53 +168,51 @@ fn ring_kernel_every_handler_every_arch_has_no_spills_and_no_stack() {
     let Some(env) = env("ring kernel NVRTC + ptxas") else {
         return;
     };
-    let (maj, min) = env.nvrtc.version();
     report(&format!(
-        "gyre ring kernel, NVRTC {maj}.{min} ({}), ptxas {}",
-        env.toolchain.origin.display(),
-        env.ptxas.display()
+        "gyre ring kernel, NVRTC {} ({}, {}), ptxas {}, archs {:?}",
+        env.nvrtc.version_string(),
+        env.nvrtc.path(),
+        env.toolchain.origin,
+        env.ptxas.display(),
+        env.archs
     ));
+    assert!(
+        env.archs.contains(&80) && env.archs.contains(&90),
+        "NVRTC supports neither sm_80 nor sm_90? {:?}",
+        env.archs
+    );
     let jobs: Vec<(Handler<'static>, u32)> = Handler::BUILTIN
         .iter()
-        .flat_map(|&h| ARCHS.iter().map(move |&a| (h, a)))
+        .flat_map(|&h| env.archs.iter().map(move |&a| (h, a)))
         .collect();
-    // NVRTC and ptxas runs are independent: one thread each.
-    let results: Vec<Result<(Vec<Resources>, String), String>> = std::thread::scope(|s| {
-        let handles: Vec<_> = jobs
-            .iter()
-            .map(|&(h, arch)| {
-                let env = &env;
-                s.spawn(move || {
-                    let opts = CompileOptions::new(arch, &env.toolchain);
-                    let ptx = env
-                        .nvrtc
-                        .compile_ring_kernel(&h, &opts)
-                        .map_err(|e| e.to_string())?;
-                    if !ptx.ptx.contains(&format!(".entry {RING_KERNEL_ENTRY}(")) {
-                        return Err(format!("no .entry {RING_KERNEL_ENTRY} in the PTX"));
-                    }
-                    let stem = format!(
-                        "{}_sm{arch}",
-                        h.name()
-                            .trim_start_matches("handlers/")
-                            .trim_end_matches(".cuh")
-                    );
-                    let out = ptxas(&env.ptxas, &ptx.ptx, arch, &stem)?;
-                    Ok((parse_ptxas(&out), ptx.log))
-                })
-            })
-            .collect();
-        handles
+    // NVRTC and ptxas runs are independent: a few threads (the machine may have 2 cores).
+    let threads = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .min(8);
+    let results: Vec<Result<(Vec<Resources>, String), String>> = {
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let out = std::sync::Mutex::new(vec![None; jobs.len()]);
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(&(h, arch)) = jobs.get(i) else {
+                        break;
+                    };
+                    let r = one_job(&env, h, arch);
+                    out.lock().unwrap()[i] = Some(r);
+                });
+            }
+        });
+        out.into_inner()
+            .unwrap()
             .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err("compile thread panicked".into()))
-            })
+            .map(|r| r.unwrap_or_else(|| Err("not run".into())))
             .collect()
-    });
+    };
 
     report(&format!(
-        "{:<24} {:>5} {:>5} {:>6} {:>7} {:>6} {:>5}",
+        "{:<24} {:>6} {:>5} {:>6} {:>7} {:>6} {:>5}",
         "handler", "arch", "regs", "stack", "spill-st", "spill-ld", "smem"
     ));
     let mut failures = Vec::new();
@@ -218,7 +229,7 @@ fn ring_kernel_every_handler_every_arch_has_no_spills_and_no_stack() {
                 }
                 for f in &funcs {
                     report(&format!(
-                        "{:<24} {:>5} {:>5} {:>6} {:>7} {:>6} {:>5}  {}",
+                        "{:<24} {:>6} {:>5} {:>6} {:>7} {:>6} {:>5}  {}",
                         h.name(),
                         format!("sm_{arch}"),
                         f.registers,
@@ -242,6 +253,33 @@ fn ring_kernel_every_handler_every_arch_has_no_spills_and_no_stack() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// One handler x arch: PTX through ptxas (resources), and a CUBIN straight from NVRTC.
+fn one_job(env: &Env, h: Handler<'static>, arch: u32) -> Result<(Vec<Resources>, String), String> {
+    let ptx = env
+        .nvrtc
+        .compile_ring_kernel(&h, &CompileOptions::new(Target::Ptx(arch)))
+        .map_err(|e| e.to_string())?;
+    let text = ptx.ptx().ok_or("PTX is not text")?;
+    if !text.contains(&format!(".entry {RING_KERNEL_ENTRY}(")) {
+        return Err(format!("no .entry {RING_KERNEL_ENTRY} in the PTX"));
+    }
+    let cubin = env
+        .nvrtc
+        .compile_ring_kernel(&h, &CompileOptions::new(Target::Cubin(arch)))
+        .map_err(|e| format!("CUBIN: {e}"))?;
+    if !cubin.image.starts_with(b"\x7fELF") {
+        return Err("NVRTC's CUBIN is not an ELF image".into());
+    }
+    let stem = format!(
+        "{}_sm{arch}",
+        h.name()
+            .trim_start_matches("handlers/")
+            .trim_end_matches(".cuh")
+    );
+    let out = ptxas(&env.ptxas, text, arch, &stem)?;
+    Ok((parse_ptxas(&out), ptx.log))
+}
+
 /// A unit including `gyre/abi.h`: its GYRE_STATIC_ASSERTs (sizes, alignments, every
 /// field offset via NVRTC's `__INTADDR__` offsetof) are evaluated by NVRTC itself.
 const ABI_UNIT: &str = r#"
@@ -257,56 +295,92 @@ fn abi_header_static_asserts_hold_under_nvrtc() {
     let Some(env) = env("abi.h under NVRTC") else {
         return;
     };
-    for arch in ARCHS {
-        let opts = CompileOptions::new(arch, &env.toolchain);
-        let ptx = env
-            .nvrtc
-            .compile_ptx("abi_probe.cu", ABI_UNIT, &opts)
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert!(ptx.ptx.contains(".entry gyre_abi_probe("));
+    for &arch in &env.archs {
+        let ptx = ptx_of(&env, "abi_probe.cu", ABI_UNIT, arch);
+        assert!(ptx.contains(".entry gyre_abi_probe("));
         // The asserts are live: a wrong offsetof must fail them.
         let wrong = format!("#define GYRE_OFFSETOF(type, field) 7ull\n{ABI_UNIT}");
-        match env.nvrtc.compile_ptx("abi_probe_wrong.cu", &wrong, &opts) {
+        let opts = CompileOptions::new(Target::Ptx(arch));
+        match env.nvrtc.compile("abi_probe_wrong.cu", &wrong, &opts) {
             Err(Error::Compile { log, .. }) => {
                 assert!(log.contains("gyre_control_block.magic"), "{log}")
             }
             other => panic!("a wrong GYRE_OFFSETOF compiled: {other:?}"),
         }
     }
-    report("abi.h: static_asserts hold under NVRTC for sm_70, sm_80, sm_90");
+    report(&format!(
+        "abi.h: static_asserts hold under NVRTC {} for {:?}",
+        env.nvrtc.version_string(),
+        env.archs
+    ));
 }
 
 #[test]
-fn visibility_probe_kernel_compiles_for_every_arch() {
-    let Some(env) = env("visibility probe under NVRTC") else {
+fn visibility_probe_and_peer_kernels_compile_for_every_arch() {
+    let Some(env) = env("visibility probe and peer under NVRTC") else {
         return;
     };
-    for arch in ARCHS {
-        let opts = CompileOptions::new(arch, &env.toolchain);
-        let ptx = env
-            .nvrtc
-            .compile_ptx(
-                "gyre_visibility_probe.cu",
-                gyre_cuda::visibility_probe::PROBE_SOURCE,
-                &opts,
-            )
-            .unwrap_or_else(|e| panic!("sm_{arch}: {e}"));
+    for &arch in &env.archs {
+        let ptx = ptx_of(
+            &env,
+            "gyre_visibility_probe.cu",
+            gyre_cuda::visibility_probe::PROBE_SOURCE,
+            arch,
+        );
         let entry = format!(".entry {}(", gyre_cuda::visibility_probe::PROBE_ENTRY);
-        assert!(ptx.ptx.contains(&entry), "sm_{arch}: no {entry}");
-        // System-scope acquire/release, as the ring kernel uses.
+        assert!(ptx.contains(&entry), "sm_{arch}: no {entry}");
+        // System-scope acquire/release, as the ring kernel uses (inline PTX).
         assert!(
-            ptx.ptx.contains(".acquire.sys"),
+            ptx.contains("ld.acquire.sys"),
             "sm_{arch}: no ld.acquire.sys"
         );
         assert!(
-            ptx.ptx.contains(".release.sys"),
+            ptx.contains("st.release.sys"),
             "sm_{arch}: no st.release.sys"
         );
-        let out = ptxas(&env.ptxas, &ptx.ptx, arch, "visibility_probe")
+        let out = ptxas(&env.ptxas, &ptx, arch, "visibility_probe")
             .unwrap_or_else(|e| panic!("sm_{arch}: {e}"));
         assert!(out.contains("gyre_visibility_probe"), "{out}");
+        let peer = ptx_of(
+            &env,
+            "gyre_peer_echo.cu",
+            gyre_cuda::peer::PEER_SOURCE,
+            arch,
+        );
+        assert!(peer.contains(&format!(".entry {}(", gyre_cuda::peer::PEER_ENTRY)));
     }
-    report("visibility probe kernel: compiles and assembles for sm_70, sm_80, sm_90");
+    report(&format!(
+        "visibility probe and peer kernels: compile and assemble for {:?}",
+        env.archs
+    ));
+}
+
+#[test]
+fn the_ring_kernel_uses_system_scope_acquire_release_and_no_cccl() {
+    let Some(env) = env("system-scope PTX") else {
+        return;
+    };
+    let ptx = env
+        .nvrtc
+        .compile_ring_kernel(&Handler::Echo, &CompileOptions::new(Target::Ptx(90)))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let text = ptx.ptx().expect("text");
+    for op in ["ld.acquire.sys", "st.release.sys", "ld.relaxed.sys"] {
+        assert!(text.contains(op), "no {op} in the ring kernel's PTX");
+    }
+    // __threadfence_system(): `membar.sys` (the PTX spelling of fence.sc.sys).
+    assert!(
+        text.contains("membar.sys") || text.contains("fence.sc.sys"),
+        "no system-scope fence in the ring kernel's PTX"
+    );
+    // A unit including a CCCL header fails: none is on the include path, and none is
+    // needed.
+    let cccl = "#include <cuda/atomic>\nextern \"C\" __global__ void k() {}\n";
+    assert!(matches!(
+        env.nvrtc
+            .compile("cccl.cu", cccl, &CompileOptions::new(Target::Ptx(90))),
+        Err(Error::Compile { .. })
+    ));
 }
 
 #[test]
@@ -314,7 +388,7 @@ fn user_handler_compiles_and_errors_carry_the_log() {
     let Some(env) = env("NVRTC error paths") else {
         return;
     };
-    let opts = CompileOptions::new(80, &env.toolchain);
+    let opts = CompileOptions::new(Target::Ptx(80));
     // A user's own handler, same signature.
     let user = Handler::Custom {
         name: "negate.cu",
@@ -335,7 +409,10 @@ __device__ unsigned int gyre_handler(unsigned int msg_type, const unsigned char 
         .nvrtc
         .compile_ring_kernel(&user, &opts)
         .unwrap_or_else(|e| panic!("{e}"));
-    assert!(ptx.ptx.contains(&format!(".entry {RING_KERNEL_ENTRY}(")));
+    assert!(ptx
+        .ptx()
+        .unwrap()
+        .contains(&format!(".entry {RING_KERNEL_ENTRY}(")));
 
     // No handler: a clear error naming gyre_handler in ring_kernel.cu.
     let none = Handler::Custom {
@@ -360,9 +437,9 @@ __device__ unsigned int gyre_handler(unsigned int msg_type, const unsigned char 
     };
     match env.nvrtc.compile_ring_kernel(&bad, &opts) {
         Err(Error::Compile {
-            log, arch, name, ..
+            log, target, name, ..
         }) => {
-            assert_eq!(arch, 80);
+            assert_eq!(target, "compute_80");
             assert!(name.contains("broken.cu"), "{name}");
             assert!(log.contains("broken.cu(2)"), "{log}");
         }

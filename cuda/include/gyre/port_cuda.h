@@ -5,9 +5,12 @@
  * them in its own port header (this one for CUDA C++ under NVRTC or nvcc, port_opencl.h
  * for OpenCL C 3.0). Include the port header BEFORE gyre/ring.h.
  *
- * Every shared-memory access of the protocol is an atomic at SYSTEM scope
- * (cuda::atomic_ref<T, cuda::thread_scope_system>): the other party is the host CPU, across
- * PCIe or a coherent link, so device or block scope would not order anything for it.
+ * Every shared-memory access of the protocol is an atomic at SYSTEM scope: the other
+ * party is the host CPU, across PCIe or a coherent link, so device or block scope would
+ * not order anything for it. The accesses are written as inline PTX (as NCCL does), so
+ * this header needs nothing but gyre's own headers: NVRTC compiles the ring kernel with no
+ * include path at all (gyre passes abi.h, ring.h and this file in memory), and the CCCL
+ * headers (<cuda/atomic>), which moved between CUDA 12 and 13, are not needed.
  *
  *   GYRE_LOAD_ACQUIRE_U32/U64(p)      ld.acquire.sys    (p: GYRE_GLOBAL uint32_t* / uint64_t*)
  *   GYRE_LOAD_RELAXED_U32/U64(p)      ld.relaxed.sys
@@ -21,8 +24,9 @@
  *                                     `static inline` itself
  *   GYRE_GLOBAL                       address space of shared-region pointers: empty
  *
- * Requires the CCCL headers (<cuda/atomic>) on the include path; NVRTC has them from the
- * CUDA toolkit's include/ or the PyPI wheel nvidia-cuda-cccl-cu12 (see docs/cuda.md).
+ * The pointers are generic addresses (mapped pinned host memory, device memory or
+ * registered host memory); the PTX uses generic addressing, which is valid for all three.
+ * The "memory" clobber keeps the compiler from moving other accesses across each one.
  */
 #ifndef GYRE_PORT_CUDA_H
 #define GYRE_PORT_CUDA_H
@@ -34,41 +38,57 @@
 #error "gyre's ring kernel needs sm_70 or newer (acquire/release at system scope, __nanosleep)"
 #endif
 
-#include <cuda/atomic>
-
 #include "abi.h"
 
 #define GYRE_PORT_CUDA 1
 #define GYRE_GLOBAL
 #define GYRE_DEVICE_FN __device__ __attribute__((always_inline))
 
-/* ---- system-scope atomics on plain ABI fields ------------------------------------ */
-/* The ABI fields are plain uint32_t / uint64_t (abi.h); cuda::atomic_ref gives them
- * atomic, ordered access without changing their type or layout. */
+/* ---- system-scope atomics on plain ABI fields (PTX ISA 6.0, sm_70) ----------------- */
+/* The ABI fields are plain uint32_t / uint64_t (abi.h); these give them atomic, ordered
+ * access at system scope without changing their type or layout. */
 
-__device__ __forceinline__ uint32_t gyre_cuda_load_u32(uint32_t *p, cuda::memory_order mo) {
-    return cuda::atomic_ref<uint32_t, cuda::thread_scope_system>(*p).load(mo);
+__device__ __forceinline__ uint32_t gyre_cuda_ld_acquire_u32(const uint32_t *p) {
+    uint32_t v;
+    asm volatile("ld.acquire.sys.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
 }
-__device__ __forceinline__ uint64_t gyre_cuda_load_u64(uint64_t *p, cuda::memory_order mo) {
-    return cuda::atomic_ref<uint64_t, cuda::thread_scope_system>(*p).load(mo);
+__device__ __forceinline__ uint64_t gyre_cuda_ld_acquire_u64(const uint64_t *p) {
+    uint64_t v;
+    asm volatile("ld.acquire.sys.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
 }
-__device__ __forceinline__ void gyre_cuda_store_u32(uint32_t *p, uint32_t v,
-                                                    cuda::memory_order mo) {
-    cuda::atomic_ref<uint32_t, cuda::thread_scope_system>(*p).store(v, mo);
+__device__ __forceinline__ uint32_t gyre_cuda_ld_relaxed_u32(const uint32_t *p) {
+    uint32_t v;
+    asm volatile("ld.relaxed.sys.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
 }
-__device__ __forceinline__ void gyre_cuda_store_u64(uint64_t *p, uint64_t v,
-                                                    cuda::memory_order mo) {
-    cuda::atomic_ref<uint64_t, cuda::thread_scope_system>(*p).store(v, mo);
+__device__ __forceinline__ uint64_t gyre_cuda_ld_relaxed_u64(const uint64_t *p) {
+    uint64_t v;
+    asm volatile("ld.relaxed.sys.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void gyre_cuda_st_release_u32(uint32_t *p, uint32_t v) {
+    asm volatile("st.release.sys.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void gyre_cuda_st_release_u64(uint64_t *p, uint64_t v) {
+    asm volatile("st.release.sys.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ void gyre_cuda_st_relaxed_u32(uint32_t *p, uint32_t v) {
+    asm volatile("st.relaxed.sys.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void gyre_cuda_st_relaxed_u64(uint64_t *p, uint64_t v) {
+    asm volatile("st.relaxed.sys.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
-#define GYRE_LOAD_ACQUIRE_U32(p) gyre_cuda_load_u32((p), cuda::memory_order_acquire)
-#define GYRE_LOAD_ACQUIRE_U64(p) gyre_cuda_load_u64((p), cuda::memory_order_acquire)
-#define GYRE_LOAD_RELAXED_U32(p) gyre_cuda_load_u32((p), cuda::memory_order_relaxed)
-#define GYRE_LOAD_RELAXED_U64(p) gyre_cuda_load_u64((p), cuda::memory_order_relaxed)
-#define GYRE_STORE_RELEASE_U32(p, v) gyre_cuda_store_u32((p), (v), cuda::memory_order_release)
-#define GYRE_STORE_RELEASE_U64(p, v) gyre_cuda_store_u64((p), (v), cuda::memory_order_release)
-#define GYRE_STORE_RELAXED_U32(p, v) gyre_cuda_store_u32((p), (v), cuda::memory_order_relaxed)
-#define GYRE_STORE_RELAXED_U64(p, v) gyre_cuda_store_u64((p), (v), cuda::memory_order_relaxed)
+#define GYRE_LOAD_ACQUIRE_U32(p) gyre_cuda_ld_acquire_u32(p)
+#define GYRE_LOAD_ACQUIRE_U64(p) gyre_cuda_ld_acquire_u64(p)
+#define GYRE_LOAD_RELAXED_U32(p) gyre_cuda_ld_relaxed_u32(p)
+#define GYRE_LOAD_RELAXED_U64(p) gyre_cuda_ld_relaxed_u64(p)
+#define GYRE_STORE_RELEASE_U32(p, v) gyre_cuda_st_release_u32((p), (v))
+#define GYRE_STORE_RELEASE_U64(p, v) gyre_cuda_st_release_u64((p), (v))
+#define GYRE_STORE_RELAXED_U32(p, v) gyre_cuda_st_relaxed_u32((p), (v))
+#define GYRE_STORE_RELAXED_U64(p, v) gyre_cuda_st_relaxed_u64((p), (v))
 
 /* ---- fence, pause, clock --------------------------------------------------------- */
 

@@ -86,8 +86,9 @@ use crate::strategy::TransferStrategy;
 /// A device's copy engine over one kernel's device region.
 ///
 /// Offsets are byte offsets into the device region (laid out as [`SharedRegion`]).
-/// Copies of one engine complete in the order they were issued (*stream order*): a
-/// copy issued after another lands after it.
+/// Copies of one engine run in the order they were issued (*stream order*): a copy
+/// issued after another starts once that one has completed, so it lands after it and
+/// reads after it (the telemetry sequence-lock read relies on the second half).
 ///
 /// # Safety
 ///
@@ -208,8 +209,8 @@ pub enum CopyMode {
     Stream,
 }
 
-/// Staging layout: line 0 out, line 1 in, telemetry in, a second telemetry sequence read,
-/// then a reply ring.
+/// Staging layout: line 0 out, line 1 in, telemetry in, the two telemetry sequence reads
+/// (at `ST_TEL_SEQ` and `ST_TEL_SEQ + 8`), then a reply ring.
 const ST_LINE0: usize = 0;
 const ST_LINE1: usize = 64;
 const ST_TEL: usize = 128;
@@ -559,25 +560,32 @@ impl RingBufferBridge {
         }
     }
 
-    /// A sequence-lock read of the device's telemetry line through the engine (line,
-    /// then its sequence word again), republished under the mirror's own sequence lock.
-    /// A torn copy is skipped: the next pull tries again.
+    /// A sequence-lock read of the device's telemetry line through the engine: its
+    /// sequence word, then the line, then the sequence word again, three copies in stream
+    /// order (each starts once the one before has completed, so they read in that order),
+    /// republished under the mirror's own sequence lock. The line is taken only when both
+    /// sequence reads agree on an even value: no write overlapped the copy of the line
+    /// (the kernel makes the sequence odd before it writes and even after). A torn copy is
+    /// skipped: the next pull tries again.
     fn pull_telemetry_line(&self, st: &mut PullState) -> Result<()> {
         st.last_telemetry = Instant::now();
         let t = self.staging_ptr(ST_TEL);
-        let s2 = self.staging_ptr(ST_TEL_SEQ);
+        let s1 = self.staging_ptr(ST_TEL_SEQ);
+        let s2 = self.staging_ptr(ST_TEL_SEQ + 8);
+        self.d2h(s1, TELEMETRY_OFFSET, 8)?;
         self.d2h(t, TELEMETRY_OFFSET, 64)?;
         self.d2h(s2, TELEMETRY_OFFSET, 8)?;
         self.sync_stream()?;
-        // SAFETY: both staging areas were filled by the completed copies, under the lock.
-        let (snap, seq2) = unsafe {
+        // SAFETY: the staging areas were filled by the completed copies, under the lock.
+        let (seq1, snap, seq2) = unsafe {
             (
+                core::ptr::read(s1.cast::<u32>()),
                 core::ptr::read(t.cast::<TelemetrySnapshot>()),
                 core::ptr::read(s2.cast::<u32>()),
             )
         };
         self.counters.telemetry_reads.fetch_add(1, Relaxed);
-        if snap.seq % 2 == 0 && snap.seq == seq2 && snap != st.last_snapshot {
+        if seq1 % 2 == 0 && seq1 == seq2 && snap.seq == seq1 && snap != st.last_snapshot {
             st.last_snapshot = snap;
             st.telemetry.acc = snap;
             st.telemetry.publish(self.mirror.telemetry());

@@ -71,7 +71,7 @@ fn slot_copies_down(s: &TransferStats) -> u64 {
 }
 
 fn slot_copies_up(s: &TransferStats) -> u64 {
-    s.d2h_copies - s.pulls - 2 * s.telemetry_reads
+    s.d2h_copies - s.pulls - 3 * s.telemetry_reads
 }
 
 #[test]
@@ -157,6 +157,29 @@ fn telemetry_is_read_consistently_and_republished() {
         (42, 3, state::ACTIVE)
     );
     assert_eq!(r.bridge.stats().telemetry_reads, 1);
+}
+
+#[test]
+fn a_telemetry_line_being_written_is_not_taken() {
+    let r = rig(4);
+    let mut w = TelemetryWriter::default();
+    w.acc.messages_in = 7;
+    w.publish(r.dev.region().telemetry());
+    r.bridge.pull_telemetry().unwrap();
+    // A writer is mid-update: the sequence is odd and the counters half written.
+    let dev = r.dev.region().telemetry();
+    let odd = dev.seq.load(Acquire) + 1;
+    dev.seq.store(odd, Release);
+    dev.messages_in.store(8, Release);
+    r.bridge.pull_telemetry().unwrap();
+    let snap = read_consistent(r.ch.region().telemetry(), 16).unwrap();
+    assert_eq!(snap.messages_in, 7, "a torn line was republished");
+    // The write completes: the next read takes it.
+    dev.seq.store(odd + 1, Release);
+    r.bridge.pull_telemetry().unwrap();
+    let snap = read_consistent(r.ch.region().telemetry(), 16).unwrap();
+    assert_eq!(snap.messages_in, 8);
+    assert_eq!(r.bridge.stats().telemetry_reads, 3);
 }
 
 #[test]

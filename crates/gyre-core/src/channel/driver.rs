@@ -96,6 +96,9 @@ fn run(ch: &Channel, idle: IdleStrategy, heartbeat: Duration, mut watchdog: Opti
         if now.saturating_duration_since(last_hb) >= heartbeat {
             ch.heartbeat();
             last_hb = now;
+            // Also while nobody waits: a kernel the device killed is noticed (see
+            // `liveness`) and its ring closed, so the next request fails at once.
+            let _ = ch.check_stopped();
         }
         if let Some(w) = watchdog.as_mut() {
             if now.saturating_duration_since(last_wd) >= w.period() {

@@ -17,6 +17,7 @@
 
 mod claim;
 pub mod driver;
+pub mod liveness;
 mod reply;
 #[cfg(test)]
 mod tests;
@@ -153,6 +154,12 @@ pub struct Channel {
     transfer: Option<Arc<dyn Transfer>>,
     /// The watchdog's verdict (silent for, bound), once it fired (see [`watchdog`]).
     unresponsive: OnceLock<(std::time::Duration, std::time::Duration)>,
+    /// The backend's view of the kernel's execution (see [`liveness`]).
+    liveness: OnceLock<Arc<dyn liveness::Liveness>>,
+    /// When `liveness` was last consulted (`clock::now_ns`).
+    liveness_at: AtomicU64,
+    /// Why the kernel is gone, once `liveness` reported a failure.
+    lost: OnceLock<String>,
 }
 
 impl core::fmt::Debug for Channel {
@@ -190,6 +197,9 @@ impl Channel {
             timestamps: false,
             transfer: None,
             unresponsive: OnceLock::new(),
+            liveness: OnceLock::new(),
+            liveness_at: AtomicU64::new(0),
+            lost: OnceLock::new(),
             region,
         }
     }
@@ -461,7 +471,7 @@ impl Channel {
         }
         let (st, code) = self.kernel_state();
         if !state::is_final(st) {
-            return None;
+            return self.check_lost();
         }
         self.stopped_code.store(code, Release);
         self.stopped.store(st, Release);
@@ -472,6 +482,9 @@ impl Channel {
     }
 
     fn stopped_error(&self, st: u32, code: u32) -> Error {
+        if st == liveness::LOST {
+            return self.lost_error();
+        }
         if st == watchdog::UNRESPONSIVE {
             if let Some(e) = self.unresponsive() {
                 return e;

@@ -1,0 +1,192 @@
+//! [`CudaKernel`]: a ring kernel running on the device, as gyre-core's
+//! [`KernelInstance`].
+//!
+//! The kernel runs on a stream held from the context's pool ([`crate::stream`]), never
+//! the default stream. It is counted as running on its context from just before its launch
+//! until its stream is seen complete ([`crate::context`]): meanwhile no memory of the
+//! context is freed, since a free could wait for it forever.
+//!
+//! The stream is also how a dead kernel is noticed: [`KernelInstance::failure`] queries
+//! it, and a kernel that the device ended with an error (a fault in the handler, an
+//! illegal address) reports the CUDA error by name and code; a sticky error poisons the
+//! context ([`Context::poison`]), which the backend resets before its next launch.
+
+use std::sync::{Arc, OnceLock};
+
+use gyre_abi::error::KERNEL_GONE;
+use gyre_core::KernelInstance;
+use parking_lot::Mutex;
+
+use crate::context::{Context, RunningKernel};
+use crate::error::Result;
+use crate::module::Module;
+use crate::stream::StreamLease;
+
+/// Whatever owns memory the kernel touches (its region or device buffer, the registered
+/// export file), dropped only once the kernel has finished.
+pub(crate) type Keep = Box<dyn core::any::Any + Send + Sync>;
+
+/// What a running kernel holds.
+struct Running {
+    /// Counts the kernel as running on the context until it is seen finished.
+    guard: RunningKernel,
+    keep: Keep,
+    stream: StreamLease,
+    _module: Arc<Module>,
+}
+
+/// A ring kernel on the device; see the module docs.
+pub(crate) struct CudaKernel {
+    ctx: Arc<Context>,
+    name: String,
+    /// `None` once joined (or never launched).
+    running: Mutex<Option<Running>>,
+    /// How the execution ended, once seen: `Err` with the driver's error.
+    outcome: OnceLock<std::result::Result<(), String>>,
+    /// Whether K8 also writes the registered telemetry export file.
+    writes_export: bool,
+}
+
+impl CudaKernel {
+    /// Launches `module`'s entry point, one block of `lanes` threads, on `stream`, with
+    /// the two pointer arguments of the ring kernel's launch contract
+    /// (`cuda/ring_kernel.cu`): the region and the export file's telemetry line (or 0).
+    ///
+    /// # Safety
+    ///
+    /// `region` addresses a shared region laid out and initialised as the contract says,
+    /// `export_tel` a telemetry line or 0; `keep` owns the memory behind both.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn launch(
+        ctx: &Arc<Context>,
+        name: &str,
+        module: Arc<Module>,
+        stream: StreamLease,
+        guard: RunningKernel,
+        lanes: u32,
+        mut region: u64,
+        mut export_tel: u64,
+        keep: Keep,
+    ) -> Result<Self> {
+        let mut params = [
+            std::ptr::addr_of_mut!(region).cast::<std::ffi::c_void>(),
+            std::ptr::addr_of_mut!(export_tel).cast::<std::ffi::c_void>(),
+        ];
+        ctx.bind()?;
+        // SAFETY: the ring kernel's two parameters are pointers, passed as the addresses
+        // of `region` and `export_tel` (read by the driver during the call); `keep`, held
+        // until the kernel has finished, owns what they point to (the caller's
+        // contract); the stream is live and held.
+        unsafe {
+            crate::result::launch(module.function(), 1, lanes, stream.get(), &mut params)?;
+        }
+        Ok(Self {
+            ctx: ctx.clone(),
+            name: name.to_owned(),
+            running: Mutex::new(Some(Running {
+                guard,
+                keep,
+                stream,
+                _module: module,
+            })),
+            outcome: OnceLock::new(),
+            writes_export: export_tel != 0,
+        })
+    }
+
+    /// Records how the execution ended (poisoning the context on a sticky error).
+    fn record(&self, r: Result<()>) -> &std::result::Result<(), String> {
+        self.outcome.get_or_init(|| match r {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                self.ctx.poison(&e);
+                Err(e.to_string())
+            }
+        })
+    }
+
+    /// Queries the stream once, unless the outcome is known.
+    fn poll(&self) -> Option<&std::result::Result<(), String>> {
+        if let Some(o) = self.outcome.get() {
+            return Some(o);
+        }
+        let g = self.running.lock();
+        let r = g.as_ref()?;
+        match r.stream.query() {
+            Ok(false) => None,
+            Ok(true) => Some(self.record(Ok(()))),
+            Err(e) => Some(self.record(Err(e))),
+        }
+    }
+
+    fn lost(&self, cause: &str) -> gyre_core::Error {
+        gyre_core::Error::KernelLost {
+            kernel: self.name.clone(),
+            code: KERNEL_GONE,
+            cause: cause.to_owned(),
+        }
+    }
+}
+
+impl KernelInstance for CudaKernel {
+    fn writes_export_telemetry(&self) -> bool {
+        self.writes_export
+    }
+
+    fn is_finished(&self) -> bool {
+        self.poll().is_some() || self.running.lock().is_none()
+    }
+
+    fn failure(&self) -> Option<String> {
+        match self.poll()? {
+            Ok(()) => None,
+            Err(cause) => Some(cause.clone()),
+        }
+    }
+
+    fn join(&self) -> gyre_core::Result<()> {
+        let taken = self.running.lock().take();
+        if let Some(r) = taken {
+            let synced = r.stream.synchronize("the ring kernel's stream");
+            self.record(synced);
+            // The stream is idle (or the context is broken): release everything. The
+            // guard last, so the kernel's own memory is among what it may free.
+            let Running {
+                guard,
+                keep,
+                stream,
+                _module,
+            } = r;
+            drop(keep);
+            drop(stream);
+            drop(_module);
+            guard.finished();
+            tracing::info!(kernel = %self.name, "CUDA ring kernel joined");
+        }
+        match self.outcome.get() {
+            Some(Err(cause)) => Err(self.lost(cause)),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Drop for CudaKernel {
+    fn drop(&mut self) {
+        let Some(r) = self.running.get_mut().take() else {
+            return;
+        };
+        let done = self.outcome.get().is_some() || !matches!(r.stream.query(), Ok(false));
+        if done {
+            drop(r);
+        } else {
+            // Freeing the region or returning the stream under a running kernel would
+            // fault the device or queue work behind it: leak them, and keep the kernel
+            // counted as running (it is).
+            tracing::error!(
+                kernel = %self.name,
+                "CUDA ring kernel dropped while running: leaking its region and stream"
+            );
+            std::mem::forget(r);
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! Loaded modules, one per distinct image and context, kept loaded for the context's life.
+//!
+//! Unloading a module may wait for the context's kernels to finish, which a persistent
+//! ring kernel never does; and loading one is cheapest done once. So a context keeps each
+//! module it ever loaded (keyed by the hash of everything that decided the image, see
+//! [`crate::cache::CacheKey`]) and unloads them only when it is dropped. Functions are
+//! loaded with the module (`cuFuncLoad` where the driver has it), never at their first
+//! launch, so no load happens behind a running ring kernel (see [`crate::probe`] on eager
+//! loading).
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::result;
+use crate::sys::{CUfunction, CUfunction_attribute, CUmodule};
+
+/// A module and the one entry point gyre uses of it.
+#[derive(Debug)]
+pub(crate) struct Module {
+    handle: CUmodule,
+    func: CUfunction,
+    entry: String,
+}
+
+// SAFETY: module and function handles are driver objects usable from any thread with
+// their context bound; they are immutable once loaded.
+unsafe impl Send for Module {}
+// SAFETY: as above.
+unsafe impl Sync for Module {}
+
+impl Module {
+    /// The entry point.
+    pub(crate) fn function(&self) -> CUfunction {
+        self.func
+    }
+
+    /// The entry point's name.
+    pub(crate) fn entry(&self) -> &str {
+        &self.entry
+    }
+
+    /// How many blocks of `threads` threads of the entry point fit on one SM at once.
+    pub(crate) fn occupancy(&self, ctx: &Context, threads: u32) -> Result<i32> {
+        ctx.bind()?;
+        // SAFETY: a function of a loaded module of the bound context.
+        unsafe { result::occupancy(self.func, threads) }
+    }
+
+    /// Registers per thread of the entry point (for reports).
+    pub(crate) fn registers(&self, ctx: &Context) -> Result<i32> {
+        ctx.bind()?;
+        // SAFETY: as above.
+        unsafe {
+            result::func_attribute(self.func, CUfunction_attribute::CU_FUNC_ATTRIBUTE_NUM_REGS)
+        }
+    }
+}
+
+/// The modules of one context.
+#[derive(Debug, Default)]
+pub(crate) struct Modules {
+    loaded: Mutex<HashMap<u128, Arc<Module>>>,
+}
+
+impl Modules {
+    /// The module with key `key`, loaded from `image()` (a CUBIN, or PTX ending in a NUL
+    /// byte) the first time, with its entry point `entry` loaded too.
+    ///
+    /// # Errors
+    ///
+    /// `image()`'s error; the driver's, naming the call and with the JIT's log.
+    pub(crate) fn get_or_load(
+        ctx: &Arc<Context>,
+        key: u128,
+        entry: &str,
+        what: &str,
+        image: impl FnOnce() -> Result<Vec<u8>>,
+    ) -> Result<Arc<Module>> {
+        let mut loaded = ctx.modules.loaded.lock();
+        if let Some(m) = loaded.get(&key) {
+            return Ok(m.clone());
+        }
+        let bytes = image()?;
+        let name = CString::new(entry).map_err(|_| Error::InvalidInput {
+            what: format!("entry name {entry:?}"),
+            reason: "contains a NUL byte",
+        })?;
+        ctx.bind()?;
+        // SAFETY: the context is current; `bytes` is a CUBIN or NUL-terminated PTX (the
+        // callers' images).
+        let handle = unsafe { result::module_load(&bytes, what)? };
+        // SAFETY: `handle` was just loaded in the current context.
+        let func = match unsafe { result::module_function(handle, &name) } {
+            Ok(f) => f,
+            Err(e) => {
+                // SAFETY: loaded above, unloaded once; none of its kernels ran.
+                let _ = unsafe { result::module_unload(handle) };
+                return Err(e);
+            }
+        };
+        let m = Arc::new(Module {
+            handle,
+            func,
+            entry: entry.to_owned(),
+        });
+        loaded.insert(key, m.clone());
+        tracing::debug!(entry, what, bytes = bytes.len(), "CUDA module loaded");
+        Ok(m)
+    }
+
+    /// How many modules are loaded.
+    pub(crate) fn len(&self) -> usize {
+        self.loaded.lock().len()
+    }
+
+    /// Unloads every module (the context is going away, so none of their kernels runs).
+    pub(crate) fn unload_all(&self, poisoned: bool) {
+        for (_, m) in self.loaded.lock().drain() {
+            // SAFETY: loaded by `get_or_load`, unloaded once; the context is being
+            // dropped, so no kernel of it runs or will run.
+            if let Err(e) = unsafe { result::module_unload(m.handle) } {
+                if poisoned {
+                    tracing::debug!(error = %e, "unloading a module of a poisoned context");
+                } else {
+                    tracing::warn!(error = %e, "unloading a CUDA module");
+                }
+            }
+        }
+    }
+}
