@@ -11,10 +11,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# CUDA device code without a GPU: NVRTC, CCCL headers and ptxas from PyPI (cached in
-# .venv-cuda), so the gyre-cuda tests compile and resource-check every ring kernel.
-echo "==> CUDA toolchain (scripts/setup-cuda-venv.sh)"
-scripts/setup-cuda-venv.sh >/dev/null
+# CUDA device code without a GPU: NVRTC and ptxas from PyPI (cached in .venv-cuda for
+# CUDA 12.8, .venv-cuda13 for 13.0), so the gyre-cuda tests compile and resource-check
+# every ring kernel for every architecture each NVRTC supports. The workspace runs with
+# 12.8; the compile tests run again with 13.0 below, found as a CUDA 13 toolkit layout.
+echo "==> CUDA toolchains (scripts/setup-cuda-venv.sh 12, 13)"
+CUDA12_VENV=$(scripts/setup-cuda-venv.sh 12 2>/dev/null | tail -n 1)
+CUDA13_VENV=$(scripts/setup-cuda-venv.sh 13 2>/dev/null | tail -n 1)
+export GYRE_CUDA_VENV="$CUDA12_VENV"
 export GYRE_REQUIRE_NVRTC=1
 
 # OpenCL (default feature `opencl`): tests/conformance_opencl.rs, crates/gyre-opencl/tests
@@ -30,6 +34,16 @@ cargo test --workspace
 
 echo "==> cargo test -p gyre --features metrics"
 cargo test -p gyre --features metrics
+
+# The same NVRTC compile tests against CUDA 13.0, found the way a machine with a CUDA 13
+# toolkit offers it: CUDA_HOME with lib64/libnvrtc.so.13 and bin/ptxas, nothing else.
+echo "==> NVRTC 13 compile tests (CUDA_HOME = a CUDA 13 toolkit layout)"
+cuda13_home=target/cuda13-toolkit
+cuda13_sp=$("$CUDA13_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+rm -rf "$cuda13_home" && mkdir -p "$cuda13_home"
+ln -s "$cuda13_sp/nvidia/cu13/lib" "$cuda13_home/lib64"
+ln -s "$cuda13_sp/nvidia/cu13/bin" "$cuda13_home/bin"
+env -u GYRE_CUDA_VENV CUDA_HOME="$PWD/$cuda13_home" cargo test -p gyre-cuda --test nvrtc_compile
 
 # loom explores every interleaving of the host-side protocol under a bounded number of
 # preemptions: claim/publish (loom_ring), shutdown and drain (loom_shutdown), the
