@@ -7,7 +7,7 @@
 #
 # Usage: scripts/test.sh            (from anywhere inside the repository)
 # Knobs: GYRE_SOAK (soak duration, default 60s; 0 skips), GYRE_TSAN=0 (skip TSan),
-#        LOOM_MAX_PREEMPTIONS (default 3).
+#        GYRE_KIT=0 (skip building the GPU check kit), LOOM_MAX_PREEMPTIONS (default 3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -70,6 +70,25 @@ if [ "${GYRE_TSAN:-1}" != 0 ]; then
     TSAN_OPTIONS="suppressions=$PWD/.ci/tsan.supp halt_on_error=1 second_deadlock_stack=1" \
     CARGO_TARGET_DIR=target/tsan \
     cargo test --target x86_64-unknown-linux-gnu -p gyre-core -p gyre-cpu --lib --tests
+fi
+
+# The GPU check kit (docs/cuda.md): it builds (release, stripped, under 60 MiB), and its
+# run.sh, with no GPU here, reports every step skipped and exits 0, or 1 when
+# GYRE_REQUIRE_CUDA=1. Where a GPU is present, run the kit itself instead.
+if [ "${GYRE_KIT:-1}" != 0 ]; then
+  echo "==> GPU check kit (scripts/gpu-kit.sh, then its run.sh)"
+  kit=$(scripts/gpu-kit.sh 2>/dev/null | tail -n 1)
+  if "$kit/bin/gyre" doctor 2>/dev/null | grep -qE '^\s+cuda .*available: yes'; then
+    echo "a GPU is here: run $kit/run.sh for the GPU checks (not run by test.sh)"
+  else
+    (cd "$kit" && env -u GYRE_REQUIRE_CUDA OUT= ./run.sh >/dev/null)
+    grep -q '^every step skipped: no usable GPU' "$kit/report.txt"
+    if (cd "$kit" && GYRE_REQUIRE_CUDA=1 ./run.sh >/dev/null); then
+      echo "error: the kit's run.sh passed with GYRE_REQUIRE_CUDA=1 and no GPU" >&2
+      exit 1
+    fi
+    echo "run.sh without a GPU: every step skipped (exit 0); with GYRE_REQUIRE_CUDA=1: exit 1"
+  fi
 fi
 
 # Soak: mixed load with pause/resume for a bounded time; every message is counted.

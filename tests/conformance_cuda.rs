@@ -1,28 +1,17 @@
 //! The conformance suite on the CUDA backend, where a CUDA driver and device are present,
 //! under every placement the backend supports (see `cuda_under!`).
 //!
-//! Elsewhere every case prints `SKIP` and passes: the backend expression below returns
-//! from the generated test before the case runs. Cases whose kernel has a CPU closure
-//! handler need a device handler on CUDA and are expected to report that (see
-//! docs/cuda.md).
+//! Elsewhere every case prints `SKIP` and passes (fails with `GYRE_REQUIRE_CUDA=1`): the
+//! backend expression below returns from the generated test before the case runs. The
+//! cases of this binary run one at a time (they share the process's CUDA context). Cases
+//! whose kernel has a CPU closure handler need a device handler on CUDA and skip, saying
+//! so (see docs/cuda.md).
+
+#![cfg(feature = "cuda")]
 
 mod conformance;
-
-/// Whether the CUDA backend is usable here; prints why not.
-fn cuda_available(test: &str) -> bool {
-    let info = gyre::backends().into_iter().find(|b| b.name == "cuda");
-    match info.map(|b| b.available) {
-        Some(Ok(())) => true,
-        Some(Err(why)) => {
-            eprintln!("SKIP {test}: {why}");
-            false
-        }
-        None => {
-            eprintln!("SKIP {test}: no cuda backend known");
-            false
-        }
-    }
-}
+#[path = "support/cuda.rs"]
+mod support;
 
 /// Each placement the CUDA backend supports: the detected plan (zero copy in mapped
 /// pinned memory where the empirical check confirms system scope), and the three copy
@@ -33,12 +22,12 @@ macro_rules! cuda_under {
             use crate::conformance::cases::Target;
             use gyre::{Backend, TransferStrategy};
             crate::conformance_suite!({
-                if !crate::cuda_available(module_path!()) {
+                if !crate::support::available(module_path!()) {
                     return;
                 }
                 let s: Option<TransferStrategy> = $strategy;
                 Target { backend: Backend::Cuda, strategy: s }
-            });
+            }, guard = crate::support::serial());
         })*
     };
 }

@@ -125,19 +125,25 @@ impl Context {
     ///
     /// The driver's error naming the call.
     pub fn primary(info: &CudaInfo) -> Result<Arc<Self>> {
-        let mut all = CONTEXTS.lock();
-        all.retain(|(_, w)| w.strong_count() > 0);
-        let ordinal = info.device.ordinal;
-        if let Some(c) = all
-            .iter()
-            .find(|(o, _)| *o == ordinal)
-            .and_then(|(_, w)| w.upgrade())
-        {
-            c.bind()?;
-            return Ok(c);
-        }
-        let c = Self::retain(info)?;
-        all.push((ordinal, Arc::downgrade(&c)));
+        let c = {
+            let mut all = CONTEXTS.lock();
+            all.retain(|(_, w)| w.strong_count() > 0);
+            let ordinal = info.device.ordinal;
+            match all
+                .iter()
+                .find(|(o, _)| *o == ordinal)
+                .and_then(|(_, w)| w.upgrade())
+            {
+                Some(c) => c,
+                None => {
+                    let c = Self::retain(info)?;
+                    all.push((ordinal, Arc::downgrade(&c)));
+                    c
+                }
+            }
+        };
+        // Outside the registry lock: a failure drops `c`, whose Drop may take it.
+        c.bind()?;
         Ok(c)
     }
 
@@ -145,7 +151,7 @@ impl Context {
         let ordinal = info.device.ordinal;
         let dev = result::device_get(ordinal)?;
         let ctx = result::primary_ctx_retain(dev)?;
-        let c = Arc::new(Self {
+        Ok(Arc::new(Self {
             dev,
             ctx,
             info: info.clone(),
@@ -153,9 +159,7 @@ impl Context {
             life: Mutex::new(Life::default()),
             streams: StreamPool::new(info.env.max_connections),
             modules: Modules::default(),
-        });
-        c.bind()?;
-        Ok(c)
+        }))
     }
 
     /// Makes this context current on the calling thread.
@@ -199,22 +203,19 @@ impl Context {
         self.poison.get()
     }
 
-    /// Returns `this` if it is healthy. A poisoned context held by nobody else is dropped,
-    /// the device's primary context reset (`cuDevicePrimaryCtxReset`: every allocation,
-    /// module and stream of the old one is gone, and the sticky error with them) and a
-    /// fresh context returned.
+    /// Returns `this` if it is healthy. A poisoned context held by nobody else is dropped
+    /// (its `Drop` resets the device's primary context, `cuDevicePrimaryCtxReset`: every
+    /// allocation, module and stream of the old one is gone, and the sticky error with
+    /// them) and a fresh context returned.
     ///
     /// # Errors
     ///
     /// [`Error::ContextPoisoned`] while other holders remain (kernels, buffers, other
-    /// runtimes); the driver's error if the reset fails.
+    /// runtimes); the driver's error if the new context cannot be made.
     pub fn recover(this: Arc<Self>) -> Result<Arc<Self>> {
         let Some((code, name)) = this.poisoned().cloned() else {
             return Ok(this);
         };
-        // Under the registry lock nobody can take a new reference (upgrades happen only
-        // in `primary`, under this lock).
-        let mut all = CONTEXTS.lock();
         let holders = Arc::strong_count(&this) - 1;
         if holders > 0 {
             return Err(Error::ContextPoisoned {
@@ -225,16 +226,8 @@ impl Context {
             });
         }
         let info = this.info.clone();
-        let dev = this.dev;
         drop(this);
-        all.retain(|(_, w)| w.strong_count() > 0);
-        // SAFETY: the only holder was dropped (and with it the retain it owned); no
-        // handle of the old context is used again.
-        unsafe { result::primary_ctx_reset(dev)? };
-        tracing::warn!(device = info.device.ordinal, code, %name, "CUDA primary context reset after a sticky error");
-        let c = Self::retain(&info)?;
-        all.push((info.device.ordinal, Arc::downgrade(&c)));
-        Ok(c)
+        Self::primary(&info)
     }
 
     /// Counts a ring kernel as running, if fewer than `limit` run; see
@@ -335,6 +328,9 @@ impl Context {
 
 impl Drop for Context {
     fn drop(&mut self) {
+        // Under the registry lock: no new context of this device is made until this one
+        // is released (and, if poisoned, reset).
+        let _registry = CONTEXTS.lock();
         if let Err(e) = self.bind() {
             tracing::error!(error = %e, "dropping a CUDA context that cannot be bound");
         }
@@ -351,6 +347,21 @@ impl Drop for Context {
         // more (every user held an Arc).
         if let Err(e) = unsafe { result::primary_ctx_release(self.dev) } {
             tracing::warn!(error = %e, "releasing the CUDA primary context");
+        }
+        if let Some((code, name)) = self.poisoned() {
+            // The driver resets a primary context when its last retain goes, but another
+            // library of this process may hold it too; a sticky error leaves it useless
+            // to everyone, so reset it explicitly.
+            // SAFETY: gyre holds no handle of it any more (this was the last Arc).
+            match unsafe { result::primary_ctx_reset(self.dev) } {
+                Ok(()) => tracing::warn!(
+                    device = self.info.device.ordinal,
+                    code,
+                    %name,
+                    "CUDA primary context reset after a sticky error"
+                ),
+                Err(e) => tracing::error!(error = %e, "resetting a poisoned CUDA context"),
+            }
         }
     }
 }

@@ -40,6 +40,8 @@ pub mod result;
 pub mod source;
 mod stream;
 pub mod sys;
+#[doc(hidden)]
+pub mod testing;
 pub mod toolchain;
 pub mod visibility_probe;
 

@@ -137,7 +137,8 @@ fn number_before(line: &str, what: &str) -> Option<u32> {
 
 /// Assembles `ptx` for `sm_<arch>` with `ptxas -v`; returns its report.
 fn ptxas(ptxas: &Path, ptx: &str, arch: u32, stem: &str) -> Result<String, String> {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("gyre-cuda-nvrtc");
+    // The system temp dir, not a build-time path: the GPU kit runs this binary elsewhere.
+    let dir = std::env::temp_dir().join(format!("gyre-cuda-nvrtc-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let (src, bin) = (
         dir.join(format!("{stem}.ptx")),

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Builds the GPU check kit: everything needed to check gyre's CUDA backend on a machine
+# that has an NVIDIA driver and a CUDA toolkit but no Rust toolchain and no network.
+#
+# Usage: scripts/gpu-kit.sh            (from anywhere inside the repository)
+#   Builds, in release, stripped: the gyre-cuda unit tests, its device tests
+#   (cuda_backend) and NVRTC compile tests, the conformance and fault suites on CUDA, the
+#   `gyre` binary and the CUDA benchmark; adds run.sh (scripts/gpu-kit-run.sh) and a
+#   manifest. The bundle goes to target/gpu-kit (ignored by git; GYRE_KIT_DIR overrides),
+#   at most 60 MiB, and the folder is the last line printed.
+# On the GPU machine: cd <bundle> && ./run.sh   (see docs/cuda.md, "The GPU check kit").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+KIT=${GYRE_KIT_DIR:-$ROOT/target/gpu-kit}
+LIMIT_MIB=60
+
+echo "==> building release test binaries, gyre and the CUDA bench" >&2
+json=$(mktemp)
+trap 'rm -f "$json"' EXIT
+{
+  cargo test --release --no-run --message-format=json -p gyre-cuda --lib \
+    --test cuda_backend --test nvrtc_compile
+  cargo test --release --no-run --message-format=json -p gyre \
+    --test conformance_cuda --test faults_cuda
+  cargo build --release --message-format=json -p gyre-cli --bin gyre
+  cargo bench --no-run --message-format=json -p gyre --bench cuda
+} >"$json"
+
+rm -rf "$KIT"
+mkdir -p "$KIT/bin"
+# One line per executable: <name> <path>, named by its target (the lib's unit tests as
+# gyre_cuda_unit, the bench as cuda_bench).
+python3 - "$json" "$KIT/bin" <<'EOF'
+import json, shutil, sys
+seen = {}
+for line in open(sys.argv[1]):
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") != "compiler-artifact" or not m.get("executable"):
+        continue
+    t = m["target"]
+    name = t["name"].replace("-", "_")
+    if "lib" in t["kind"]:
+        name = name + "_unit"
+    elif "bench" in t["kind"]:
+        name = name + "_bench"
+    seen[name] = m["executable"]
+want = {"gyre_cuda_unit", "cuda_backend", "nvrtc_compile", "conformance_cuda",
+        "faults_cuda", "gyre", "cuda_bench"}
+missing = want - set(seen)
+if missing:
+    sys.exit(f"missing executables: {sorted(missing)}")
+for name in sorted(want):
+    shutil.copy(seen[name], f"{sys.argv[2]}/{name}")
+    print(name, seen[name], file=sys.stderr)
+EOF
+strip --strip-debug "$KIT"/bin/*
+cp scripts/gpu-kit-run.sh "$KIT/run.sh"
+chmod +x "$KIT/run.sh" "$KIT"/bin/*
+{
+  echo "gyre GPU check kit"
+  echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (+ uncommitted changes)')"
+  echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -srm)"
+  echo "rustc: $(rustc --version)"
+  echo "files:"
+  (cd "$KIT" && find . -type f | sort | xargs sha256sum)
+} >"$KIT/MANIFEST"
+
+size_kib=$(du -sk "$KIT" | cut -f1)
+if [ "$size_kib" -gt $((LIMIT_MIB * 1024)) ]; then
+  echo "error: the bundle is $((size_kib / 1024)) MiB, over the $LIMIT_MIB MiB limit" >&2
+  exit 1
+fi
+echo "==> bundle: $((size_kib / 1024)) MiB in $KIT; on the GPU machine: cd <it> && ./run.sh" >&2
+echo "$KIT"
