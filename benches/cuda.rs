@@ -18,13 +18,13 @@
 //! it fails instead. `GYRE_BENCH_CUDA_CALLS` sets the round trips per RTT row (default
 //! 20000), `GYRE_BENCH_CUDA_MESSAGES` the messages per throughput row (default 2000000).
 
-use std::hint::black_box;
+mod common;
+
 use std::time::{Duration, Instant};
 
+use common::Msg;
 use gyre::{Backend, Kernel, KernelSpec, Runtime, TransferStrategy};
 use hdrhistogram::Histogram;
-
-type Msg = [u8; 64];
 
 fn env_u64(k: &str, default: u64) -> u64 {
     std::env::var(k)
@@ -111,23 +111,8 @@ fn gyre_throughput(batch: usize, messages: u64) -> gyre::Result<f64> {
             .batch_size((batch as u32).min(cap)),
     )?;
     let reqs: Vec<Msg> = (0..batch as u64).map(req).collect();
-    let mut out: Vec<gyre::Result<Msg>> = Vec::with_capacity(batch);
-    let run = |n: u64, out: &mut Vec<gyre::Result<Msg>>| -> gyre::Result<Duration> {
-        let (mut sent, mut recvd) = (0u64, 0u64);
-        let t = Instant::now();
-        while recvd < n {
-            let want = ((n - sent) as usize).min(batch);
-            if want > 0 && k.try_send_batch(&reqs[..want]).is_ok() {
-                sent += want as u64;
-            }
-            out.clear();
-            recvd += k.try_recv_batch(out, batch)? as u64;
-            black_box(&*out);
-        }
-        Ok(t.elapsed())
-    };
-    run(messages / 10, &mut out)?;
-    let d = run(messages, &mut out)?;
+    common::batched_echo_of(&k, messages / 10, &reqs, false)?;
+    let d = common::batched_echo_of(&k, messages, &reqs, false)?;
     k.shutdown_blocking()?;
     Ok(messages as f64 / d.as_secs_f64())
 }

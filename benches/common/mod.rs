@@ -219,24 +219,34 @@ pub const BATCH: usize = 64;
 /// loop yields whenever a receive brought nothing, so a copy thread sharing the core gets
 /// a turn.
 pub fn batched_echo(k: &Kernel<Msg, Msg>, n: u64, yield_when_idle: bool) -> Duration {
-    let batch = [msg(); BATCH];
-    let mut out: Vec<gyre::Result<Msg>> = Vec::with_capacity(BATCH);
+    batched_echo_of(k, n, &[msg(); BATCH], yield_when_idle).expect("recv")
+}
+
+/// [`batched_echo`] with batches of `batch.len()` messages (the slice is sent as is).
+pub fn batched_echo_of(
+    k: &Kernel<Msg, Msg>,
+    n: u64,
+    batch: &[Msg],
+    yield_when_idle: bool,
+) -> gyre::Result<Duration> {
+    let size = batch.len();
+    let mut out: Vec<gyre::Result<Msg>> = Vec::with_capacity(size);
     let (mut sent, mut recvd) = (0u64, 0u64);
     let t = Instant::now();
     while recvd < n {
-        let want = ((n - sent) as usize).min(BATCH);
+        let want = ((n - sent) as usize).min(size);
         if want > 0 && k.try_send_batch(&batch[..want]).is_ok() {
             sent += want as u64;
         }
         out.clear();
-        let got = k.try_recv_batch(&mut out, BATCH).expect("recv") as u64;
+        let got = k.try_recv_batch(&mut out, size)? as u64;
         recvd += got;
         black_box(&out);
         if got == 0 && yield_when_idle {
             std::thread::yield_now();
         }
     }
-    t.elapsed()
+    Ok(t.elapsed())
 }
 
 /// Runs `s` in runs of `per_run` operations for [`WARM_UP`], then returns it.
