@@ -35,6 +35,7 @@
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
+mod features;
 mod futures;
 mod kernel;
 #[cfg(feature = "metrics")]

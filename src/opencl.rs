@@ -107,11 +107,8 @@ pub(crate) fn device_attributes(platform: usize, device: usize) -> Option<Device
 }
 
 #[cfg(not(feature = "opencl"))]
-const NOT_BUILT: &str = "not in this build: gyre was built without the `opencl` feature";
-
-#[cfg(not(feature = "opencl"))]
 pub(crate) fn facts() -> Result<Vec<(&'static str, String)>, String> {
-    Err(NOT_BUILT.into())
+    Err(crate::features::not_built("opencl"))
 }
 
 #[cfg(not(feature = "opencl"))]
@@ -119,12 +116,12 @@ pub(crate) fn backend(
     _platform: usize,
     _device: usize,
 ) -> Result<Arc<dyn gyre_core::Backend>, String> {
-    Err(NOT_BUILT.into())
+    Err(crate::features::not_built("opencl"))
 }
 
 #[cfg(not(feature = "opencl"))]
 pub(crate) fn auto_gpu() -> Result<(usize, usize, Arc<dyn gyre_core::Backend>), String> {
-    Err(NOT_BUILT.into())
+    Err(crate::features::not_built("opencl"))
 }
 
 #[cfg(not(feature = "opencl"))]

@@ -9,6 +9,7 @@ use gyre_core::strategy::TransferStrategy;
 use gyre_core::visibility::{self, MemoryPlan, MemoryVisibility, Overrides, PlatformProbe};
 use gyre_core::{Error, LaunchSpec, Result, SharedRegion};
 
+use crate::features::not_built;
 use crate::kernel::Kernel;
 use crate::opencl;
 use crate::spec::KernelSpec;
@@ -94,39 +95,35 @@ fn parse_opencl(s: &str) -> Option<Backend> {
 
 impl core::str::FromStr for Backend {
     type Err = Error;
-    /// Parses a backend name, case-insensitively. A known backend that this build does
-    /// not include is [`Error::BackendUnavailable`]; anything else is
+    /// Parses a backend name, case-insensitively. Parsing never looks at the machine: a
+    /// backend that this build includes parses whether or not this machine can run it
+    /// (building the runtime says why not). A known backend that this build does not
+    /// include is [`Error::BackendUnavailable`]; anything else is
     /// [`Error::InvalidArgument`] listing the valid names.
     fn from_str(s: &str) -> Result<Self> {
+        let invalid = |reason| Error::InvalidArgument {
+            name: "backend",
+            value: s.to_owned(),
+            reason,
+        };
         match s.to_ascii_lowercase().as_str() {
             "auto" => Ok(Backend::Auto),
             "cpu" => Ok(Backend::Cpu),
-            // Parsed even where unusable: building the runtime says why.
             "cuda" if cfg!(feature = "cuda") => Ok(Backend::Cuda),
-            o if cfg!(feature = "opencl") && parse_opencl(o).is_some() => parse_opencl(o)
-                .ok_or_else(|| Error::InvalidArgument {
-                    name: "backend",
-                    value: s.to_owned(),
-                    reason: "expected opencl, opencl:P or opencl:P:D",
-                }),
-            other => match backends()
-                .into_iter()
-                .find(|b| b.name == other || other.starts_with("opencl:") && b.name == "opencl")
-            {
-                Some(BackendInfo {
-                    name,
-                    available: Err(reason),
-                    ..
-                }) => Err(Error::BackendUnavailable {
-                    backend: name,
-                    reason,
-                }),
-                _ => Err(Error::InvalidArgument {
-                    name: "backend",
-                    value: s.to_owned(),
-                    reason: "valid backends: auto, cpu, cuda, opencl[:P[:D]]",
-                }),
-            },
+            "cuda" => Err(Error::BackendUnavailable {
+                backend: "cuda",
+                reason: not_built("cuda"),
+            }),
+            o if o == "opencl" || o.starts_with("opencl:") => {
+                if !cfg!(feature = "opencl") {
+                    return Err(Error::BackendUnavailable {
+                        backend: "opencl",
+                        reason: not_built("opencl"),
+                    });
+                }
+                parse_opencl(o).ok_or_else(|| invalid("expected opencl, opencl:P or opencl:P:D"))
+            }
+            _ => Err(invalid("valid backends: auto, cpu, cuda, opencl[:P[:D]]")),
         }
     }
 }
@@ -236,16 +233,13 @@ mod cuda {
     }
 
     #[cfg(not(feature = "cuda"))]
-    const NOT_BUILT: &str = "not in this build: gyre was built without the `cuda` feature";
-
-    #[cfg(not(feature = "cuda"))]
     pub(super) fn facts() -> Result<Vec<(&'static str, String)>, String> {
-        Err(NOT_BUILT.into())
+        Err(crate::features::not_built("cuda"))
     }
 
     #[cfg(not(feature = "cuda"))]
     pub(super) fn backend() -> Result<Arc<dyn gyre_core::Backend>, String> {
-        Err(NOT_BUILT.into())
+        Err(crate::features::not_built("cuda"))
     }
 }
 
@@ -550,6 +544,25 @@ mod cuda_selection_tests {
                 })
             ));
         }
+    }
+
+    /// Parsing depends on the build only, never on what this machine has.
+    #[test]
+    fn unknown_backend_names_are_invalid_arguments() {
+        for bad in ["", "gpu", "cuda:0", "cpu:1", "opencl-1"] {
+            assert!(
+                matches!(
+                    bad.parse::<Backend>(),
+                    Err(Error::InvalidArgument {
+                        name: "backend",
+                        ..
+                    })
+                ),
+                "{bad:?}"
+            );
+        }
+        assert_eq!("Auto".parse::<Backend>().ok(), Some(Backend::Auto));
+        assert_eq!("CPU".parse::<Backend>().ok(), Some(Backend::Cpu));
     }
 
     #[test]
