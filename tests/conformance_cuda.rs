@@ -30,7 +30,7 @@ fn cuda_available(test: &str) -> bool {
 macro_rules! cuda_under {
     ($($module:ident => $strategy:expr),* $(,)?) => {
         $(mod $module {
-            use crate::conformance::cases::Target;
+            use crate::conformance::Target;
             use gyre::{Backend, TransferStrategy};
             crate::conformance_suite!({
                 if !crate::cuda_available(module_path!()) {

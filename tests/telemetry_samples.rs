@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use gyre::TelemetryReader;
 use gyre::{Backend, KernelSpec, Runtime};
-use gyre_core::telemetry::TelemetryReader;
 
 const DOC: &str = include_str!("../docs/telemetry.md");
 const CALLS: u64 = 50;
