@@ -356,6 +356,20 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
     /// write corrupt slots or control-block fields through it to check that the kernel
     /// and the host report them. Not part of the stable API; misuse breaks the protocol
     /// (never memory safety: raw slot writes are `unsafe`).
+    ///
+    /// # Errors
+    ///
+    /// None: it lends the channel.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let rt = gyre::Runtime::builder().backend(gyre::Backend::Cpu).build()?;
+    /// let k = rt.launch(gyre::KernelSpec::<u64, u64>::echo())?;
+    /// k.call_blocking(1)?;
+    /// assert_eq!(k.raw_channel().claimed(), 1);
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
     #[doc(hidden)]
     pub fn raw_channel(&self) -> &Arc<Channel> {
         &self.inner().ch
