@@ -104,12 +104,9 @@ fn gyre_rtt(s: TransferStrategy, calls: u64) -> gyre::Result<Rtt> {
 /// Messages per second through gyre with host and kernel batches of `batch`.
 fn gyre_throughput(batch: usize, messages: u64) -> gyre::Result<f64> {
     let rt = runtime(TransferStrategy::Unified)?;
-    let cap = 4096u32.max((batch * 4).next_power_of_two() as u32);
-    let k: Kernel<Msg, Msg> = rt.launch(
-        KernelSpec::echo()
-            .capacity(cap)
-            .batch_size((batch as u32).min(cap)),
-    )?;
+    let cap = 4096usize.max((batch * 4).next_power_of_two());
+    let k: Kernel<Msg, Msg> =
+        rt.launch(KernelSpec::echo().capacity(cap).batch_size(batch.min(cap)))?;
     let reqs: Vec<Msg> = (0..batch as u64).map(req).collect();
     common::batched_echo_of(&k, messages / 10, &reqs, false)?;
     let d = common::batched_echo_of(&k, messages, &reqs, false)?;

@@ -36,7 +36,7 @@ fn launch(strategy: TransferStrategy) -> Kernel<Msg, Msg> {
         .transfer_strategy(strategy)
         .build()
         .expect("gyre runtime");
-    let spec = KernelSpec::<Msg, Msg>::raw("echo", pinned_echo()).capacity(CAPACITY as u32);
+    let spec = KernelSpec::<Msg, Msg>::raw("echo", pinned_echo()).capacity(CAPACITY);
     let k = rt.launch(spec).expect("launching the echo kernel");
     let probe: Msg = core::array::from_fn(|i| i as u8);
     assert_eq!(k.call_blocking(probe).expect("first call"), probe);

@@ -21,12 +21,65 @@ CUDA13_VENV=$(scripts/setup-cuda-venv.sh 13 2>/dev/null | tail -n 1)
 export GYRE_CUDA_VENV="$CUDA12_VENV"
 export GYRE_REQUIRE_NVRTC=1
 
-# OpenCL (default feature `opencl`): tests/conformance_opencl.rs, crates/gyre-opencl/tests
-# and crates/gyre-cli/tests/cli_opencl.rs run on the first device with fine-grained SVM
-# (PoCL, installed by .ci/run). Elsewhere they skip, printing why; in CI a skip is a
-# failure.
+# OpenCL (default feature `opencl`): tests/conformance_opencl.rs, tests/faults_opencl.rs,
+# crates/gyre-opencl/tests and crates/gyre-cli/tests/cli_opencl.rs run on the first device
+# with fine-grained SVM: PoCL (OpenCL on the CPU) where no GPU is. This script installs
+# PoCL and the ICD loader when they are missing (apt-get, through sudo when not root).
+# Where it cannot, or where no OpenCL driver is visible to the ICD loader (OCL_ICD_VENDORS),
+# it says so and the OpenCL tests skip; with CI=true a skip is a failure.
+opencl_pkgs=(ocl-icd-libopencl1 pocl-opencl-icd)
+opencl_note=""
+echo "==> OpenCL runtime (PoCL: ${opencl_pkgs[*]})"
+if command -v dpkg-query >/dev/null 2>&1; then
+  missing=()
+  for p in "${opencl_pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ "${#missing[@]}" -gt 0 ]; then
+    sudo=()
+    if [ "$(id -u)" -ne 0 ]; then
+      if command -v sudo >/dev/null 2>&1; then
+        # Non-interactive unless a terminal can answer a password prompt.
+        if [ -t 0 ]; then sudo=(sudo); else sudo=(sudo -n); fi
+      else
+        sudo=(none)
+      fi
+    fi
+    if ! command -v apt-get >/dev/null 2>&1 || [ "${sudo[*]}" = none ]; then
+      opencl_note="${missing[*]} missing and this script cannot install them (no apt-get, or not root and no sudo); install them with your package manager"
+    else
+      echo "installing ${missing[*]} (${sudo[*]:-as root} apt-get install)"
+      if "${sudo[@]}" apt-get update -qq >/dev/null &&
+        DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq \
+          --no-install-recommends "${missing[@]}" >/dev/null; then
+        echo "installed ${missing[*]}"
+      else
+        opencl_note="installing ${missing[*]} with apt-get failed (see above); run: sudo apt-get install ${missing[*]}"
+      fi
+    fi
+  else
+    echo "installed: ${opencl_pkgs[*]}"
+  fi
+else
+  opencl_note="not a Debian-like system (no dpkg-query): install an OpenCL ICD loader and PoCL (or a GPU's OpenCL driver) yourself"
+fi
+# The ICD loader finds drivers through OCL_ICD_VENDORS (a directory or one .icd file) or
+# /etc/OpenCL/vendors; installed but invisible is a skip too.
+if [ -z "$opencl_note" ]; then
+  icd="${OCL_ICD_VENDORS:-/etc/OpenCL/vendors}"
+  if ! { [ -f "$icd" ] || compgen -G "$icd/*.icd" >/dev/null; }; then
+    opencl_note="no OpenCL driver is visible to the ICD loader (no .icd file in $icd${OCL_ICD_VENDORS:+, from OCL_ICD_VENDORS})"
+  fi
+fi
 if [ "${CI:-}" = "true" ]; then
   export GYRE_REQUIRE_OPENCL=1
+fi
+if [ -n "$opencl_note" ]; then
+  if [ "${GYRE_REQUIRE_OPENCL:-}" = 1 ]; then
+    echo "error: OpenCL is required (CI=true or GYRE_REQUIRE_OPENCL=1) but $opencl_note" >&2
+    exit 1
+  fi
+  echo "NOTE: the OpenCL tests will be skipped: $opencl_note"
 fi
 
 echo "==> cargo test --workspace (GYRE_REQUIRE_OPENCL=${GYRE_REQUIRE_OPENCL:-0})"
@@ -102,4 +155,8 @@ if [ "${GYRE_SOAK:=60s}" != 0 ]; then
   soak_out=$(cargo run -q -p gyre-cli -- demo --backend cpu --strategy async --soak "$GYRE_SOAK_BRIDGE")
   echo "$soak_out"
   grep -qx 'lost: 0' <<<"$soak_out"
+fi
+
+if [ -n "$opencl_note" ]; then
+  echo "==> done; NOTE: the OpenCL tests were skipped: $opencl_note"
 fi

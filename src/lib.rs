@@ -35,31 +35,81 @@
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
-mod futures;
+mod blocking;
+mod decode;
+mod features;
+pub mod future;
+mod inner;
+mod keep_alive;
 mod kernel;
 #[cfg(feature = "metrics")]
 mod metrics_export;
 mod opencl;
 mod runtime;
 mod spec;
+mod state;
 
-pub use futures::{Call, Recv, Replies, Send, Shutdown};
+pub use future::{CallFuture, RecvFuture, RepliesStream, SendFuture, ShutdownFuture};
 pub use gyre_abi::TelemetrySnapshot;
 pub use gyre_core::bridge::TransferStats;
 pub use gyre_core::kernels::{self, ReduceSum, Sum, VecF32, VecScale};
+pub use gyre_core::plan::{MemoryPlan, Source};
+pub use gyre_core::shm::{
+    ControlSnapshot, ExportError, ExportInfo, ExportSnapshot, TelemetryReader,
+};
 pub use gyre_core::strategy::TransferStrategy;
-pub use gyre_core::visibility::{MemoryPlan, MemoryVisibility, Source};
-pub use gyre_core::{Error, Handler, IdleStrategy, Result, TrySendError};
-pub use kernel::{Kernel, KernelState};
+pub use gyre_core::telemetry::{rates, Rates};
+pub use gyre_core::visibility::MemoryVisibility;
+pub use gyre_core::{Cause, Error, Handler, IdleStrategy, Result, TrySendError};
+pub use kernel::Kernel;
 pub use runtime::{backends, Backend, BackendInfo, Runtime, RuntimeBuilder};
 pub use spec::KernelSpec;
+pub use state::KernelState;
+
+/// Error codes (in a faulted kernel's [`KernelState::Faulted`] and
+/// [`Error::KernelFaulted`]) and reply statuses (in [`Error::Handler`]): the protocol's
+/// codes below [`codes::USER_BASE`], and a handler's own from `USER_BASE` up (see
+/// [`KernelSpec::try_from_fn`]). The same table as `GYRE_ERR_*` in
+/// `cuda/include/gyre/abi.h`.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(gyre::codes::name(gyre::codes::HANDLER_PANIC), "handler panic");
+/// assert_eq!(gyre::codes::name(gyre::codes::USER_BASE + 3), "user error");
+/// ```
+pub use gyre_abi::error as codes;
 
 /// Version of this crate.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-/// Version of the shared-memory ABI this build speaks.
+/// Version of the shared-memory ABI this build speaks (also the `abi_version` of a
+/// telemetry export file, see `docs/telemetry.md`).
 pub const ABI_VERSION: u32 = gyre_abi::ABI_VERSION;
 
-/// Re-exported so users can derive message types: `#[derive(Pod, Zeroable, Clone, Copy)]`.
+/// Re-exported so users can derive message types without depending on `bytemuck`
+/// themselves: derive through gyre and name the crate with
+/// `#[bytemuck(crate = "gyre::bytemuck")]` (the derive macros otherwise refer to a
+/// `bytemuck` crate of your own).
+///
+/// # Examples
+///
+/// ```
+/// #[derive(Clone, Copy, gyre::Pod, gyre::Zeroable)]
+/// #[bytemuck(crate = "gyre::bytemuck")]
+/// #[repr(C)]
+/// struct Order {
+///     id: u64,
+///     price: f64,
+/// }
+///
+/// let rt = gyre::Runtime::builder().backend(gyre::Backend::Cpu).build()?;
+/// let k = rt.launch(gyre::KernelSpec::from_fn("fill", |o: Order| Order { price: 1.5, ..o }))?;
+/// assert_eq!(k.call_blocking(Order { id: 7, price: 0.0 })?.price, 1.5);
+/// # Ok::<(), gyre::Error>(())
+/// ```
+///
+/// `crates/gyre-derive-check`, a crate of the workspace with no `bytemuck` dependency,
+/// compiles and runs the same derive in every test run.
 pub use bytemuck::{self, Pod, Zeroable};
 
 /// The README's example, compiled and run as a doc test so it stays true.

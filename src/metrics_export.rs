@@ -5,7 +5,9 @@ use core::sync::atomic::Ordering::Acquire;
 use bytemuck::Pod;
 use gyre_core::Result;
 
-use crate::{Kernel, TelemetrySnapshot};
+use gyre_abi::TelemetrySnapshot;
+
+use crate::kernel::Kernel;
 
 impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
     /// Reads a consistent telemetry snapshot and records it through the `metrics` facade,
@@ -19,9 +21,26 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
     /// `gyre_transfer_copies_total`, `gyre_transfer_bytes_total` and
     /// `gyre_transfer_slots_total`. Call it periodically (for example before each
     /// scrape); returns the snapshot it recorded. See `docs/telemetry.md` ("Metrics").
+    ///
+    /// # Errors
+    ///
+    /// As [`Kernel::telemetry`]: [`Error::TornTelemetry`](crate::Error::TornTelemetry)
+    /// when no consistent snapshot could be read; nothing is recorded then.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// // With no recorder installed the metrics go nowhere; the snapshot is returned.
+    /// let rt = gyre::Runtime::builder().backend(gyre::Backend::Cpu).build()?;
+    /// let k = rt.launch(gyre::KernelSpec::<u64, u64>::echo())?;
+    /// k.call_blocking(1)?;
+    /// k.shutdown_blocking()?;
+    /// assert_eq!(k.record_metrics()?.messages_out, 1);
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
     pub fn record_metrics(&self) -> Result<TelemetrySnapshot> {
         let t = self.telemetry()?;
-        let cb = self.inner.ch.region().control();
+        let cb = self.inner().ch.region().control();
         // Tails first: a head read after its tail is never behind it.
         let (h2k_tail, k2h_tail) = (cb.h2k_tail.load(Acquire), cb.k2h_tail.load(Acquire));
         let (h2k_head, k2h_head) = (cb.h2k_head.load(Acquire), cb.k2h_head.load(Acquire));

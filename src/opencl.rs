@@ -60,10 +60,10 @@ pub(crate) fn facts() -> Result<Vec<(&'static str, String)>, String> {
 pub(crate) fn backend(
     platform: usize,
     device: usize,
-) -> Result<Arc<dyn gyre_core::Backend>, String> {
+) -> Result<Arc<dyn gyre_core::Backend>, gyre_core::Cause> {
     match gyre_opencl::OpenClBackend::new(platform, device) {
         Ok(b) => Ok(Arc::new(b)),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(gyre_core::Cause::new(e)),
     }
 }
 
@@ -107,24 +107,21 @@ pub(crate) fn device_attributes(platform: usize, device: usize) -> Option<Device
 }
 
 #[cfg(not(feature = "opencl"))]
-const NOT_BUILT: &str = "not in this build: gyre was built without the `opencl` feature";
-
-#[cfg(not(feature = "opencl"))]
 pub(crate) fn facts() -> Result<Vec<(&'static str, String)>, String> {
-    Err(NOT_BUILT.into())
+    Err(crate::features::not_built("opencl"))
 }
 
 #[cfg(not(feature = "opencl"))]
 pub(crate) fn backend(
     _platform: usize,
     _device: usize,
-) -> Result<Arc<dyn gyre_core::Backend>, String> {
-    Err(NOT_BUILT.into())
+) -> Result<Arc<dyn gyre_core::Backend>, gyre_core::Cause> {
+    Err(gyre_core::Cause::msg(crate::features::not_built("opencl")))
 }
 
 #[cfg(not(feature = "opencl"))]
 pub(crate) fn auto_gpu() -> Result<(usize, usize, Arc<dyn gyre_core::Backend>), String> {
-    Err(NOT_BUILT.into())
+    Err(crate::features::not_built("opencl"))
 }
 
 #[cfg(not(feature = "opencl"))]
@@ -174,7 +171,8 @@ mod tests {
             .build()
             .unwrap_err();
         match e {
-            Error::BackendUnavailable { backend, reason } => {
+            Error::BackendUnavailable { backend, source } => {
+                let reason = source.to_string();
                 assert_eq!(backend, "opencl");
                 assert!(
                     ["platform", "library", "not in this build"]

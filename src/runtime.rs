@@ -4,11 +4,13 @@ use std::sync::Arc;
 
 use bytemuck::Pod;
 use gyre_core::bridge::{BridgeAgent, RingBufferBridge};
+use gyre_core::plan::{self, MemoryPlan, Overrides};
 use gyre_core::ring::Geometry;
 use gyre_core::strategy::TransferStrategy;
-use gyre_core::visibility::{self, MemoryPlan, MemoryVisibility, Overrides, PlatformProbe};
-use gyre_core::{Error, LaunchSpec, Result, SharedRegion};
+use gyre_core::visibility::{MemoryVisibility, PlatformProbe};
+use gyre_core::{Cause, Error, LaunchSpec, Result, SharedRegion};
 
+use crate::features::not_built;
 use crate::kernel::Kernel;
 use crate::opencl;
 use crate::spec::KernelSpec;
@@ -94,39 +96,35 @@ fn parse_opencl(s: &str) -> Option<Backend> {
 
 impl core::str::FromStr for Backend {
     type Err = Error;
-    /// Parses a backend name, case-insensitively. A known backend that this build does
-    /// not include is [`Error::BackendUnavailable`]; anything else is
+    /// Parses a backend name, case-insensitively. Parsing never looks at the machine: a
+    /// backend that this build includes parses whether or not this machine can run it
+    /// (building the runtime says why not). A known backend that this build does not
+    /// include is [`Error::BackendUnavailable`]; anything else is
     /// [`Error::InvalidArgument`] listing the valid names.
     fn from_str(s: &str) -> Result<Self> {
+        let invalid = |reason| Error::InvalidArgument {
+            name: "backend",
+            value: s.to_owned(),
+            reason,
+        };
         match s.to_ascii_lowercase().as_str() {
             "auto" => Ok(Backend::Auto),
             "cpu" => Ok(Backend::Cpu),
-            // Parsed even where unusable: building the runtime says why.
             "cuda" if cfg!(feature = "cuda") => Ok(Backend::Cuda),
-            o if cfg!(feature = "opencl") && parse_opencl(o).is_some() => parse_opencl(o)
-                .ok_or_else(|| Error::InvalidArgument {
-                    name: "backend",
-                    value: s.to_owned(),
-                    reason: "expected opencl, opencl:P or opencl:P:D",
-                }),
-            other => match backends()
-                .into_iter()
-                .find(|b| b.name == other || other.starts_with("opencl:") && b.name == "opencl")
-            {
-                Some(BackendInfo {
-                    name,
-                    available: Err(reason),
-                    ..
-                }) => Err(Error::BackendUnavailable {
-                    backend: name,
-                    reason,
-                }),
-                _ => Err(Error::InvalidArgument {
-                    name: "backend",
-                    value: s.to_owned(),
-                    reason: "valid backends: auto, cpu, cuda, opencl[:P[:D]]",
-                }),
-            },
+            "cuda" => Err(Error::BackendUnavailable {
+                backend: "cuda",
+                source: Cause::msg(not_built("cuda")),
+            }),
+            o if o == "opencl" || o.starts_with("opencl:") => {
+                if !cfg!(feature = "opencl") {
+                    return Err(Error::BackendUnavailable {
+                        backend: "opencl",
+                        source: Cause::msg(not_built("opencl")),
+                    });
+                }
+                parse_opencl(o).ok_or_else(|| invalid("expected opencl, opencl:P or opencl:P:D"))
+            }
+            _ => Err(invalid("valid backends: auto, cpu, cuda, opencl[:P[:D]]")),
         }
     }
 }
@@ -268,24 +266,21 @@ mod cuda {
 
     /// A CUDA backend on device 0, or why not.
     #[cfg(feature = "cuda")]
-    pub(super) fn backend() -> Result<Arc<dyn gyre_core::Backend>, String> {
+    pub(super) fn backend() -> Result<Arc<dyn gyre_core::Backend>, gyre_core::Cause> {
         match gyre_cuda::CudaBackend::new() {
             Ok(b) => Ok(Arc::new(b)),
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(gyre_core::Cause::new(e)),
         }
     }
 
     #[cfg(not(feature = "cuda"))]
-    const NOT_BUILT: &str = "not in this build: gyre was built without the `cuda` feature";
-
-    #[cfg(not(feature = "cuda"))]
     pub(super) fn facts() -> (Result<(), String>, Vec<(&'static str, String)>) {
-        (Err(NOT_BUILT.into()), Vec::new())
+        (Err(crate::features::not_built("cuda")), Vec::new())
     }
 
     #[cfg(not(feature = "cuda"))]
-    pub(super) fn backend() -> Result<Arc<dyn gyre_core::Backend>, String> {
-        Err(NOT_BUILT.into())
+    pub(super) fn backend() -> Result<Arc<dyn gyre_core::Backend>, gyre_core::Cause> {
+        Err(gyre_core::Cause::msg(crate::features::not_built("cuda")))
     }
 }
 
@@ -304,15 +299,17 @@ impl RuntimeBuilder {
     }
 
     /// Overrides the detected memory visibility (and so the default transfer strategy).
-    /// Takes precedence over `GYRE_MEMORY_VISIBILITY`; see [`Runtime::memory_plan`].
+    /// Takes precedence over `GYRE_MEMORY_VISIBILITY`, which is then not read; see
+    /// [`Runtime::memory_plan`].
     pub fn memory_visibility(mut self, visibility: MemoryVisibility) -> Self {
         self.memory.visibility = Some(visibility);
         self
     }
 
     /// Overrides the transfer strategy. Takes precedence over `GYRE_TRANSFER_STRATEGY`
-    /// (and, for `DmaPolling`, over `GYRE_POLL_INTERVAL_US`). A strategy the platform
-    /// cannot honour makes [`Self::build`] fail with the reason; it is never changed.
+    /// and `GYRE_POLL_INTERVAL_US`, which are then not read at all (an invalid value there
+    /// does not fail [`Self::build`]). A strategy the platform cannot honour makes
+    /// [`Self::build`] fail with the reason; it is never changed.
     pub fn transfer_strategy(mut self, strategy: TransferStrategy) -> Self {
         self.memory.strategy = Some(strategy);
         self
@@ -323,10 +320,11 @@ impl RuntimeBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::BackendUnavailable`]; [`Error::InvalidArgument`] for an invalid
+    /// [`Error::BackendUnavailable`] (its [`source`](std::error::Error::source) is the
+    /// backend's own error); [`Error::InvalidArgument`] for an invalid
     /// `GYRE_MEMORY_VISIBILITY`, `GYRE_TRANSFER_STRATEGY` or `GYRE_POLL_INTERVAL_US`
-    /// (listing the valid values), an invalid poll interval, or a strategy the platform
-    /// cannot honour (with the reason).
+    /// whose setting the builder leaves open (listing the valid values), an invalid poll
+    /// interval, or a strategy the platform cannot honour (with the reason).
     pub fn build(self) -> Result<Runtime> {
         let (resolved, imp): (Backend, Arc<dyn gyre_core::Backend>) = match self.backend {
             Backend::Auto => match cuda::backend() {
@@ -348,16 +346,16 @@ impl RuntimeBuilder {
             Backend::Cpu => (Backend::Cpu, Arc::new(gyre_cpu::CpuBackend::new())),
             Backend::Cuda => (
                 Backend::Cuda,
-                cuda::backend().map_err(|reason| Error::BackendUnavailable {
+                cuda::backend().map_err(|source| Error::BackendUnavailable {
                     backend: "cuda",
-                    reason,
+                    source,
                 })?,
             ),
             Backend::OpenCl { platform, device } => (
                 self.backend,
-                opencl::backend(platform, device).map_err(|reason| Error::BackendUnavailable {
+                opencl::backend(platform, device).map_err(|source| Error::BackendUnavailable {
                     backend: "opencl",
-                    reason,
+                    source,
                 })?,
             ),
         };
@@ -369,7 +367,10 @@ impl RuntimeBuilder {
             }
             _ => {}
         }
-        let mut plan = visibility::plan(probe, &Overrides::from_env()?, &self.memory)?;
+        // Builder > environment: a variable whose setting the builder decides is not even
+        // read, so an invalid value there cannot fail this build.
+        let env = Overrides::from_env_beneath(&self.memory)?;
+        let mut plan = plan::plan(probe, &env, &self.memory)?;
         if resolved != Backend::Cpu && plan.needs_confirmation() {
             // Device attributes claim coherent mapped memory: confirm it with a running
             // kernel before trusting it with zero-copy rings (WSL2-like setups fail here).
@@ -480,14 +481,42 @@ impl Runtime {
     /// Validates `spec`, allocates its shared region, launches the kernel and starts its
     /// completion driver.
     ///
-    /// Errors name the bad value: capacity, slot size, batch size, a message type larger
-    /// than the payload, an idle duration, or what the backend could not do.
+    /// # Errors
+    ///
+    /// Each names the bad value: [`Error::InvalidCapacity`], [`Error::InvalidSlotSize`],
+    /// [`Error::InvalidBatchSize`], [`Error::TypeTooLarge`] (a message type larger than
+    /// the payload), [`Error::InvalidArgument`] (an idle duration, `async_spin`,
+    /// `host_timeout`, `watchdog`, `export_interval`), or what the backend could not do
+    /// ([`Error::Launch`], [`Error::Alloc`], [`Error::StrategyUnsupported`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let rt = gyre::Runtime::builder().backend(gyre::Backend::Cpu).build()?;
+    /// let k = rt.launch(gyre::KernelSpec::<u64, u64>::echo().capacity(64))?;
+    /// assert_eq!(k.capacity(), 64);
+    /// let e = rt.launch(gyre::KernelSpec::<u64, u64>::echo().capacity(100)).unwrap_err();
+    /// assert!(matches!(e, gyre::Error::InvalidCapacity { capacity: 100, .. }));
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
     pub fn launch<Req: Pod, Resp: Pod>(
         &self,
         spec: KernelSpec<Req, Resp>,
     ) -> Result<Kernel<Req, Resp>> {
-        let batch = spec.batch.unwrap_or(32.min(spec.capacity));
-        let g = Geometry::new(spec.capacity, spec.slot_size, batch)?;
+        let ring_value = |name: &'static str, v: usize| {
+            u32::try_from(v).map_err(|_| Error::InvalidArgument {
+                name,
+                value: v.to_string(),
+                reason: "far beyond the largest legal value (see KernelSpec)",
+            })
+        };
+        let capacity = ring_value("capacity", spec.capacity)?;
+        let slot_size = ring_value("slot_size", spec.slot_size)?;
+        let batch = match spec.batch {
+            Some(b) => ring_value("batch_size", b)?,
+            None => 32.min(capacity),
+        };
+        let g = Geometry::new(capacity, slot_size, batch)?;
         for (role, type_name, size) in [
             (
                 "request",
@@ -517,6 +546,13 @@ impl Runtime {
                 name: "async_spin",
                 value: format!("{:?}", spec.async_spin),
                 reason: "must be at most 10ms: it holds a tokio worker",
+            });
+        }
+        if spec.export_interval < std::time::Duration::from_millis(1) {
+            return Err(Error::InvalidArgument {
+                name: "export_interval",
+                value: format!("{:?}", spec.export_interval),
+                reason: "must be at least 1ms",
             });
         }
         let host_timeout_ms =
@@ -592,6 +628,25 @@ mod cuda_selection_tests {
         }
     }
 
+    /// Parsing depends on the build only, never on what this machine has.
+    #[test]
+    fn unknown_backend_names_are_invalid_arguments() {
+        for bad in ["", "gpu", "cuda:0", "cpu:1", "opencl-1"] {
+            assert!(
+                matches!(
+                    bad.parse::<Backend>(),
+                    Err(Error::InvalidArgument {
+                        name: "backend",
+                        ..
+                    })
+                ),
+                "{bad:?}"
+            );
+        }
+        assert_eq!("Auto".parse::<Backend>().ok(), Some(Backend::Auto));
+        assert_eq!("CPU".parse::<Backend>().ok(), Some(Backend::Cpu));
+    }
+
     #[test]
     fn cuda_build_error_names_what_is_missing() {
         let info = cuda_info();
@@ -601,7 +656,8 @@ mod cuda_selection_tests {
             info.available,
         ) {
             (Ok(rt), Ok(())) => assert_eq!(rt.backend_name(), "cuda"),
-            (Err(Error::BackendUnavailable { backend, reason }), Err(why)) => {
+            (Err(Error::BackendUnavailable { backend, source }), Err(why)) => {
+                let reason = source.to_string();
                 assert_eq!(backend, "cuda");
                 assert_eq!(reason, why);
                 assert!(
@@ -641,13 +697,13 @@ mod cuda_selection_tests {
 #[cfg(test)]
 mod memory_plan_tests {
     use super::*;
-    use gyre_core::visibility::Source;
+    use gyre_core::plan::Source;
 
     fn env_is_clean() -> bool {
         [
-            visibility::ENV_MEMORY_VISIBILITY,
-            visibility::ENV_TRANSFER_STRATEGY,
-            visibility::ENV_POLL_INTERVAL_US,
+            plan::ENV_MEMORY_VISIBILITY,
+            plan::ENV_TRANSFER_STRATEGY,
+            plan::ENV_POLL_INTERVAL_US,
         ]
         .iter()
         .all(|v| std::env::var_os(v).is_none())

@@ -36,9 +36,9 @@ pub(crate) enum ExportTarget {
 /// ```
 pub struct KernelSpec<Req, Resp> {
     pub(crate) name: String,
-    pub(crate) capacity: u32,
-    pub(crate) slot_size: u32,
-    pub(crate) batch: Option<u32>,
+    pub(crate) capacity: usize,
+    pub(crate) slot_size: usize,
+    pub(crate) batch: Option<usize>,
     pub(crate) idle: IdleStrategy,
     pub(crate) host_idle: IdleStrategy,
     pub(crate) async_spin: Duration,
@@ -102,8 +102,31 @@ impl<Req: Pod, Resp: Pod> KernelSpec<Req, Resp> {
     }
 
     /// A kernel answering each request with `f(request)`; `Err(status)` is returned to
-    /// the caller as [`Error::Handler`](crate::Error::Handler) (use codes from
-    /// `gyre_abi::error::USER_BASE` up) and the kernel keeps serving.
+    /// the caller as [`Error::Handler`](crate::Error::Handler) and the kernel keeps
+    /// serving.
+    ///
+    /// Use your own codes from [`codes::USER_BASE`](crate::codes::USER_BASE) up
+    /// (`USER_BASE + n`). The codes below it are gyre's: a status below `USER_BASE` other
+    /// than [`codes::HANDLER_REJECTED`](crate::codes::HANDLER_REJECTED) and
+    /// [`codes::UNKNOWN_TYPE`](crate::codes::UNKNOWN_TYPE) — `0` included — reaches the
+    /// caller as `HANDLER_REJECTED`, never as a protocol error, a panic or a fault (the
+    /// rule of every Rust handler, [`Handler`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gyre::{codes, Error, KernelSpec};
+    /// let rt = gyre::Runtime::builder().backend(gyre::Backend::Cpu).build()?;
+    /// let k = rt.launch(KernelSpec::try_from_fn("half", |x: u32| {
+    ///     if x % 2 == 0 { Ok(x / 2) } else { Err(codes::USER_BASE + 1) }
+    /// }))?;
+    /// assert_eq!(k.call_blocking(8)?, 4);
+    /// assert!(matches!(
+    ///     k.call_blocking(3),
+    ///     Err(Error::Handler { status, .. }) if status == codes::USER_BASE + 1
+    /// ));
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
     pub fn try_from_fn<F>(name: impl Into<String>, f: F) -> Self
     where
         F: Fn(Req) -> Result<Resp, u32> + Send + Sync + 'static,
@@ -114,11 +137,14 @@ impl<Req: Pod, Resp: Pod> KernelSpec<Req, Resp> {
                 return Err(gyre_abi::error::UNKNOWN_TYPE);
             }
             if req.len() != core::mem::size_of::<Req>() {
-                return Err(gyre_abi::error::BAD_LENGTH);
+                // A request of another size (a corrupt header): not this handler's type.
+                return Err(gyre_abi::error::HANDLER_REJECTED);
             }
             let r: Req = bytemuck::pod_read_unaligned(req);
             let out = f(r)?;
             let bytes = bytemuck::bytes_of(&out);
+            // Cannot fail: launch checks that `Resp` fits the payload. Were it to, the
+            // kernel reports a reply too long.
             reply
                 .get_mut(..bytes.len())
                 .ok_or(gyre_abi::error::BAD_LENGTH)?
@@ -165,19 +191,34 @@ impl<Req: Pod, Resp: Pod> KernelSpec<Req, Resp> {
         self.name = name.into();
         self
     }
-    /// Slots per ring: a power of two in `2..=2^24` (default 1024).
-    pub fn capacity(mut self, capacity: u32) -> Self {
+    /// Slots per ring: a power of two in `2..=2^24` (default 1024). At most this many
+    /// requests are in flight; a full ring is back-pressure (`try_send` returns `Full`).
+    ///
+    /// Capacity costs memory and launch time. Both rings are allocated and zeroed at
+    /// launch and the host keeps about 40 bytes of bookkeeping per slot, so a kernel takes
+    /// about `capacity * (2 * slot_size + 40)` bytes (under a copy strategy, as much again
+    /// for the device-side rings). 2^16 slots of 128 bytes: 18 MiB, launched in 8 ms;
+    /// 2^20: 296 MiB, 0.13 s; the largest, 2^24: 4.6 GiB and 12.6 s on the 2-core machine
+    /// of `docs/benchmarks.md` ("Ring capacity"; `examples/capacity_cost.rs` measures it).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let spec = gyre::KernelSpec::<u64, u64>::echo().capacity(4096);
+    /// # let _ = spec;
+    /// ```
+    pub fn capacity(mut self, capacity: usize) -> Self {
         self.capacity = capacity;
         self
     }
     /// Bytes per slot: a multiple of 128, `128..=1 MiB` (default 128, a 64-byte payload).
-    pub fn slot_size(mut self, slot_size: u32) -> Self {
+    pub fn slot_size(mut self, slot_size: usize) -> Self {
         self.slot_size = slot_size;
         self
     }
     /// Most requests the kernel takes per batch, `1..=capacity` (default: 32, or the
     /// capacity if smaller).
-    pub fn batch_size(mut self, batch: u32) -> Self {
+    pub fn batch_size(mut self, batch: usize) -> Self {
         self.batch = Some(batch);
         self
     }
@@ -231,7 +272,9 @@ impl<Req: Pod, Resp: Pod> KernelSpec<Req, Resp> {
         self.export = Some(ExportTarget::Path(path.into()));
         self
     }
-    /// How often the exported telemetry file is refreshed (default 50 ms, at least 1 ms).
+    /// How often the exported telemetry file is refreshed (default 50 ms). At least 1 ms:
+    /// a shorter interval fails the launch with
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) naming `export_interval`.
     pub fn export_interval(mut self, interval: Duration) -> Self {
         self.export_interval = interval;
         self
@@ -338,7 +381,7 @@ impl<Req, Resp> KernelSpec<Req, Resp> {
             .map_err(|e| gyre_core::Error::Launch {
                 backend: "telemetry export",
                 kernel: self.name.clone(),
-                reason: e.to_string(),
+                source: gyre_core::Cause::new(e),
             })
     }
 

@@ -5,25 +5,25 @@
 mod conformance;
 
 mod unified {
-    use crate::conformance::cases::Target;
+    use crate::conformance::Target;
     use gyre::{Backend, TransferStrategy};
     crate::conformance_suite!(Target::new(Backend::Cpu, TransferStrategy::Unified));
 }
 
 mod sync {
-    use crate::conformance::cases::Target;
+    use crate::conformance::Target;
     use gyre::{Backend, TransferStrategy};
     crate::conformance_suite!(Target::new(Backend::Cpu, TransferStrategy::Sync));
 }
 
 mod async_copy {
-    use crate::conformance::cases::Target;
+    use crate::conformance::Target;
     use gyre::{Backend, TransferStrategy};
     crate::conformance_suite!(Target::new(Backend::Cpu, TransferStrategy::Async));
 }
 
 mod dma_polling {
-    use crate::conformance::cases::Target;
+    use crate::conformance::Target;
     use gyre::{Backend, TransferStrategy};
     crate::conformance_suite!(Target::new(
         Backend::Cpu,

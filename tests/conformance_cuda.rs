@@ -19,7 +19,7 @@ mod support;
 macro_rules! cuda_under {
     ($($module:ident => $strategy:expr),* $(,)?) => {
         $(mod $module {
-            use crate::conformance::cases::Target;
+            use crate::conformance::Target;
             use gyre::{Backend, TransferStrategy};
             crate::conformance_suite!({
                 if !crate::support::available(module_path!()) {

@@ -121,7 +121,7 @@ pub fn launch_gyre(rt: &Runtime) -> Kernel<Msg, Msg> {
 /// [`launch_gyre`] with telemetry on or off (`KernelSpec::telemetry`).
 pub fn launch_gyre_with(rt: &Runtime, telemetry: bool) -> Kernel<Msg, Msg> {
     let spec = KernelSpec::<Msg, Msg>::raw("echo", pinned_echo())
-        .capacity(CAPACITY as u32)
+        .capacity(CAPACITY)
         .idle(IdleStrategy::BusySpin)
         .host_idle(IdleStrategy::BusySpin)
         .telemetry(telemetry);
@@ -162,7 +162,7 @@ pub fn launch_gyre_opencl() -> Kernel<Msg, Msg> {
         .build()
         .expect("gyre runtime on OpenCL");
     let spec = KernelSpec::<Msg, Msg>::echo()
-        .capacity(CAPACITY as u32)
+        .capacity(CAPACITY)
         .idle(IdleStrategy::BusySpin)
         .host_idle(IdleStrategy::BusySpin);
     let k = rt.launch(spec).expect("launching the OpenCL echo kernel");

@@ -5,73 +5,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gyre::{Backend, Error, KernelSpec, KernelState, Runtime, TransferStrategy, TrySendError};
+use gyre::{Error, KernelSpec, KernelState, TrySendError};
 
-/// Where a case runs: a backend, and the transfer strategy (`None`: the plan's default).
-#[derive(Debug, Clone, Copy)]
-pub struct Target {
-    /// The backend.
-    pub backend: Backend,
-    /// The transfer strategy, when the suite pins one.
-    pub strategy: Option<TransferStrategy>,
-}
-
-impl Target {
-    /// `backend` under `strategy`.
-    pub fn new(backend: Backend, strategy: TransferStrategy) -> Self {
-        Self {
-            backend,
-            strategy: Some(strategy),
-        }
-    }
-}
-
-impl From<Backend> for Target {
-    fn from(backend: Backend) -> Self {
-        Self {
-            backend,
-            strategy: None,
-        }
-    }
-}
-
-fn rt(t: Target) -> Runtime {
-    let mut b = Runtime::builder().backend(t.backend);
-    if let Some(s) = t.strategy {
-        b = b.transfer_strategy(s);
-    }
-    b.build().expect("runtime")
-}
-
-fn tokio_rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_time()
-        .build()
-        .expect("tokio runtime")
-}
-
-/// Whether `b` runs Rust closure handlers (the CPU backend). Device backends (CUDA,
-/// OpenCL) run device-code handlers only, so cases built on closures are skipped there.
-fn host_handlers(b: Target) -> bool {
-    let resolved = rt(b).backend();
-    if resolved != Backend::Cpu {
-        eprintln!(
-            "SKIP: this case uses a Rust closure handler; {resolved} runs device handlers only"
-        );
-        return false;
-    }
-    true
-}
-
-/// Waits (bounded) until `f` holds.
-fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
+use super::common::{eventually, host_handlers, rt, tokio_rt, Target};
 
 pub fn echo_round_trip(b: Target) {
     let k = rt(b)
@@ -291,7 +227,7 @@ pub fn bad_geometry_rejected(b: Target) {
     let r = rt(b);
     let spec = || KernelSpec::<u32, u32>::echo();
     for c in [0u32, 1, 3, 1000, (1 << 24) + 1, u32::MAX] {
-        let e = r.launch(spec().capacity(c)).unwrap_err();
+        let e = r.launch(spec().capacity(c as usize)).unwrap_err();
         assert!(
             matches!(e, Error::InvalidCapacity { capacity, .. } if capacity == c),
             "{e}"
@@ -299,23 +235,45 @@ pub fn bad_geometry_rejected(b: Target) {
         assert!(e.to_string().contains(&c.to_string()));
     }
     for s in [0u32, 64, 100, 129, 200, (1 << 20) + 128] {
-        let e = r.launch(spec().slot_size(s)).unwrap_err();
+        let e = r.launch(spec().slot_size(s as usize)).unwrap_err();
         assert!(
             matches!(e, Error::InvalidSlotSize { slot_size, .. } if slot_size == s),
             "{e}"
         );
     }
     for bs in [0u32, 1025] {
-        let e = r.launch(spec().capacity(1024).batch_size(bs)).unwrap_err();
+        let e = r
+            .launch(spec().capacity(1024).batch_size(bs as usize))
+            .unwrap_err();
         assert!(
             matches!(e, Error::InvalidBatchSize { batch, .. } if batch == bs),
             "{e}"
         );
     }
+    // Beyond what the ring's 32-bit fields hold: named, never truncated.
+    let e = r.launch(spec().capacity(usize::MAX)).unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidArgument { name: "capacity", ref value, .. } if *value == usize::MAX.to_string()),
+        "{e}"
+    );
     let e = r
         .launch(spec().idle(gyre::IdleStrategy::Sleep(Duration::ZERO)))
         .unwrap_err();
     assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
+    // The export interval is at least 1 ms.
+    let e = r
+        .launch(spec().export_interval(Duration::ZERO))
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::InvalidArgument {
+                name: "export_interval",
+                ..
+            }
+        ),
+        "{e}"
+    );
 }
 
 pub fn pause_resume(b: Target) {
@@ -449,8 +407,8 @@ pub fn handler_panic_faults_kernel(b: Target) {
             code: gyre_abi::error::HANDLER_PANIC
         }
     );
-    // Later requests fail at once instead of hanging.
-    assert!(k.call_blocking(4).is_err());
+    // Later requests are refused at once instead of hanging: never accepted, `Closed`.
+    assert!(matches!(k.call_blocking(4), Err(Error::Closed { .. })));
     assert!(matches!(k.try_send(5), Err(TrySendError::Closed(5))));
     assert!(matches!(
         k.shutdown_blocking(),

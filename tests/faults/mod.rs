@@ -5,7 +5,8 @@
 //! injects one fault and counts outcomes: every accepted request must end in exactly one
 //! reply or one typed error — none lost, none duplicated. Every case runs under a hang
 //! guard ([`guarded`]), so a regression fails instead of hanging CI. `docs/reliability.md`
-//! maps each fault to its case.
+//! maps each fault to its case. The macro's case list is checked against the case files
+//! ([`check_listed`]), so a new case cannot be silently left out.
 
 #![allow(dead_code)]
 
@@ -53,7 +54,48 @@ macro_rules! faults_suite {
                 });
             }
         )*
+
+        /// Every case of the case files is in the list above, and nothing else.
+        #[test]
+        fn suite_lists_every_case() {
+            $crate::faults::check_listed(&[$(stringify!($name)),*]);
+        }
     };
+}
+
+/// The case files: a case is a top-level `pub fn` of one of them (a line starting
+/// `pub fn `), except [`NOT_CASES`]. `suite_lists_every_case` (expanded with the suite)
+/// fails when the macro's list and these files disagree.
+pub const CASE_FILES: [&str; 3] = [
+    include_str!("cases.rs"),
+    include_str!("ring_cases.rs"),
+    include_str!("host_killed.rs"),
+];
+
+/// Top-level `pub fn`s of the case files that are not cases: the host-killed case's child
+/// process entry (expanded as `host_child_process`).
+pub const NOT_CASES: [&str; 1] = ["child_main"];
+
+/// Panics, naming them, when the cases declared in [`CASE_FILES`] and `listed` differ.
+pub fn check_listed(listed: &[&str]) {
+    let mut declared: Vec<&str> = CASE_FILES
+        .iter()
+        .flat_map(|text| text.lines())
+        .filter_map(|line| {
+            let rest = line.strip_prefix("pub fn ")?;
+            let end = rest.find(|c: char| !(c.is_alphanumeric() || c == '_'))?;
+            Some(&rest[..end])
+        })
+        .filter(|name| !NOT_CASES.contains(name))
+        .collect();
+    declared.sort_unstable();
+    let missing: Vec<&&str> = declared.iter().filter(|c| !listed.contains(c)).collect();
+    let unknown: Vec<&&str> = listed.iter().filter(|c| !declared.contains(c)).collect();
+    assert!(
+        missing.is_empty() && unknown.is_empty(),
+        "the fault suite's case list is out of date: not listed {missing:?}, listed but not \
+         declared {unknown:?} (add each case to faults_suite!'s list)"
+    );
 }
 
 /// Longest a case may run before it is declared hung (a guard, not a timing assertion:

@@ -25,7 +25,7 @@ pub fn stalled_consumer(b: Backend) {
     const N: u64 = 300;
     const CAP: u64 = 16;
     let k = rt(b)
-        .launch(KernelSpec::<[u64; 2], [u64; 2]>::echo().capacity(CAP as u32))
+        .launch(KernelSpec::<[u64; 2], [u64; 2]>::echo().capacity(CAP as usize))
         .unwrap();
     let fulls = Arc::new([(); P as usize].map(|_| std::sync::atomic::AtomicU64::new(0)));
     let producers: Vec<_> = (0..P)

@@ -2,110 +2,23 @@
 //! throughput, and the kernel's own telemetry.
 
 use std::io::Write;
-use std::str::FromStr;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use gyre::{
-    Backend, IdleStrategy, Kernel, KernelSpec, Runtime, TelemetrySnapshot, TransferStrategy,
-};
+use gyre::{Kernel, Runtime, TelemetrySnapshot};
 
+use crate::args::DemoArgs;
+use crate::config::{DemoConfig, Msg, SERVE_SERVICE};
 use crate::error::{CliError, Result};
-use crate::load::{drive, Measured, Msg};
-use crate::table::{self, Table};
-use crate::{DemoArgs, IdleArg};
+use crate::load::{drive, Measured};
+use crate::signal;
+use crate::table::{self, state_name, Table};
 
-/// Most producer threads accepted.
-pub const MAX_PRODUCERS: usize = 64;
-/// The service name `gyre demo --serve` exports its kernel under.
-pub const SERVE_SERVICE: &str = "demo";
 /// Echo calls per burst while serving, and the pause between bursts.
 const SERVE_BURST: usize = 256;
 const SERVE_PAUSE: Duration = Duration::from_millis(5);
 /// How long to wait for the kernel's telemetry to account for every reply.
 const TELEMETRY_SETTLE: Duration = Duration::from_secs(1);
-
-/// Validated `demo` arguments.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DemoConfig {
-    /// Backend as named on the command line.
-    pub backend_name: String,
-    /// Backend requested.
-    pub backend: Backend,
-    /// Messages in total, >= 1.
-    pub messages: u64,
-    /// Producer threads, `1..=MAX_PRODUCERS`.
-    pub producers: usize,
-    /// Ring capacity, if not the spec default (validated at launch).
-    pub capacity: Option<u32>,
-    /// Whether kernel and host busy-spin.
-    pub busy_spin: bool,
-    /// `--serve`: keep serving and exporting telemetry until interrupted.
-    pub serve: bool,
-    /// `--strategy` (with `--poll-interval-us`), if given.
-    pub strategy: Option<TransferStrategy>,
-}
-
-impl DemoConfig {
-    /// Checks the arguments; errors name the bad value.
-    pub fn from_args(args: &DemoArgs) -> Result<Self> {
-        let backend = Backend::from_str(&args.backend)?;
-        if args.messages == 0 {
-            return Err(CliError::Messages(args.messages));
-        }
-        if !(1..=MAX_PRODUCERS).contains(&args.producers) {
-            return Err(CliError::Producers {
-                value: args.producers,
-                max: MAX_PRODUCERS,
-            });
-        }
-        let strategy = match (&args.strategy, args.poll_interval_us) {
-            (None, _) => None,
-            (Some(s), None) => Some(TransferStrategy::from_str(s)?),
-            (Some(s), Some(us)) => match TransferStrategy::from_str(s)? {
-                TransferStrategy::DmaPolling { .. } => {
-                    Some(TransferStrategy::dma_polling(Duration::from_micros(us))?)
-                }
-                other => return Err(CliError::PollIntervalWithout(other.name())),
-            },
-        };
-        Ok(Self {
-            strategy,
-            backend_name: args.backend.clone(),
-            backend,
-            messages: args.messages,
-            producers: args.producers,
-            capacity: args.capacity,
-            busy_spin: args.idle == IdleArg::Spin,
-            serve: args.serve,
-        })
-    }
-
-    /// The echo kernel's spec for this configuration.
-    pub fn spec(&self) -> KernelSpec<Msg, Msg> {
-        let mut spec = KernelSpec::<Msg, Msg>::echo();
-        if let Some(c) = self.capacity {
-            spec = spec.capacity(c);
-        }
-        if self.busy_spin {
-            spec = spec
-                .idle(IdleStrategy::BusySpin)
-                .host_idle(IdleStrategy::BusySpin);
-        }
-        if self.serve {
-            spec = spec.export_telemetry(SERVE_SERVICE);
-        }
-        spec
-    }
-
-    /// How many of the messages producer `p` sends (the remainder goes to the first ones).
-    pub fn share(&self, p: usize) -> u64 {
-        let producers = self.producers.max(1) as u64;
-        let base = self.messages / producers;
-        let extra = u64::from((p as u64) < self.messages % producers);
-        base + extra
-    }
-}
 
 /// `gyre demo`.
 pub fn run(args: &DemoArgs, out: &mut dyn Write) -> Result<()> {
@@ -116,7 +29,7 @@ pub fn run(args: &DemoArgs, out: &mut dyn Write) -> Result<()> {
     if cfg.serve {
         // Before the run: a SIGINT / SIGTERM during it must still stop cleanly (and
         // remove the export file), not kill the process with the default action.
-        crate::install_stop_handler()?;
+        signal::install_stop_handler()?;
     }
     let mut builder = Runtime::builder().backend(cfg.backend);
     if let Some(s) = cfg.strategy {
@@ -182,7 +95,7 @@ fn serve(kernel: &Kernel<Msg, Msg>, out: &mut dyn Write) -> Result<()> {
     out.flush()?;
     let mut msg: Msg = [0; 64];
     let mut n: u64 = 0;
-    while !crate::stop_requested() {
+    while !signal::stop_requested() {
         for _ in 0..SERVE_BURST {
             n += 1;
             msg[..8].copy_from_slice(&n.to_le_bytes());
@@ -318,21 +231,6 @@ pub fn describe_state(state: gyre::KernelState) -> String {
         S::Terminated { code } => format!("terminated: {}", gyre_abi::error::name(code)),
         S::Faulted { code } => format!("faulted: {}", gyre_abi::error::name(code)),
         S::Unresponsive => "unresponsive (watchdog)".into(),
-    }
-}
-
-/// A raw `gyre_abi::state` value in words.
-pub fn state_name(s: u32) -> &'static str {
-    use gyre_abi::state;
-    match s {
-        state::UNINIT => "not started",
-        state::LAUNCHING => "launching",
-        state::ACTIVE => "active",
-        state::PAUSED => "paused",
-        state::DRAINING => "draining",
-        state::TERMINATED => "terminated",
-        state::FAULTED => "faulted",
-        _ => "unknown",
     }
 }
 

@@ -5,8 +5,9 @@ use std::time::{Duration, Instant};
 
 use gyre::{Backend, KernelSpec, Runtime};
 
+use crate::config::Msg;
 use crate::error::{CliError, Result};
-use crate::load::{as_nanos, check_echo, message, Msg};
+use crate::load::{as_nanos, check_echo, message};
 use crate::table::{self, Table};
 
 /// Round trips in the self-test.

@@ -7,12 +7,9 @@ use std::time::{Duration, Instant};
 use gyre::Kernel;
 use hdrhistogram::Histogram;
 
-use crate::demo::DemoConfig;
+use crate::config::{DemoConfig, Msg};
 use crate::error::{CliError, Result};
 use crate::progress::Progress;
-
-/// The demo's request and reply type.
-pub type Msg = [u8; 64];
 
 /// Producers publish their progress in batches of this many messages.
 const PROGRESS_BATCH: u64 = 1024;

@@ -8,105 +8,25 @@
 //! Logging goes to stderr, filtered by `GYRE_LOG` (default `warn`). Errors are printed as
 //! `error: <message>` with a non-zero exit code.
 
+mod args;
+mod config;
 mod demo;
 mod doctor;
 mod error;
 mod load;
 mod progress;
+mod signal;
 mod soak;
 mod table;
 mod top;
 
 use std::io::{self, IsTerminal, Write};
-use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::Parser;
 
+use crate::args::{Cli, Command};
 use crate::error::CliError;
-
-/// gyre: a ring-kernel messaging runtime.
-#[derive(Debug, Parser)]
-#[command(name = "gyre", version, propagate_version = true)]
-pub struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Debug, Subcommand)]
-enum Command {
-    /// Run the built-in echo kernel and measure round trips.
-    Demo(DemoArgs),
-    /// Show backends, versions and host, and run a quick self-test.
-    Doctor,
-    /// Show the kernels that export their telemetry (`/dev/shm/gyre` or $GYRE_SHM_DIR),
-    /// refreshed in place until Ctrl-C.
-    Top(TopArgs),
-}
-
-/// Arguments of `gyre top`.
-#[derive(Debug, Clone, Args)]
-pub struct TopArgs {
-    /// Only this service's kernels.
-    #[arg(long, conflicts_with = "path")]
-    pub service: Option<String>,
-    /// One export file instead of the export directory.
-    #[arg(long)]
-    pub path: Option<PathBuf>,
-    /// Print one table and exit (rates measured over one interval).
-    #[arg(long)]
-    pub once: bool,
-    /// Refresh period in milliseconds (also the rate window of --once).
-    #[arg(long, default_value_t = 1000)]
-    pub interval_ms: u64,
-}
-
-/// Arguments of `gyre demo`, as parsed; checked by `demo::DemoConfig::from_args`.
-#[derive(Debug, Clone, Args)]
-pub struct DemoArgs {
-    /// Backend to run the kernel on: auto, cpu, cuda, or opencl[:P[:D]] (OpenCL platform P,
-    /// device D, as `gyre doctor` lists them; default 0:0).
-    #[arg(long, default_value = "auto")]
-    pub backend: String,
-    /// Messages to send in total (at least 1).
-    #[arg(long, short = 'n', default_value_t = 100_000)]
-    pub messages: u64,
-    /// Producer threads, each calling in a loop (1..=64).
-    #[arg(long, short = 'p', default_value_t = 1)]
-    pub producers: usize,
-    /// Slots per ring: a power of two in 2..=16777216 [default: 1024].
-    #[arg(long)]
-    pub capacity: Option<u32>,
-    /// What the kernel and waiting callers do when idle.
-    #[arg(long, value_enum, default_value_t = IdleArg::Backoff)]
-    pub idle: IdleArg,
-    /// After the run, keep the kernel serving a light echo load and exporting its
-    /// telemetry (for `gyre top`) until SIGINT or SIGTERM.
-    #[arg(long)]
-    pub serve: bool,
-    /// How message bytes cross between host and kernel: sync, async, unified or
-    /// dma-polling [default: the memory plan's, see `gyre doctor`].
-    #[arg(long)]
-    pub strategy: Option<String>,
-    /// The dma-polling interval in microseconds (1..=1000000) [default: 10].
-    #[arg(long, requires = "strategy")]
-    pub poll_interval_us: Option<u64>,
-    /// Soak test for DURATION (e.g. 20s, 2m): several producers (--producers, default 4)
-    /// with random message sizes and periodic pause/resume; reports sent, replied,
-    /// errored, `lost: N` and memory use, and fails if anything was lost or memory grew.
-    #[arg(long, value_name = "DURATION", conflicts_with = "serve")]
-    pub soak: Option<String>,
-}
-
-/// `--idle`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum IdleArg {
-    /// Busy-spin (lowest latency; a core per kernel and per waiting caller).
-    Spin,
-    /// Spin, yield, then park (the kernel spec's default).
-    Backoff,
-}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -129,38 +49,6 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// Set by SIGINT / SIGTERM once [`install_stop_handler`] ran.
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_stop_signal(_: libc::c_int) {
-    // Async-signal-safe: one atomic store.
-    STOP.store(true, Ordering::SeqCst);
-}
-
-/// Turns the first SIGINT / SIGTERM into [`stop_requested`]; a second one gets the
-/// default action (terminates), in case the clean stop hangs.
-pub(crate) fn install_stop_handler() -> io::Result<()> {
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: a zeroed sigaction is valid; the handler only stores to an atomic.
-        let rc = unsafe {
-            let mut sa: libc::sigaction = core::mem::zeroed();
-            sa.sa_sigaction = on_stop_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-            libc::sigemptyset(&mut sa.sa_mask);
-            sa.sa_flags = libc::SA_RESTART | libc::SA_RESETHAND;
-            libc::sigaction(sig, &sa, core::ptr::null_mut())
-        };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
-/// Whether SIGINT / SIGTERM arrived since [`install_stop_handler`].
-pub(crate) fn stop_requested() -> bool {
-    STOP.load(Ordering::SeqCst)
 }
 
 /// Logs to stderr, filtered by `GYRE_LOG` (tracing `EnvFilter` syntax, default `warn`).
@@ -187,7 +75,8 @@ fn init_tracing() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::demo::DemoConfig;
+    use crate::args::DemoArgs;
+    use crate::config::DemoConfig;
     use crate::error::Result;
     use clap::CommandFactory;
 

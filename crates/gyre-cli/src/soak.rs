@@ -29,8 +29,9 @@ use gyre::{Backend, IdleStrategy, Kernel, KernelSpec, Runtime};
 use gyre_core::channel::{Channel, Kind, PublishError};
 use gyre_core::kernels::ids;
 
+use crate::args::DemoArgs;
+use crate::config::{DemoConfig, MAX_PRODUCERS};
 use crate::error::{CliError, Result};
-use crate::DemoArgs;
 
 /// The soak's message type: a 256-byte slot (192-byte payload); sizes vary below it.
 type Wire = [u8; 192];
@@ -209,10 +210,10 @@ pub fn run(args: &DemoArgs, duration: &str, out: &mut dyn Write) -> Result<()> {
     let backend = Backend::from_str(&args.backend)?;
     let producers = match args.producers {
         1 => DEFAULT_PRODUCERS,
-        n => n.clamp(2, crate::demo::MAX_PRODUCERS),
+        n => n.clamp(2, MAX_PRODUCERS),
     };
     let mut builder = Runtime::builder().backend(backend);
-    if let Some(s) = crate::demo::DemoConfig::from_args(args)?.strategy {
+    if let Some(s) = DemoConfig::from_args(args)?.strategy {
         builder = builder.transfer_strategy(s);
     }
     let rt = builder.build()?;

@@ -87,6 +87,21 @@ fn three_digits(v: f64) -> String {
     }
 }
 
+/// A raw `gyre_abi::state` value in words.
+pub fn state_name(s: u32) -> &'static str {
+    use gyre_abi::state;
+    match s {
+        state::UNINIT => "not started",
+        state::LAUNCHING => "launching",
+        state::ACTIVE => "active",
+        state::PAUSED => "paused",
+        state::DRAINING => "draining",
+        state::TERMINATED => "terminated",
+        state::FAULTED => "faulted",
+        _ => "unknown",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

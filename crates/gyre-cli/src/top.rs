@@ -8,12 +8,12 @@ use std::process::ExitCode;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use gyre_core::shm::{self, ExportError};
-use gyre_core::telemetry::{rates, ExportInfo, ExportSnapshot, Rates, TelemetryReader};
+use gyre_core::shm::{self, ExportError, ExportInfo, ExportSnapshot, TelemetryReader};
+use gyre_core::telemetry::{rates, Rates};
 
-use crate::demo::state_name;
-use crate::table;
-use crate::TopArgs;
+use crate::args::TopArgs;
+use crate::signal;
+use crate::table::{self, state_name};
 
 /// A writer whose copy or kernel heartbeat is older than this is shown as stale.
 pub const STALE_AFTER_MS: u64 = 2_000;
@@ -92,9 +92,9 @@ pub fn run(args: &TopArgs, out: &mut dyn Write) -> Result<(), TopError> {
         let second = sample_all(args)?;
         return render(out, &second, &prev, args, false).map_err(TopError::from);
     }
-    crate::install_stop_handler().map_err(TopError::Output)?;
+    signal::install_stop_handler().map_err(TopError::Output)?;
     let redraw = io::stdout().is_terminal();
-    while !crate::stop_requested() {
+    while !signal::stop_requested() {
         let rows = match sample_all(args) {
             Ok(rows) => rows,
             // Kernels come and go: an empty directory is a message, not the end.
@@ -117,7 +117,7 @@ pub fn run(args: &TopArgs, out: &mut dyn Write) -> Result<(), TopError> {
 
 fn sleep_unless_stopped(d: Duration) {
     let end = Instant::now() + d;
-    while !crate::stop_requested() {
+    while !signal::stop_requested() {
         let now = Instant::now();
         if now >= end {
             break;

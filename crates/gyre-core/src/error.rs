@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::cause::Cause;
+
 /// Everything that can fail on the host side of a ring kernel.
 ///
 /// Each variant names the operation or value that failed, so a caller can act on it.
@@ -131,6 +133,15 @@ pub enum Error {
         /// Payload length of the reply slot.
         actual: usize,
     },
+    /// The handler answered with a reply longer than the reply slot's payload (the kernel
+    /// refused it; a raw or device handler only: a typed reply is checked at launch).
+    #[error("handler of kernel '{kernel}' returned a reply longer than the slot payload of {payload} bytes")]
+    ReplyTooLong {
+        /// Kernel name.
+        kernel: String,
+        /// Payload capacity of a slot (`slot_size - 64`).
+        payload: usize,
+    },
     /// Memory for the shared region could not be allocated.
     #[error("allocation of {size} bytes aligned to {align} failed")]
     Alloc {
@@ -139,23 +150,27 @@ pub enum Error {
         /// Alignment requested.
         align: usize,
     },
-    /// A backend could not launch the kernel.
-    #[error("{backend} backend could not launch kernel '{kernel}': {reason}")]
+    /// A backend could not launch the kernel. The message ends with the cause's; the
+    /// cause itself is the error's [`source`](std::error::Error::source).
+    #[error("{backend} backend could not launch kernel '{kernel}': {source}")]
     Launch {
-        /// Backend name.
+        /// Backend name (`cpu`, `cuda`, `opencl`; `host` or `bridge` for a host thread,
+        /// `telemetry export` for the export file).
         backend: &'static str,
         /// Kernel name.
         kernel: String,
-        /// Why.
-        reason: String,
+        /// Why: the backend's own error ([`Cause::downcast_ref`] recovers it).
+        source: Cause,
     },
-    /// The requested backend is not available on this machine.
-    #[error("{backend} backend unavailable: {reason}")]
+    /// The requested backend is not available on this machine (or in this build). The
+    /// message ends with the cause's; the cause itself is the error's
+    /// [`source`](std::error::Error::source).
+    #[error("{backend} backend unavailable: {source}")]
     BackendUnavailable {
         /// Backend name.
         backend: &'static str,
-        /// What is missing.
-        reason: String,
+        /// What is missing: the backend's own error, or a message.
+        source: Cause,
     },
     /// An operation did not complete in time.
     #[error("{op} timed out after {after:?}")]
@@ -193,7 +208,7 @@ pub enum Error {
     },
     /// A copy between host and device memory failed (the copy strategies' bridge).
     #[error(
-        "{engine} copy engine: {op} of {len} bytes at device offset {offset} failed: {reason}"
+        "{engine} copy engine: {op} of {len} bytes at device offset {offset} failed: {source}"
     )]
     Transfer {
         /// Engine name (`host`, `cuda`).
@@ -204,8 +219,10 @@ pub enum Error {
         offset: usize,
         /// Bytes to copy.
         len: usize,
-        /// Why (the driver's error name and code, or the violated bound).
-        reason: String,
+        /// Why: the engine's error (for CUDA, the driver's, with its name and code), or a
+        /// message naming the violated bound.
+        #[source]
+        source: crate::Cause,
     },
     /// The backend cannot place a kernel's rings the way a transfer strategy needs.
     #[error("{backend} backend cannot run the {strategy} transfer strategy: {reason}")]

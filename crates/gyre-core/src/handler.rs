@@ -1,15 +1,24 @@
-//! The handler of a CPU ring kernel: what the kernel loop runs for each request.
+//! The handler of a CPU ring kernel: what the kernel loop runs for each request, and the
+//! rule that keeps a handler's error statuses apart from the protocol's.
+
+use gyre_abi::error::{HANDLER_REJECTED, UNKNOWN_TYPE, USER_BASE};
 
 /// Processes one request.
 ///
 /// Called by the kernel loop with the request's message type and payload, and the reply
 /// slot's payload buffer (`slot_size - 64` bytes). Returns the reply length, or an error
-/// status from [`gyre_abi::error`] (for example [`HANDLER_REJECTED`]) that is sent back
-/// to the requester as a typed error; the kernel keeps serving. A reply length larger
-/// than the buffer is answered with [`BAD_LENGTH`]. A panic faults the kernel.
+/// status that is sent back to the requester as a typed error; the kernel keeps serving.
+/// A reply length larger than the buffer is refused (the caller gets
+/// `Error::ReplyTooLong`). A panic faults the kernel.
 ///
-/// [`HANDLER_REJECTED`]: gyre_abi::error::HANDLER_REJECTED
-/// [`BAD_LENGTH`]: gyre_abi::error::BAD_LENGTH
+/// # Error statuses
+///
+/// Codes below [`USER_BASE`] belong to gyre's protocol. A handler may return
+/// [`HANDLER_REJECTED`] (bad arguments), [`UNKNOWN_TYPE`] (a message type it does not
+/// serve) or a code of its own from [`USER_BASE`] up (`USER_BASE + n`). Any other code
+/// below `USER_BASE` — `0`, and the protocol's own codes such as `HANDLER_PANIC` or
+/// `BAD_SEQUENCE` — is answered as [`HANDLER_REJECTED`], so a handler's answer is never
+/// mistaken for a panic, a protocol error or a fault ([`reply_status`]).
 ///
 /// # Examples
 ///
@@ -35,5 +44,28 @@ where
     #[inline]
     fn handle(&self, msg_type: u32, request: &[u8], reply: &mut [u8]) -> Result<usize, u32> {
         self(msg_type, request, reply)
+    }
+}
+
+/// The reply status the kernel sends for a handler's `Err(code)` (see [`Handler`], "Error
+/// statuses"): `code` itself when it is [`HANDLER_REJECTED`], [`UNKNOWN_TYPE`] or at
+/// least [`USER_BASE`]; [`HANDLER_REJECTED`] for every other code below `USER_BASE`.
+///
+/// # Examples
+///
+/// ```
+/// use gyre_abi::error::{BAD_SEQUENCE, HANDLER_PANIC, HANDLER_REJECTED, USER_BASE};
+/// use gyre_core::handler::reply_status;
+/// assert_eq!(reply_status(USER_BASE + 7), USER_BASE + 7);
+/// assert_eq!(reply_status(HANDLER_REJECTED), HANDLER_REJECTED);
+/// for reserved in [0, HANDLER_PANIC, BAD_SEQUENCE, USER_BASE - 1] {
+///     assert_eq!(reply_status(reserved), HANDLER_REJECTED);
+/// }
+/// ```
+pub const fn reply_status(code: u32) -> u32 {
+    if code >= USER_BASE || code == HANDLER_REJECTED || code == UNKNOWN_TYPE {
+        code
+    } else {
+        HANDLER_REJECTED
     }
 }

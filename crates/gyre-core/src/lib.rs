@@ -8,7 +8,9 @@
 //! * [`ring`] — index algorithms (claim, publish the written prefix), geometry, raw slots.
 //! * [`region`] — the shared region: control block, telemetry line, both rings.
 //! * [`channel`] — the host side of one kernel: producers, reply delivery, the driver.
-//! * [`telemetry`] — the seqlock writer and consistent reader.
+//! * [`seqlock`] — the sequence lock of every seqlocked line.
+//! * [`telemetry`] — the telemetry line's writer and consistent reader.
+//! * [`shm`] — the telemetry export file: layout, writer, publisher, reader.
 //! * [`kernels`] — built-in kernels: layouts, CPU handlers, reference results.
 //! * [`backend`] — what a backend implements.
 
@@ -17,6 +19,7 @@
 
 pub mod backend;
 pub mod bridge;
+mod cause;
 pub mod channel;
 pub mod clock;
 mod error;
@@ -24,8 +27,10 @@ pub mod handler;
 pub mod idle;
 pub mod kernels;
 pub mod memory;
+pub mod plan;
 pub mod region;
 pub mod ring;
+pub mod seqlock;
 pub mod shm;
 pub mod strategy;
 pub mod sync;
@@ -33,6 +38,7 @@ pub mod telemetry;
 pub mod visibility;
 
 pub use backend::{Backend, DeviceSource, KernelInstance, LaunchSpec};
+pub use cause::Cause;
 pub use channel::{Channel, Kind, PublishError};
 pub use error::{Error, Result, TrySendError};
 pub use handler::Handler;

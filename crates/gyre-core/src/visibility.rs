@@ -1,9 +1,10 @@
 //! [`MemoryVisibility`]: what a running kernel and the host can see of each other's
-//! writes, detected from a [`PlatformProbe`], and the [`MemoryPlan`] that follows from it.
+//! writes, detected from a [`PlatformProbe`], and the [`MemoryPlan`](crate::plan::MemoryPlan) that follows from it.
 //!
 //! Detection ([`detect`]) is a pure function of the probe, so every platform's path is
-//! unit-tested on any machine. [`plan`] (in [`crate::strategy`], re-exported here) applies the overrides (builder > environment >
-//! detection) and refuses a strategy the platform cannot honour instead of changing it.
+//! unit-tested on any machine. [`crate::plan::plan`] applies the overrides (builder >
+//! environment > detection) and refuses a strategy the platform cannot honour instead of
+//! changing it.
 //! `docs/memory-visibility.md` describes each platform and the overrides.
 //!
 //! # Rules of [`detect`], in order
@@ -30,10 +31,6 @@
 
 use crate::error::{Error, Result};
 use crate::strategy::TransferStrategy;
-pub use crate::strategy::{
-    plan, MemoryPlan, Overrides, Source, ENV_MEMORY_VISIBILITY, ENV_POLL_INTERVAL_US,
-    ENV_TRANSFER_STRATEGY,
-};
 
 /// The names [`MemoryVisibility`] parses, for error messages.
 pub const VALID_VISIBILITIES: &str = "valid values: system-scope, device-scope, explicit-dma";
@@ -408,18 +405,11 @@ pub(crate) mod fixtures {
     pub(crate) fn dma() -> TransferStrategy {
         default_strategy(MemoryVisibility::DeviceScope)
     }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::fixtures::*;
-    use super::*;
-    use std::time::Duration;
-    use MemoryVisibility::*;
 
     /// `(what, probe, expected visibility)`; the expected strategy is the mapping.
     #[rustfmt::skip]
-    fn cases() -> Vec<(&'static str, PlatformProbe, MemoryVisibility)> {
+    pub(crate) fn cases() -> Vec<(&'static str, PlatformProbe, MemoryVisibility)> {
+        use MemoryVisibility::{DeviceScope, ExplicitDma, SystemScope};
         use TargetOs::{Linux, MacOs, Other, Windows};
         let no = |f: fn(&mut DeviceAttributes)| Some(without(f));
         let (wsl, linux) = (Some(WSL2_PV), Some(LINUX_PV));
@@ -454,6 +444,14 @@ mod tests {
             ("no device, macOS",                 probe(MacOs, None, false, None), SystemScope),
         ]
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::*;
+    use super::*;
+    use std::time::Duration;
+    use MemoryVisibility::*;
 
     #[test]
     fn detection_table() {
@@ -467,14 +465,6 @@ mod tests {
             assert_eq!(d.visibility, vis, "{what}: {:?}", d.reasons);
             assert!(!d.reasons.is_empty(), "{what}");
             assert_eq!(default_strategy(d.visibility), strategy, "{what}");
-            let plan = plan(p.clone(), &Overrides::default(), &Overrides::default())
-                .unwrap_or_else(|e| panic!("{what}: {e}"));
-            assert_eq!((plan.visibility, plan.strategy), (vis, strategy), "{what}");
-            assert_eq!(
-                (plan.visibility_source, plan.source),
-                (Source::Detected, Source::Detected)
-            );
-            assert_eq!((plan.detected, &plan.probe), (vis, &p), "{what}");
         }
         assert_eq!(
             dma(),

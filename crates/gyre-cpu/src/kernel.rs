@@ -407,14 +407,10 @@ impl<'a> Loop<'a> {
                 self.handler.handle(meta.msg_type, req, reply)
             })) {
                 Ok(Ok(len)) if len <= self.payload => out.len = len as u32,
+                // A reply longer than the slot: refused (the host reports ReplyTooLong).
                 Ok(Ok(_)) => out.status = error::BAD_LENGTH,
-                Ok(Err(code)) => {
-                    out.status = if code == 0 {
-                        error::HANDLER_REJECTED
-                    } else {
-                        code
-                    }
-                }
+                // Codes below USER_BASE are the protocol's: only two of them pass.
+                Ok(Err(code)) => out.status = gyre_core::handler::reply_status(code),
                 Err(_) => {
                     out.status = error::HANDLER_PANIC;
                     panicked = true;

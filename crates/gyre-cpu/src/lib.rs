@@ -96,7 +96,7 @@ impl Backend for CpuBackend {
             .map_err(|e| Error::Launch {
                 backend: "cpu",
                 kernel: spec.name.clone(),
-                reason: format!("spawning the kernel thread: {e}"),
+                source: gyre_core::Cause::context("spawning the kernel thread", e),
             })?;
         Ok(Box::new(CpuKernel {
             thread: Mutex::new(Some(thread)),
@@ -118,10 +118,10 @@ impl Backend for CpuBackend {
             return Err(Error::Launch {
                 backend: "cpu",
                 kernel: spec.name.clone(),
-                reason: format!(
+                source: gyre_core::Cause::msg(format!(
                     "device memory from the '{}' engine, not from the CPU backend",
                     mem.name()
-                ),
+                )),
             });
         };
         self.launch(dev.region().clone(), spec)

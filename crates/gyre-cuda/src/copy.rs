@@ -75,7 +75,7 @@ impl CudaCopyEngine {
             op,
             offset,
             len,
-            reason: e.to_string(),
+            source: gyre_core::Cause::new(e),
         }
     }
 
@@ -89,7 +89,10 @@ impl CudaCopyEngine {
                 op,
                 offset,
                 len,
-                reason: format!("outside the {}-byte device region", self.buf.len()),
+                source: gyre_core::Cause::msg(format!(
+                    "outside the {}-byte device region",
+                    self.buf.len()
+                )),
             });
         }
         self.ctx

@@ -96,12 +96,17 @@ static void publish(uint64_t i, uint32_t type, const char *payload, uint32_t len
     cb->h2k_head = i + 1u;
 }
 
-/* The handler: echo for type 1; type 98 claims a reply too long; others rejected. */
+/* The handler: echo for type 1; type 98 claims a reply too long; type 97 returns a
+ * protocol code (BAD_SEQUENCE), which K5 must answer HANDLER_REJECTED; others rejected
+ * with a user code. */
 static uint32_t handler(uint32_t type, const unsigned char *req, uint32_t len,
                         unsigned char *reply, uint32_t cap, uint32_t *reply_len) {
     if (type == 98u) {
         *reply_len = cap + 1u;
         return GYRE_ERR_NONE;
+    }
+    if (type == 97u) {
+        return GYRE_ERR_BAD_SEQUENCE;
     }
     if (type != 1u) {
         return GYRE_ERR_USER_BASE + 1u;
@@ -205,10 +210,12 @@ int main(void) {
 
     /* Four more, released at once: the kernel's copy of k2h_tail (10, read when the ring
      * last looked full) goes stale by a whole ring. */
-    for (i = 14; i < 18u; i++) {
+    publish(14, 97u, "y", 1u); /* a handler status below USER_BASE */
+    for (i = 15; i < 18u; i++) {
         publish(i, 1u, "y", 1u);
     }
     CHECK(step(&r) == 4);
+    CHECK(reply_ok(14, GYRE_ERR_HANDLER_REJECTED, 0u));
     cb->k2h_tail = 18u;
     CHECK(r.k2h_tail == 10u && r.tail == 18u);
 
@@ -222,7 +229,7 @@ int main(void) {
     CHECK(step(&r) == 1);
     CHECK(rep_slot(18)->sequence == 19u && rep_slot(18)->correlation_id == 18u &&
           rep_slot(18)->status == GYRE_ERR_BAD_SEQUENCE && rep_slot(18)->len == 0u);
-    CHECK(cb->h2k_tail == 19u && tel->errors == 4u);
+    CHECK(cb->h2k_tail == 19u && tel->errors == 5u);
     cb->k2h_tail = 19u;
 
     /* K9: the kernel heartbeat is written on the slow path; nonzero. */

@@ -275,7 +275,7 @@ fn to_core(kernel: &str, e: Error) -> gyre_core::Error {
     gyre_core::Error::Launch {
         backend: "opencl",
         kernel: kernel.to_owned(),
-        reason: e.to_string(),
+        source: gyre_core::Cause::new(e),
     }
 }
 

@@ -23,6 +23,7 @@ pub mod error;
 pub mod memory;
 pub mod probe;
 pub mod program;
+mod scale;
 
 pub use backend::OpenClBackend;
 pub use clock::ClockScale;

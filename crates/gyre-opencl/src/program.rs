@@ -11,9 +11,9 @@ use opencl3::context::Context;
 use opencl3::error_codes::CL_BUILD_PROGRAM_FAILURE;
 use opencl3::program::Program;
 
-use crate::clock::ClockScale;
 use crate::error::{cl_error, Error, Result};
 use crate::probe::{DeviceInfo, Scope};
+use crate::scale::ClockScale;
 
 /// `cuda/ring_kernel.cl`.
 pub const RING_KERNEL_CL: &str = include_str!("../../../cuda/ring_kernel.cl");

@@ -9,9 +9,10 @@
 //!   stream event, and then signals completion by unparking the completion driver, which
 //!   wakes the futures. No tokio worker ever blocks on a copy.
 //! - **DmaPolling**: a poller pushes and pulls every `poll_interval`, whether anyone asked
-//!   or not, so the host never touches the device on its hot path; latency is bounded by
-//!   the interval. Intervals under 200 us are waited by yielding (timer sleeps on Linux
-//!   overshoot by ~50 us of timer slack), longer ones by parking.
+//!   or not, so the host never touches the device on its hot path; a publish also raises
+//!   a flag that gets one extra push between two ticks, so a round trip takes about one
+//!   interval (see `poller`). Intervals under 200 us are waited by yielding (timer
+//!   sleeps on Linux overshoot by ~50 us of timer slack), longer ones by parking.
 //!
 //! All three stop their thread, if any, when the agent is dropped.
 
@@ -152,7 +153,7 @@ impl BridgeAgent {
                     .map_err(|e| Error::Launch {
                         backend: "bridge",
                         kernel: kernel.to_owned(),
-                        reason: format!("spawning the copy thread: {e}"),
+                        source: crate::Cause::context("spawning the copy thread", e),
                     })?;
                 Some(h)
             }
@@ -238,7 +239,8 @@ impl Transfer for BridgeAgent {
             TransferStrategy::Sync => {
                 let _ = self.shared.bridge.push();
             }
-            TransferStrategy::Async => self.request(PUSH),
+            // Both ask their thread: the publishing thread never copies.
+            TransferStrategy::Async | TransferStrategy::DmaPolling { .. } => self.request(PUSH),
             _ => {}
         }
     }
@@ -295,26 +297,48 @@ fn async_worker(s: &Shared) {
     }
 }
 
-/// The DMA poller: push and pull every `interval`.
+/// The DMA poller: push and pull every `interval` (a tick), plus at most one push between
+/// two ticks, at once, when a publish asks for it. So a request waits for the next push
+/// only when one already went out since the last tick, and its reply is pulled at the next
+/// tick: a round trip takes about one interval, not up to two (the push of the tick that
+/// first carries a request comes right before that tick's pull, too early for the kernel
+/// to have answered). The device still sees at most two pushes and one pull per interval.
 fn poller(s: &Shared, interval: Duration) {
+    let mut next = Instant::now();
+    let mut pushed_early = false;
     while !s.stop.load(Acquire) {
-        let next = Instant::now() + interval;
-        let step = s.bridge.push().and_then(|()| s.bridge.pull());
-        match step {
-            Ok(true) => s.notify(),
-            Ok(false) => {}
-            Err(_) => {
+        let now = Instant::now();
+        if now >= next {
+            s.flags.swap(0, AcqRel);
+            next = now + interval;
+            pushed_early = false;
+            let step = s.bridge.push().and_then(|()| s.bridge.pull());
+            match step {
+                Ok(true) => s.notify(),
+                Ok(false) => {}
+                Err(_) => {
+                    s.notify();
+                    return;
+                }
+            }
+        } else if !pushed_early && s.flags.swap(0, AcqRel) & PUSH != 0 {
+            pushed_early = true;
+            if s.bridge.push().is_err() {
                 s.notify();
                 return;
             }
         }
+        // Wait for the next tick, or for a publish while the early push is unused.
+        let asked = || !pushed_early && s.flags.load(SeqCst) != 0;
         if interval >= PARK_FROM {
+            s.parked.store(true, SeqCst);
             let now = Instant::now();
-            if next > now {
+            if next > now && !asked() && !s.stop.load(SeqCst) {
                 std::thread::park_timeout(next - now);
             }
+            s.parked.store(false, SeqCst);
         } else {
-            while Instant::now() < next && !s.stop.load(Relaxed) {
+            while Instant::now() < next && !s.stop.load(Relaxed) && !asked() {
                 std::thread::yield_now();
             }
         }

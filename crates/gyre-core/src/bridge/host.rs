@@ -70,10 +70,10 @@ impl HostDeviceMemory {
                 op,
                 offset: off,
                 len,
-                reason: format!(
+                source: crate::Cause::msg(format!(
                     "outside the {}-byte device region or not 8-byte aligned (host address {host:#x})",
                     self.len()
-                ),
+                )),
             });
         }
         Ok(())

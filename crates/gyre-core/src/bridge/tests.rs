@@ -224,7 +224,7 @@ unsafe impl CopyEngine for Failing {
                 op: "copy host to device",
                 offset: dst,
                 len,
-                reason: "CUDA_ERROR_ILLEGAL_ADDRESS (700)".into(),
+                source: crate::Cause::msg("CUDA_ERROR_ILLEGAL_ADDRESS (700)"),
             });
         }
         // SAFETY: forwarded caller contract.

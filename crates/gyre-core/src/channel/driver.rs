@@ -49,7 +49,7 @@ impl Driver {
             .map_err(|e| Error::Launch {
                 backend: "host",
                 kernel: ch.name().to_owned(),
-                reason: format!("spawning the completion driver thread: {e}"),
+                source: crate::Cause::context("spawning the completion driver thread", e),
             })?;
         // `set` fails only if already set, which cannot happen: one driver per channel.
         let _ = ch.driver.set(thread.thread().clone());

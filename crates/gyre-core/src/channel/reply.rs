@@ -30,6 +30,11 @@ pub struct ReplyView<'a> {
     pub meta: SlotMeta,
     /// The reply payload (`meta.len` bytes).
     pub payload: &'a [u8],
+    /// Whether the kernel answered `BAD_LENGTH` for a request whose length was within the
+    /// payload: the request was fine, the handler's reply was longer than the reply slot.
+    /// (`BAD_LENGTH` for a request beyond the payload — a corrupt header, a tombstone — is
+    /// `false`.) Always `false` for other statuses.
+    pub reply_overflow: bool,
 }
 
 /// One step of `recv`.
@@ -108,7 +113,20 @@ impl Channel {
         } else {
             // SAFETY: as above; len <= payload checked.
             let payload = unsafe { slot.payload(meta.len as usize) };
-            f(ReplyView { meta, payload })
+            let reply_overflow = meta.status == gyre_abi::error::BAD_LENGTH && {
+                // Which length was bad: the request's (as the host wrote it) or the reply's.
+                // SAFETY: request slot `index` is reused only by index + capacity, which no
+                // producer can claim before reply `index` is released (flow control on
+                // k2h_tail), and the caller has not released it; the kernel never writes
+                // request slots. So the header is the one written for `index`.
+                let req = unsafe { self.region.slot(RingId::Request, index).read_meta() };
+                req.len as usize <= self.payload
+            };
+            f(ReplyView {
+                meta,
+                payload,
+                reply_overflow,
+            })
         }
     }
 

@@ -1,21 +1,16 @@
-//! The telemetry line: the kernel's single writer under a sequence lock, and consistent
-//! readers.
-//!
-//! Writer (only the kernel): `seq` to odd (relaxed), release fence, the fields (relaxed),
-//! `seq` to even (release). Reader: `seq` (acquire); odd means retry; the fields
-//! (relaxed); acquire fence; `seq` again (relaxed); a change means retry. All fields are
-//! atomics, so a torn read is detected, never undefined behaviour.
+//! The telemetry line: the kernel's single writer under the sequence lock of
+//! [`crate::seqlock`], and consistent readers. Other processes read an export file
+//! ([`crate::shm::TelemetryReader`]).
 
-use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
-use core::sync::atomic::{fence, AtomicU32};
+use core::sync::atomic::Ordering::Relaxed;
 
 use gyre_abi::{TelemetryBuffer, TelemetrySnapshot};
 
+use crate::seqlock;
+
 mod rates;
-mod reader;
 
 pub use rates::{rates, Rates};
-pub use reader::{ExportInfo, ExportSnapshot, TelemetryReader, READ_ATTEMPTS};
 
 /// The kernel-side accumulator; published to the buffer with [`TelemetryWriter::publish`].
 #[derive(Debug, Default, Clone)]
@@ -28,23 +23,18 @@ impl TelemetryWriter {
     /// Publishes `self.acc` to `buf` under the sequence lock. Single writer only.
     #[inline]
     pub fn publish(&mut self, buf: &TelemetryBuffer) {
-        let s = buf.seq.load(Relaxed);
-        let odd = s.wrapping_add(1) | 1;
-        buf.seq.store(odd, Relaxed);
-        // Orders the odd sequence before the field stores for readers.
-        fence(Release);
         let a = &self.acc;
-        buf.state.store(a.state, Relaxed);
-        buf.messages_in.store(a.messages_in, Relaxed);
-        buf.messages_out.store(a.messages_out, Relaxed);
-        buf.errors.store(a.errors, Relaxed);
-        buf.busy_polls.store(a.busy_polls, Relaxed);
-        buf.idle_polls.store(a.idle_polls, Relaxed);
-        buf.handler_ns_total.store(a.handler_ns_total, Relaxed);
-        buf.handler_ns_max.store(a.handler_ns_max, Relaxed);
-        buf.heartbeat_ms.store(a.heartbeat_ms, Relaxed);
-        buf.seq.store(odd.wrapping_add(1), Release);
-        self.acc.seq = odd.wrapping_add(1);
+        self.acc.seq = seqlock::write(&buf.seq, || {
+            buf.state.store(a.state, Relaxed);
+            buf.messages_in.store(a.messages_in, Relaxed);
+            buf.messages_out.store(a.messages_out, Relaxed);
+            buf.errors.store(a.errors, Relaxed);
+            buf.busy_polls.store(a.busy_polls, Relaxed);
+            buf.idle_polls.store(a.idle_polls, Relaxed);
+            buf.handler_ns_total.store(a.handler_ns_total, Relaxed);
+            buf.handler_ns_max.store(a.handler_ns_max, Relaxed);
+            buf.heartbeat_ms.store(a.heartbeat_ms, Relaxed);
+        });
     }
 }
 
@@ -55,9 +45,6 @@ pub struct TornRead {
     /// How many reads were tried.
     pub attempts: u32,
 }
-
-/// Attempts of [`read_consistent`] that spin before it starts yielding between attempts.
-const SPIN_ATTEMPTS: u32 = 64;
 
 /// Takes a consistent snapshot of `buf`, retrying up to `attempts` times on a torn read
 /// (spinning for the first 64, then yielding the CPU before each further attempt).
@@ -76,7 +63,7 @@ pub fn read_consistent(
     buf: &TelemetryBuffer,
     attempts: u32,
 ) -> Result<TelemetrySnapshot, TornRead> {
-    seqlock_read(&buf.seq, attempts, |seq| TelemetrySnapshot {
+    seqlock::read(&buf.seq, attempts, |seq| TelemetrySnapshot {
         seq,
         state: buf.state.load(Relaxed),
         messages_in: buf.messages_in.load(Relaxed),
@@ -91,30 +78,6 @@ pub fn read_consistent(
     .ok_or(TornRead {
         attempts: attempts.max(1),
     })
-}
-
-/// The reader side of a sequence lock, for any seqlocked line: load `seq` (acquire),
-/// retry while it is odd, `load` the fields (relaxed), acquire fence, retry if `seq`
-/// changed. Spins for the first 64 attempts, then yields before each further one (the
-/// writer may be descheduled mid-write). `None` after `attempts` torn reads.
-pub fn seqlock_read<T>(seq: &AtomicU32, attempts: u32, load: impl Fn(u32) -> T) -> Option<T> {
-    for attempt in 0..attempts.max(1) {
-        if attempt >= SPIN_ATTEMPTS {
-            std::thread::yield_now();
-        }
-        let s1 = seq.load(Acquire);
-        if s1 & 1 == 1 {
-            core::hint::spin_loop();
-            continue;
-        }
-        let snap = load(s1);
-        // Orders the field loads before the re-check of the sequence.
-        fence(Acquire);
-        if seq.load(Relaxed) == s1 {
-            return Some(snap);
-        }
-    }
-    None
 }
 
 #[cfg(test)]

@@ -1,15 +1,18 @@
-//! [`TelemetryReader`]: a read-only view of a telemetry export file (see [`crate::shm`]).
+//! [`TelemetryReader`]: a read-only view of a telemetry export file.
 
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 
 use gyre_abi::TelemetrySnapshot;
 
-use super::read_consistent;
-use crate::shm::{
-    pid_alive, read_control, ControlSnapshot, ExportError, ExportHeader, Mapping, EXPORT_MAGIC,
-    EXPORT_SIZE, EXPORT_VERSION, NAME_BYTES,
+use super::error::ExportError;
+use super::layout::{
+    read_control, ControlSnapshot, ExportHeader, EXPORT_MAGIC, EXPORT_SIZE, EXPORT_VERSION,
+    NAME_BYTES,
 };
+use super::mapping::Mapping;
+use super::paths::pid_alive;
+use crate::telemetry::read_consistent;
 
 /// Retry bound of [`TelemetryReader::snapshot`].
 pub const READ_ATTEMPTS: u32 = 1024;
@@ -44,7 +47,7 @@ pub struct ExportSnapshot {
 ///
 /// ```
 /// use gyre_core::shm::{ExportError, ExportWriter};
-/// use gyre_core::telemetry::TelemetryReader;
+/// use gyre_core::shm::TelemetryReader;
 /// let dir = std::env::temp_dir().join(format!("gyre-doc-{}", std::process::id()));
 /// let path = dir.join("svc").join("echo");
 /// let w = ExportWriter::create_at(&path, "svc", "echo").unwrap();

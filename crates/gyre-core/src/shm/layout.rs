@@ -1,0 +1,156 @@
+//! The export file's byte layout (192 bytes: header, control line, telemetry line) and the
+//! control line's sequence lock.
+
+use core::sync::atomic::Ordering::Relaxed;
+use core::sync::atomic::{AtomicU32, AtomicU64};
+
+use gyre_abi::TelemetryBuffer;
+
+use crate::seqlock;
+
+/// The first eight bytes of every export file.
+pub const EXPORT_MAGIC: [u8; 8] = *b"GYRETLM1";
+/// Version of the export layout; bumped on any change to [`TelemetryExport`].
+pub const EXPORT_VERSION: u32 = 1;
+/// Size of an export file in bytes.
+pub const EXPORT_SIZE: usize = 192;
+/// Bytes of a service or kernel name kept in the header (longer names are cut; the
+/// path holds the full name).
+pub const NAME_BYTES: usize = 16;
+
+/// Bytes 0..64: written once, before the file gets its name; never changed after.
+#[repr(C, align(64))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExportHeader {
+    /// [`EXPORT_MAGIC`].
+    pub magic: [u8; 8],
+    /// [`EXPORT_VERSION`].
+    pub version: u32,
+    /// `gyre_abi::ABI_VERSION` of the writer (layout of the telemetry line).
+    pub abi_version: u32,
+    /// Total file size, [`EXPORT_SIZE`].
+    pub size: u32,
+    /// Process id of the writer.
+    pub pid: u32,
+    /// When the file was created, milliseconds since the Unix epoch.
+    pub created_unix_ms: u64,
+    /// Service name, UTF-8, NUL-padded (cut to 16 bytes).
+    pub service: [u8; NAME_BYTES],
+    /// Kernel name, UTF-8, NUL-padded (cut to 16 bytes).
+    pub kernel: [u8; NAME_BYTES],
+}
+
+/// Bytes 64..128: the kernel's state and ring indices, copied by the publisher under a
+/// sequence lock (`seq` odd while writing; same protocol as the telemetry line).
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub struct ExportControl {
+    /// Sequence lock word.
+    pub seq: AtomicU32,
+    /// `gyre_abi::state` value.
+    pub state: AtomicU32,
+    /// `gyre_abi::error` code.
+    pub error_code: AtomicU32,
+    /// Ring capacity (slots).
+    pub capacity: AtomicU32,
+    /// Requests published by the host.
+    pub h2k_head: AtomicU64,
+    /// Requests consumed by the kernel.
+    pub h2k_tail: AtomicU64,
+    /// Replies published by the kernel.
+    pub k2h_head: AtomicU64,
+    /// Replies consumed by the host.
+    pub k2h_tail: AtomicU64,
+    /// Wall time (Unix ms) at which the publisher last saw the kernel heartbeat change.
+    pub heartbeat_unix_ms: AtomicU64,
+    /// Wall time (Unix ms) of this copy.
+    pub published_unix_ms: AtomicU64,
+}
+
+/// A plain copy of an [`ExportControl`] taken by a consistent read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ControlSnapshot {
+    /// Sequence value the copy was taken at (even).
+    pub seq: u32,
+    /// `gyre_abi::state` value.
+    pub state: u32,
+    /// `gyre_abi::error` code.
+    pub error_code: u32,
+    /// Ring capacity.
+    pub capacity: u32,
+    /// Requests published by the host.
+    pub h2k_head: u64,
+    /// Requests consumed by the kernel.
+    pub h2k_tail: u64,
+    /// Replies published by the kernel.
+    pub k2h_head: u64,
+    /// Replies consumed by the host.
+    pub k2h_tail: u64,
+    /// Wall time (Unix ms) the kernel heartbeat last changed, as seen by the publisher.
+    pub heartbeat_unix_ms: u64,
+    /// Wall time (Unix ms) of the copy.
+    pub published_unix_ms: u64,
+}
+
+impl ControlSnapshot {
+    /// Requests published but not yet taken by the kernel.
+    pub fn requests_queued(&self) -> u64 {
+        self.h2k_head.saturating_sub(self.h2k_tail)
+    }
+    /// Replies published but not yet taken by the host.
+    pub fn replies_queued(&self) -> u64 {
+        self.k2h_head.saturating_sub(self.k2h_tail)
+    }
+}
+
+/// The whole export file.
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub struct TelemetryExport {
+    /// Bytes 0..64.
+    pub header: ExportHeader,
+    /// Bytes 64..128.
+    pub control: ExportControl,
+    /// Bytes 128..192: same layout and seqlock as the shared region's telemetry line.
+    pub telemetry: TelemetryBuffer,
+}
+
+const _: () = assert!(core::mem::size_of::<ExportHeader>() == 64);
+const _: () = assert!(core::mem::size_of::<ExportControl>() == 64);
+const _: () = assert!(core::mem::offset_of!(ExportControl, published_unix_ms) == 56);
+const _: () = assert!(core::mem::size_of::<TelemetryExport>() == EXPORT_SIZE);
+const _: () = assert!(core::mem::offset_of!(TelemetryExport, control) == 64);
+const _: () = assert!(core::mem::offset_of!(TelemetryExport, telemetry) == 128);
+const _: () = assert!(core::mem::offset_of!(ExportHeader, service) == 32);
+
+/// Takes a consistent copy of an [`ExportControl`] (same protocol as
+/// [`read_consistent`](crate::telemetry::read_consistent)); `None` after `attempts` torn reads.
+pub fn read_control(c: &ExportControl, attempts: u32) -> Option<ControlSnapshot> {
+    seqlock::read(&c.seq, attempts, |seq| ControlSnapshot {
+        seq,
+        state: c.state.load(Relaxed),
+        error_code: c.error_code.load(Relaxed),
+        capacity: c.capacity.load(Relaxed),
+        h2k_head: c.h2k_head.load(Relaxed),
+        h2k_tail: c.h2k_tail.load(Relaxed),
+        k2h_head: c.k2h_head.load(Relaxed),
+        k2h_tail: c.k2h_tail.load(Relaxed),
+        heartbeat_unix_ms: c.heartbeat_unix_ms.load(Relaxed),
+        published_unix_ms: c.published_unix_ms.load(Relaxed),
+    })
+}
+
+/// Writes `v` to `c` under its sequence lock. Single writer only.
+pub fn write_control(c: &ExportControl, v: &ControlSnapshot) {
+    seqlock::write(&c.seq, || {
+        c.state.store(v.state, Relaxed);
+        c.error_code.store(v.error_code, Relaxed);
+        c.capacity.store(v.capacity, Relaxed);
+        c.h2k_head.store(v.h2k_head, Relaxed);
+        c.h2k_tail.store(v.h2k_tail, Relaxed);
+        c.k2h_head.store(v.k2h_head, Relaxed);
+        c.k2h_tail.store(v.k2h_tail, Relaxed);
+        c.heartbeat_unix_ms.store(v.heartbeat_unix_ms, Relaxed);
+        c.published_unix_ms.store(v.published_unix_ms, Relaxed);
+    });
+}

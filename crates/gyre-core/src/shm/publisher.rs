@@ -1,0 +1,173 @@
+//! [`ExportPublisher`]: the host thread that copies a region's control block and
+//! telemetry into an export file.
+
+use core::sync::atomic::AtomicBool;
+use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::error::ExportError;
+use super::layout::{write_control, ControlSnapshot};
+use super::paths::unix_ms;
+use super::writer::ExportWriter;
+use crate::region::SharedRegion;
+use crate::telemetry::{read_consistent, TelemetryWriter};
+
+/// Default period of the [`ExportPublisher`].
+pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(50);
+
+/// Copies a region's control block and telemetry into an [`ExportWriter`] periodically
+/// on its own thread; a final copy, then the file's removal, on drop.
+#[derive(Debug)]
+pub struct ExportPublisher {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    path: PathBuf,
+}
+
+struct Copier {
+    region: Arc<SharedRegion>,
+    writer: Arc<ExportWriter>,
+    /// Whether this thread writes the telemetry line (false when the kernel does).
+    copy_telemetry: bool,
+    tw: TelemetryWriter,
+    last_hb: u64,
+    hb_ms: u64,
+}
+
+impl Copier {
+    fn copy(&mut self) {
+        let cb = self.region.control();
+        let now = unix_ms();
+        let hb = cb.kernel_heartbeat.load(Acquire);
+        if hb != self.last_hb {
+            self.last_hb = hb;
+            self.hb_ms = now;
+        }
+        let v = ControlSnapshot {
+            seq: 0,
+            state: cb.state.load(Acquire),
+            error_code: cb.error_code.load(Acquire),
+            capacity: cb.capacity.load(Relaxed),
+            h2k_head: cb.h2k_head.load(Acquire),
+            h2k_tail: cb.h2k_tail.load(Acquire),
+            k2h_head: cb.k2h_head.load(Acquire),
+            k2h_tail: cb.k2h_tail.load(Acquire),
+            heartbeat_unix_ms: self.hb_ms,
+            published_unix_ms: now,
+        };
+        let ex = self.writer.export();
+        write_control(&ex.control, &v);
+        if !self.copy_telemetry {
+            return;
+        }
+        if let Ok(t) = read_consistent(self.region.telemetry(), 1024) {
+            self.tw.acc = t;
+            self.tw.publish(&ex.telemetry);
+        }
+    }
+}
+
+impl ExportPublisher {
+    /// Starts copying `region` into `writer` every `interval` (at least 1 ms): the control
+    /// line always, the telemetry line only when `copy_telemetry` (false when the kernel
+    /// writes the file's telemetry line itself, which must then have no other writer).
+    pub fn start(
+        region: Arc<SharedRegion>,
+        writer: Arc<ExportWriter>,
+        interval: Duration,
+        copy_telemetry: bool,
+    ) -> Result<Self, ExportError> {
+        let path = writer.path().to_owned();
+        let interval = interval.max(Duration::from_millis(1));
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut c = Copier {
+            last_hb: region.control().kernel_heartbeat.load(Acquire),
+            hb_ms: unix_ms(),
+            region,
+            writer,
+            copy_telemetry,
+            tw: TelemetryWriter::default(),
+        };
+        c.copy();
+        let s2 = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("gyre-telemetry-export".into())
+            .spawn(move || {
+                while !s2.load(Acquire) {
+                    std::thread::park_timeout(interval);
+                    c.copy();
+                }
+                // `c` (and with it the writer) drops here: the file is removed.
+            })
+            .map_err(|e| ExportError::io("spawn publisher for", &path, e))?;
+        Ok(Self {
+            stop,
+            thread: Some(thread),
+            path,
+        })
+    }
+
+    /// The export file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for ExportPublisher {
+    fn drop(&mut self) {
+        self.stop.store(true, Release);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod publisher_tests {
+    use super::*;
+    use crate::ring::Geometry;
+    use crate::shm::reader::TelemetryReader;
+    use std::fs;
+
+    fn temp_path(tag: &str) -> PathBuf {
+        std::env::temp_dir()
+            .join(format!("gyre-shm-{tag}-{}", std::process::id()))
+            .join("svc")
+            .join("k")
+    }
+
+    /// When the kernel writes the file's telemetry line itself (CUDA), the publisher
+    /// keeps to the control line: the line keeps its single writer.
+    #[test]
+    fn publisher_leaves_a_kernel_written_telemetry_line_alone() {
+        let path = temp_path("direct");
+        let region =
+            Arc::new(SharedRegion::new_host(Geometry::new(4, 128, 1).unwrap(), 0).unwrap());
+        region.control().h2k_head.store(3, Release);
+        let mut host_side = TelemetryWriter::default();
+        host_side.acc.messages_in = 111; // what a copy would bring
+        host_side.publish(region.telemetry());
+        let file = Arc::new(ExportWriter::create_at(&path, "svc", "k").unwrap());
+        // "The kernel" writes the file's line directly.
+        let mut device_side = TelemetryWriter::default();
+        device_side.acc.messages_in = 7;
+        device_side.publish(&file.export().telemetry);
+        let p =
+            ExportPublisher::start(region, file.clone(), Duration::from_millis(1), false).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let snap = TelemetryReader::open(&path).unwrap().snapshot().unwrap();
+        assert_eq!(snap.control.h2k_head, 3, "the control line is published");
+        assert_eq!(
+            snap.telemetry.messages_in, 7,
+            "the kernel's line is not overwritten"
+        );
+        drop(p);
+        drop(file);
+        assert!(!path.exists(), "removed when the last owner drops");
+        let _ = fs::remove_dir_all(path.parent().unwrap().parent().unwrap());
+    }
+}

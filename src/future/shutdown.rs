@@ -1,0 +1,79 @@
+//! [`ShutdownFuture`]: close, drain, Terminate, join.
+
+use core::future::Future;
+use core::pin::Pin;
+use core::task::{Context, Poll};
+use std::sync::Arc;
+
+use gyre_abi::command;
+use gyre_core::Result;
+
+use crate::keep_alive::KeepAlive;
+
+/// Future of [`Kernel::shutdown`](crate::Kernel::shutdown).
+///
+/// Closes the kernel to new requests, waits until requests being written are published,
+/// commands Terminate, waits for the kernel to answer everything published and stop,
+/// then joins it and removes its telemetry export file. Resolves to
+/// `Err(KernelFaulted)` if the kernel had faulted.
+///
+/// # Cancel safety
+///
+/// Dropping it does not undo the shutdown: once polled, the kernel is closed to new
+/// requests, and once Terminate was written the kernel still drains and stops. Awaiting
+/// a new `shutdown()` finishes the job.
+#[must_use = "futures do nothing unless polled"]
+pub struct ShutdownFuture {
+    keep: Arc<KeepAlive>,
+    id: u64,
+    phase: u8,
+}
+
+impl ShutdownFuture {
+    pub(crate) fn new(keep: Arc<KeepAlive>) -> Self {
+        let id = keep.inner.next_id();
+        Self { keep, id, phase: 0 }
+    }
+}
+
+impl Future for ShutdownFuture {
+    type Output = Result<()>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let inner = &this.keep.inner;
+        let ch = &inner.ch;
+        if this.phase == 0 {
+            ch.close();
+            this.phase = 1;
+        }
+        if this.phase == 1 {
+            if !ch.all_published() {
+                // A producer is between its claim and its publication: nanoseconds.
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            ch.command(command::TERMINATE);
+            this.phase = 2;
+        }
+        if this.phase == 2 {
+            if !inner.is_final() {
+                ch.state_waiters().register(ch, this.id, cx.waker());
+                if !inner.is_final() {
+                    return Poll::Pending;
+                }
+            }
+            ch.state_waiters().remove(ch, this.id);
+            this.phase = 3;
+            return Poll::Ready(inner.complete_shutdown());
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl Drop for ShutdownFuture {
+    fn drop(&mut self) {
+        let ch = &self.keep.inner.ch;
+        ch.state_waiters().remove(ch, self.id);
+    }
+}

@@ -1,0 +1,223 @@
+//! [`Inner`]: what every handle, future and stream of one kernel shares — its channel,
+//! the running instance, the completion driver, the telemetry export and the bridge —
+//! and the two ways its life ends: a shutdown, or the last handle dropped.
+
+use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use core::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gyre_abi::{command, error, state};
+use gyre_core::bridge::BridgeAgent;
+use gyre_core::channel::driver::Driver;
+use gyre_core::shm::{ExportPublisher, ExportWriter};
+use gyre_core::{Channel, Error, IdleStrategy, KernelInstance, Result};
+use parking_lot::Mutex;
+
+/// How long a kernel whose last handle was dropped (without a shutdown) gets to drain and
+/// stop before it is detached; the wait runs on a thread of its own, never on the thread
+/// that dropped the handle.
+pub(crate) const UNATTENDED_STOP: Duration = Duration::from_secs(5);
+
+/// The host-side polling settings of one kernel.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Polling {
+    /// What blocking host calls do while waiting.
+    pub(crate) host_idle: IdleStrategy,
+    /// How long an async call spins for its reply before registering with the driver.
+    pub(crate) async_spin: Duration,
+    /// The message type of every request.
+    pub(crate) msg_type: u32,
+}
+
+pub(crate) struct Inner {
+    pub(crate) ch: Arc<Channel>,
+    instance: Arc<dyn KernelInstance>,
+    /// Stopped and joined when the last reference goes: streams and `recv` futures still
+    /// need it to be woken after the kernel ended.
+    driver: Mutex<Option<Driver>>,
+    pub(crate) polling: Polling,
+    next_id: AtomicU64,
+    /// The telemetry export publisher, if the spec asked for one; dropping it removes
+    /// the file.
+    export: Mutex<Option<ExportPublisher>>,
+    /// The bridge to the kernel's device-resident rings under a copy strategy; `None`
+    /// for zero copy. Dropped (its copy thread joined) after the kernel stopped.
+    pub(crate) transfer: Option<Arc<BridgeAgent>>,
+    /// Whether the kernel's end was handled (a shutdown returned, or the unattended end
+    /// ran): nothing is left to wait for.
+    ended: AtomicBool,
+}
+
+impl Inner {
+    pub(crate) fn new(
+        ch: Arc<Channel>,
+        instance: Arc<dyn KernelInstance>,
+        driver: Driver,
+        polling: Polling,
+        transfer: Option<Arc<BridgeAgent>>,
+    ) -> Self {
+        Self {
+            ch,
+            instance,
+            driver: Mutex::new(Some(driver)),
+            polling,
+            next_id: AtomicU64::new(0),
+            export: Mutex::new(None),
+            transfer,
+            ended: AtomicBool::new(false),
+        }
+    }
+
+    pub(crate) fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Relaxed)
+    }
+
+    /// Starts publishing the telemetry export to `writer` every `interval`.
+    pub(crate) fn publish_export(
+        &self,
+        writer: Arc<ExportWriter>,
+        interval: Duration,
+    ) -> Result<()> {
+        // The kernel may write the file's telemetry line itself (CUDA); then the
+        // publisher keeps to the control line, so the line keeps a single writer.
+        let copy_telemetry = !self.instance.writes_export_telemetry();
+        let p = ExportPublisher::start(self.ch.region().clone(), writer, interval, copy_telemetry)
+            .map_err(|e| Error::Launch {
+                backend: "telemetry export",
+                kernel: self.ch.name().to_owned(),
+                source: gyre_core::Cause::new(e),
+            })?;
+        tracing::info!(
+            path = %p.path().display(),
+            device_writes_telemetry = !copy_telemetry,
+            "telemetry exported"
+        );
+        *self.export.lock() = Some(p);
+        Ok(())
+    }
+
+    /// The export file's path, while it is exported.
+    pub(crate) fn export_path(&self) -> Option<std::path::PathBuf> {
+        self.export.lock().as_ref().map(|p| p.path().to_owned())
+    }
+
+    /// Removes the telemetry export file (stops its publisher), if there is one.
+    pub(crate) fn unpublish_export(&self) {
+        self.export.lock().take();
+    }
+
+    /// Whether the kernel's end was handled already.
+    pub(crate) fn ended(&self) -> bool {
+        self.ended.load(Acquire)
+    }
+
+    /// Whether joining the kernel returns promptly: its loop exited, or it wrote a final
+    /// state (it exits right after). A kernel the watchdog declared unresponsive is
+    /// neither, and is never joined (it would block forever).
+    fn joinable(&self) -> bool {
+        self.instance.is_finished() || state::is_final(self.ch.kernel_state().0)
+    }
+
+    /// Joins the kernel once it reached a final state; reports a fault. An unresponsive
+    /// kernel is detached instead, and reported as [`Error::Unresponsive`].
+    pub(crate) fn finish(&self) -> Result<()> {
+        if let Some(e) = self.ch.unresponsive() {
+            if self.joinable() {
+                let _ = self.instance.join();
+            } else {
+                tracing::warn!(kernel = %self.ch.name(), "shutdown: detaching the unresponsive kernel");
+            }
+            return Err(e);
+        }
+        let joined = self.instance.join();
+        self.drain_transfer();
+        match self.ch.kernel_state() {
+            (state::FAULTED, code) => Err(Error::KernelFaulted {
+                kernel: self.ch.name().to_owned(),
+                code,
+                name: error::name(code),
+            }),
+            // The device ended the kernel (join says how), or it exited without writing
+            // a final state: its waiters learn it from the channel too.
+            (st, _) => match joined {
+                Err(Error::KernelLost { cause, .. }) => Err(self.ch.mark_lost(cause)),
+                Err(e) => Err(e),
+                Ok(()) if !state::is_final(st) => Err(self
+                    .ch
+                    .mark_lost("the kernel's execution ended without a final state".into())),
+                Ok(()) => Ok(()),
+            },
+        }
+    }
+
+    /// The last step of every shutdown, once the kernel is final: [`Inner::finish`], then
+    /// the telemetry export is unpublished (its file removed), whatever `finish` reports.
+    pub(crate) fn complete_shutdown(&self) -> Result<()> {
+        let done = self.finish();
+        self.export.lock().take();
+        self.ended.store(true, Release);
+        done
+    }
+
+    /// After the kernel stopped: one last blocking pull, so the host rings hold every
+    /// reply and the final state before shutdown returns (a copy thread may not have
+    /// moved them yet).
+    fn drain_transfer(&self) {
+        if let Some(t) = &self.transfer {
+            t.drain();
+        }
+    }
+
+    pub(crate) fn is_final(&self) -> bool {
+        self.ch.check_stopped().is_some() || self.instance.is_finished()
+    }
+
+    /// The end of a kernel whose last handle was dropped without a shutdown. Runs on a
+    /// thread of its own ([`crate::keep_alive`]): closes the ring, waits (up to
+    /// [`UNATTENDED_STOP`]) until every accepted request is published, commands
+    /// Terminate, waits for the kernel to drain and stop, joins it and unpublishes the
+    /// export. A kernel that does not stop in time is detached (it still drains and stops
+    /// by itself once its handler returns). Replies already produced stay readable by
+    /// `recv` futures and `replies` streams, which then end.
+    pub(crate) fn end_unattended(&self) {
+        if self.ended() {
+            return;
+        }
+        let ch = &self.ch;
+        ch.close();
+        let deadline = Instant::now() + UNATTENDED_STOP;
+        while !ch.all_published() && Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        ch.command(command::TERMINATE);
+        while !self.is_final() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        if self.joinable() {
+            if let Err(e) = self.instance.join() {
+                // Nobody is left to report it to but the log (and any waiter, below).
+                tracing::warn!(kernel = %ch.name(), error = %e, "kernel ended with an error after its last handle dropped");
+                if let Error::KernelLost { cause, .. } = e {
+                    ch.mark_lost(cause);
+                }
+            }
+            self.drain_transfer();
+            // Notices the final state (and wakes every waiter) now that the bridge moved it.
+            let _ = ch.check_stopped();
+        } else {
+            tracing::warn!(kernel = %ch.name(), "kernel did not stop within {UNATTENDED_STOP:?} of its last handle dropping; detaching it");
+        }
+        self.export.lock().take();
+        self.ended.store(true, Release);
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Every handle, future and stream is gone, and the kernel's end was handled (by a
+        // shutdown or by `end_unattended`): stop the driver and unpublish the export.
+        self.driver.lock().take();
+        self.export.lock().take();
+    }
+}

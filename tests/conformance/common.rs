@@ -1,0 +1,75 @@
+//! What every conformance case uses: where it runs ([`Target`]), its runtime, and bounded
+//! waits.
+
+use std::time::{Duration, Instant};
+
+use gyre::{Backend, Runtime, TransferStrategy};
+
+/// Where a case runs: a backend, and the transfer strategy (`None`: the plan's default).
+#[derive(Debug, Clone, Copy)]
+pub struct Target {
+    /// The backend.
+    pub backend: Backend,
+    /// The transfer strategy, when the suite pins one.
+    pub strategy: Option<TransferStrategy>,
+}
+
+impl Target {
+    /// `backend` under `strategy`.
+    pub fn new(backend: Backend, strategy: TransferStrategy) -> Self {
+        Self {
+            backend,
+            strategy: Some(strategy),
+        }
+    }
+}
+
+impl From<Backend> for Target {
+    fn from(backend: Backend) -> Self {
+        Self {
+            backend,
+            strategy: None,
+        }
+    }
+}
+
+pub fn rt(t: Target) -> Runtime {
+    let mut b = Runtime::builder().backend(t.backend);
+    if let Some(s) = t.strategy {
+        b = b.transfer_strategy(s);
+    }
+    b.build().expect("runtime")
+}
+
+pub fn tokio_rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// Whether `b` runs Rust closure handlers (the CPU backend). Device backends (CUDA,
+/// OpenCL) run device-code handlers only, so cases built on closures are skipped there.
+pub fn host_handlers(b: Target) -> bool {
+    let resolved = rt(b).backend();
+    if resolved != Backend::Cpu {
+        eprintln!(
+            "SKIP: this case uses a Rust closure handler; {resolved} runs device handlers only"
+        );
+        return false;
+    }
+    true
+}
+
+/// Waits (bounded) until `f` holds.
+pub fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The guard of a suite that needs none.
+pub struct NoGuard;
