@@ -10,8 +10,8 @@
 #   cuda-unit  gyre-cuda's unit tests, NVRTC compile tests, device tests
 #   suites-1   conformance and fault suites on CUDA, one test thread
 #   suites-par the two suites as two processes at once (two contexts on one GPU)
-#   toolchains the device tests again with every other NVRTC found (e.g. a wheel newer
-#              than the driver: the CUBIN route)
+#   toolchains the device tests again with every NVRTC found (toolkits, wheels: one
+#              newer than the driver takes the CUBIN route); SKIP when none is found
 #   demo-*     gyre demo --backend cuda under every transfer strategy
 #   soak       a 60 s soak (must print lost: 0)
 #   fault      a handler that faults, then a new launch in the same process
@@ -35,18 +35,28 @@ CALLER_REQUIRES=${GYRE_REQUIRE_CUDA:-0}
 START=$(date +%s)
 : >"$REPORT"
 export GYRE_LOG=${GYRE_LOG:-warn}
+# The driver reads these at its initialisation; gyre sets them itself only while a
+# process has one thread (test binaries have several), so set them here.
+export CUDA_MODULE_LOADING=${CUDA_MODULE_LOADING:-EAGER}
+export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-32}
 export GYRE_SHM_DIR=${GYRE_SHM_DIR:-/tmp/gyre-kit-shm}
+export BIN KIT
 export GYRE_CACHE_DIR=${GYRE_CACHE_DIR:-/tmp/gyre-kit-cache}
 mkdir -p "$GYRE_SHM_DIR" "$GYRE_CACHE_DIR"
 
 say() { echo "$*" | tee -a "$REPORT"; }
+# The report so far, also under $OUT (so a run killed midway still leaves it).
+publish() { if [ -n "${OUT:-}" ]; then cp "$REPORT" "$OUT/report.txt" 2>/dev/null || true; fi; }
 results=()
 failed=0
 
-# step NAME SECONDS CMD...: runs CMD under min(SECONDS, budget left), output to the report.
+# step NAME SECONDS CMD...: runs CMD under min(SECONDS, budget left), output to the
+# report. Exit 0 is PASS, 77 SKIP (the step found nothing to check), anything else FAIL.
 step() {
   local name=$1 limit=$2
   shift 2
+  local label=${STEP_LABEL:-$*}
+  STEP_LABEL=
   local left=$((START + BUDGET - $(date +%s)))
   if [ -n "${SKIP_ALL:-}" ]; then
     say "== $name: SKIP ($SKIP_ALL)"
@@ -54,13 +64,13 @@ step() {
     return 0
   fi
   if [ "$left" -lt 10 ]; then
-    say "== $name: SKIP (out of the ${BUDGET}s budget)"
-    results+=("$name SKIP(budget)")
+    say "== $name: FAIL (not run: out of the ${BUDGET}s budget)"
+    results+=("$name FAIL(budget)")
     failed=1
     return 0
   fi
   [ "$limit" -gt "$left" ] && limit=$left
-  say "== $name (timeout ${limit}s): $*"
+  say "== $name (timeout ${limit}s): $label"
   local t0 t1 rc
   t0=$(date +%s.%N)
   timeout --kill-after=5 "$limit" "$@" 2>&1 | tee -a "$REPORT"
@@ -71,32 +81,76 @@ step() {
   if [ "$rc" -eq 0 ]; then
     say "== $name: PASS (${took}s)"
     results+=("$name PASS ${took}s")
+  elif [ "$rc" -eq 77 ]; then
+    say "== $name: SKIP (${took}s; see above)"
+    results+=("$name SKIP ${took}s")
   else
     [ "$rc" -eq 124 ] && say "== $name: TIMEOUT after ${limit}s"
     say "== $name: FAIL (exit $rc, ${took}s)"
     results+=("$name FAIL(rc=$rc) ${took}s")
     failed=1
   fi
+  publish
+}
+
+# fnstep NAME SECONDS FUNCTION: a step running one of the shell functions below, in a
+# child bash (so `timeout` can run it), with pipefail.
+fnstep() {
+  local name=$1 limit=$2 fn=$3
+  STEP_LABEL="$fn (see scripts/gpu-kit-run.sh)"
+  step "$name" "$limit" bash -c "set -o pipefail; $(declare -f "$fn"); $fn"
 }
 
 say "gyre GPU check kit report, $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 [ -f MANIFEST ] && head -4 MANIFEST | tee -a "$REPORT"
 
 # ---- environment facts (always run: they say why a GPU is missing) --------------------
+# Every libnvrtc on this machine: toolkits, and the NVRTC wheel of every Python found.
+find_nvrtc() {
+  {
+    timeout 20 find /usr/local/cuda*/ /usr/lib /usr/local/lib /opt -name 'libnvrtc.so.1[0-9]' 2>/dev/null
+    local py
+    for py in python3 /opt/*/.venv/bin/python3 ${VIRTUAL_ENV:+"$VIRTUAL_ENV/bin/python3"}; do
+      command -v "$py" >/dev/null 2>&1 || continue
+      timeout 20 "$py" - 2>/dev/null <<'PY'
+import glob, os
+try:
+    import nvidia
+except ImportError:
+    raise SystemExit
+for d in nvidia.__path__:
+    for f in glob.glob(os.path.join(d, "*", "lib", "libnvrtc.so.1[0-9]")):
+        print(os.path.realpath(f))
+PY
+    done
+  } | grep -v '\.alt\.' | xargs -r -n1 realpath 2>/dev/null | sort -u
+}
 say "== env"
 {
-  echo "host: $(uname -srm), $(nproc) CPUs"
+  echo "host: $(uname -srm), $(nproc) CPUs, $(getconf GNU_LIBC_VERSION 2>/dev/null || echo 'glibc unknown')"
   if command -v nvidia-smi >/dev/null 2>&1; then
-    nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv 2>&1
+    timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv 2>&1
   else
     echo "nvidia-smi: not found"
   fi
   echo "libcuda: $(ldconfig -p 2>/dev/null | grep -E 'libcuda\.so' | head -3 | tr '\n' ' ')"
-  echo "CUDA_HOME=${CUDA_HOME:-} CUDA_PATH=${CUDA_PATH:-} VIRTUAL_ENV=${VIRTUAL_ENV:-} GYRE_CUDA_VENV=${GYRE_CUDA_VENV:-}"
-  [ -x /usr/local/cuda/bin/nvcc ] && /usr/local/cuda/bin/nvcc --version | tail -2
+  echo "CUDA_HOME=${CUDA_HOME:-} CUDA_PATH=${CUDA_PATH:-} VIRTUAL_ENV=${VIRTUAL_ENV:-} GYRE_CUDA_VENV=${GYRE_CUDA_VENV:-} GYRE_NVRTC_LIB=${GYRE_NVRTC_LIB:-}"
+  echo "CUDA_MODULE_LOADING=$CUDA_MODULE_LOADING CUDA_DEVICE_MAX_CONNECTIONS=$CUDA_DEVICE_MAX_CONNECTIONS"
+  [ -x /usr/local/cuda/bin/nvcc ] && timeout 20 /usr/local/cuda/bin/nvcc --version | tail -2
   echo "libnvrtc found:"
-  find /usr/local/cuda*/ /usr/lib /opt /usr/local/lib -name 'libnvrtc.so.1[0-9]*' 2>/dev/null | grep -v '\.alt\.' | head -10
+  find_nvrtc | sed 's/^/  /'
 } 2>&1 | tee -a "$REPORT"
+publish
+
+# The bundled binaries need this glibc (MANIFEST); an older one cannot run them at all.
+need_glibc=$(sed -n 's/^needs glibc: //p' MANIFEST 2>/dev/null)
+have_glibc=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{print $2}')
+if [ -n "$need_glibc" ] && [ -n "$have_glibc" ] &&
+  [ "$(printf '%s\n%s\n' "$need_glibc" "$have_glibc" | sort -V | head -1)" != "$need_glibc" ]; then
+  say "error: the bundle needs glibc $need_glibc, this machine has $have_glibc: rebuild the kit on an older system"
+  publish
+  exit 1
+fi
 
 # Is CUDA usable? gyre doctor's backends table says so, or why not.
 doctor_out=$(timeout 120 "$BIN/gyre" doctor 2>&1)
@@ -105,6 +159,13 @@ say "cuda: ${cuda_row:-no cuda row in the output of gyre doctor}"
 sed -n '/^cuda$/,/^$/p' <<<"$doctor_out" | tee -a "$REPORT"
 if ! grep -q 'available: yes' <<<"$cuda_row"; then
   why=$(sed -E 's/.*available: no \((.*)\)$/\1/' <<<"${cuda_row:-gyre doctor failed}")
+  if command -v nvidia-smi >/dev/null 2>&1 && timeout 20 nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+    # A GPU is here and gyre cannot use it: that is the finding, not a skip.
+    say "error: nvidia-smi lists a GPU but gyre's CUDA backend is unusable: $why"
+    say "$doctor_out"
+    publish
+    exit 1
+  fi
   SKIP_ALL="no usable GPU: $why"
 fi
 export GYRE_REQUIRE_CUDA=1
@@ -129,48 +190,49 @@ both() {
   echo "conformance exit $ra, faults exit $rb"
   [ $ra -eq 0 ] && [ $rb -eq 0 ]
 }
-step suites-par 150 bash -c "$(declare -f both); BIN='$BIN' KIT='$KIT' both"
+export BIN KIT
+fnstep suites-par 150 both
 
-# Every other NVRTC on this machine (the first found is the one doctor used).
+# Every NVRTC on this machine, each by its library path (GYRE_NVRTC_LIB): the device
+# tests compile, load and run with it (a wheel newer than the driver takes the CUBIN
+# route). None found besides what doctor used: nothing to check (SKIP).
 other_nvrtc() {
-  local n=0
-  for sp in /opt/*/.venv/lib/python3*/site-packages /usr/local/lib/python3*/dist-packages \
-    /usr/lib/python3/dist-packages; do
-    [ -d "$sp/nvidia" ] || continue
-    local venv=${sp%/lib/python3*}
-    for lib in "$sp"/nvidia/cu13/lib/libnvrtc.so.13 "$sp"/nvidia/cuda_nvrtc/lib/libnvrtc.so.12; do
-      [ -f "$lib" ] || continue
-      n=$((n + 1))
-      echo "--- NVRTC from $venv ($lib)"
-      GYRE_CUDA_VENV=$venv "$BIN/gyre" doctor 2>&1 | sed -n '/^cuda$/,/^$/p'
-      GYRE_CUDA_VENV=$venv "$BIN/cuda_backend" --test-threads=1 echo_round_trip peers_echo || return 1
-    done
+  local libs n=0 lib
+  libs=$(find_nvrtc)
+  for lib in $libs; do
+    n=$((n + 1))
+    echo "--- NVRTC $lib"
+    GYRE_NVRTC_LIB=$lib "$BIN/gyre" doctor 2>&1 | sed -n '/^cuda$/,/^$/p'
+    GYRE_NVRTC_LIB=$lib "$BIN/cuda_backend" --test-threads=1 echo_round_trip peers_echo || return 1
   done
-  echo "$n other NVRTC installation(s) checked"
+  echo "$n NVRTC installation(s) checked"
+  [ $n -gt 0 ] || return 77
 }
-step toolchains 120 bash -c "$(declare -f other_nvrtc); BIN='$BIN' other_nvrtc"
+export -f find_nvrtc
+fnstep toolchains 150 other_nvrtc
 
 for s in unified sync async dma-polling; do
   step "demo-$s" 60 "$BIN/gyre" demo --backend cuda --strategy "$s" -n 100000
 done
 
 soak() {
-  local out
+  local out rc
   out=$("$BIN/gyre" demo --backend cuda --soak "$SOAK" 2>&1)
-  local rc=$?
+  rc=$?
   echo "$out"
   [ $rc -eq 0 ] && grep -qx 'lost: 0' <<<"$out"
 }
-step soak 120 bash -c "$(declare -f soak); BIN='$BIN' SOAK='$SOAK' soak"
+export SOAK
+fnstep soak 120 soak
 
 step fault 60 "$BIN/faults_cuda" --exact device_fault_fails_callers_then_a_new_launch_works --nocapture
 
 serve_top() {
-  rm -rf "$GYRE_SHM_DIR"/*
+  rm -rf "${GYRE_SHM_DIR:?}"/*
   "$BIN/gyre" demo --backend cuda --serve -n 10000 >"$KIT/serve.log" 2>&1 &
   local pid=$! i
-  for i in $(seq 1 200); do
-    ls "$GYRE_SHM_DIR"/*/* >/dev/null 2>&1 && break
+  for i in $(seq 1 300); do
+    [ -n "$(find "$GYRE_SHM_DIR" -type f 2>/dev/null)" ] && break
     sleep 0.1
   done
   echo "export files: $(find "$GYRE_SHM_DIR" -type f | tr '\n' ' ')"
@@ -189,29 +251,31 @@ serve_top() {
   echo "export files left: $left"
   [ $top_rc -eq 0 ] && [ $rc -eq 0 ] && [ "$left" -eq 0 ]
 }
-step serve-top 60 bash -c "$(declare -f serve_top); BIN='$BIN' KIT='$KIT' GYRE_SHM_DIR='$GYRE_SHM_DIR' serve_top"
+fnstep serve-top 60 serve_top
 
 kill_running() {
+  rm -rf "${GYRE_SHM_DIR:?}"/*
   "$BIN/gyre" demo --backend cuda --serve -n 1000 >"$KIT/kill.log" 2>&1 &
   local pid=$! i
-  for i in $(seq 1 200); do
-    grep -q . "$KIT/kill.log" 2>/dev/null && find "$GYRE_SHM_DIR" -type f | grep -q . && break
+  for i in $(seq 1 300); do
+    [ -n "$(find "$GYRE_SHM_DIR" -type f 2>/dev/null)" ] && break
     sleep 0.1
   done
+  [ -n "$(find "$GYRE_SHM_DIR" -type f 2>/dev/null)" ] || { echo "the served kernel never started"; kill -KILL $pid; return 1; }
   local t0 t1 t2
   t0=$(date +%s.%N)
   kill -KILL $pid
   wait $pid 2>/dev/null
   t1=$(date +%s.%N)
   echo "SIGKILL with a kernel running: process gone after $(awk "BEGIN{printf \"%.3f\", $t1 - $t0}")s"
-  command -v nvidia-smi >/dev/null && nvidia-smi --query-compute-apps=pid,used_memory --format=csv
+  command -v nvidia-smi >/dev/null && timeout 20 nvidia-smi --query-compute-apps=pid,used_memory --format=csv
   "$BIN/gyre" demo --backend cuda -n 10000 | tail -3
-  local rc=$?
+  local rc=${PIPESTATUS[0]}
   t2=$(date +%s.%N)
   echo "a new process launched and ran 10000 round trips $(awk "BEGIN{printf \"%.3f\", $t2 - $t1}")s after the kill (exit $rc)"
   return $rc
 }
-step kill 60 bash -c "$(declare -f kill_running); BIN='$BIN' KIT='$KIT' GYRE_SHM_DIR='$GYRE_SHM_DIR' kill_running"
+fnstep kill 60 kill_running
 
 step bench 150 "$BIN/cuda_bench" --bench
 
@@ -220,9 +284,9 @@ say "== summary ($(($(date +%s) - START))s of ${BUDGET}s)"
 for r in "${results[@]}"; do say "  $r"; done
 if [ -n "${SKIP_ALL:-}" ]; then
   say "every step skipped: $SKIP_ALL"
-  [ -n "${OUT:-}" ] && cp "$REPORT" "$OUT/report.txt"
+  publish
   [ "$CALLER_REQUIRES" = 1 ] && exit 1
   exit 0
 fi
-[ -n "${OUT:-}" ] && cp "$REPORT" "$OUT/report.txt"
+publish
 exit $failed

@@ -65,6 +65,8 @@ chmod +x "$KIT/run.sh" "$KIT"/bin/*
   echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (+ uncommitted changes)')"
   echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -srm)"
   echo "rustc: $(rustc --version)"
+  # The newest glibc symbol version the binaries use: run.sh refuses an older glibc.
+  echo "needs glibc: $(objdump -T "$KIT"/bin/* 2>/dev/null | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -n 1)"
   echo "files:"
   (cd "$KIT" && find . -type f | sort | xargs sha256sum)
 } >"$KIT/MANIFEST"

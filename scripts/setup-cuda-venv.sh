@@ -37,6 +37,7 @@ case "$FLAVOR" in
   ;;
 esac
 STAMP="$VENV/.gyre-cuda-pins"
+PINS="${PKGS[*]} (no deps)"
 
 # Prints the site-packages directory of the venv's interpreter, or fails.
 site_packages() {
@@ -46,7 +47,7 @@ site_packages() {
 # Whether the venv holds the pinned packages with the files we use.
 complete() {
   [[ -x "$VENV/bin/python" && -f "$STAMP" ]] || return 1
-  [[ "$(cat "$STAMP")" == "${PKGS[*]}" ]] || return 1
+  [[ "$(cat "$STAMP")" == "$PINS" ]] || return 1
   local sp
   sp=$(site_packages) || return 1
   [[ -f "$sp/$LIB" && -x "$sp/$PTXAS" ]]
@@ -56,12 +57,14 @@ if complete; then
   echo "==> $VENV is up to date (${PKGS[*]})" >&2
 else
   echo "==> creating $VENV with ${PKGS[*]}" >&2
-  if [[ ! -x "$VENV/bin/python" ]]; then
-    "$PYTHON" -m venv "$VENV"
-  fi
-  rm -f "$STAMP"
-  "$VENV/bin/python" -m pip install --disable-pip-version-check --no-input --quiet "${PKGS[@]}"
-  echo "${PKGS[*]}" >"$STAMP"
+  # From scratch: a venv made with other pins may hold packages these do not want.
+  rm -rf "$VENV"
+  "$PYTHON" -m venv "$VENV"
+  # --no-deps: exactly these wheels (libnvrtc and ptxas need nothing else; the nvcc
+  # wheel's dependencies would pull in the newest nvvm/crt/runtime of another version).
+  "$VENV/bin/python" -m pip install --disable-pip-version-check --no-input --quiet --no-deps \
+    "${PKGS[@]}"
+  echo "$PINS" >"$STAMP"
   if ! complete; then
     echo "error: $VENV is incomplete after pip install (see above)" >&2
     exit 1

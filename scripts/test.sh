@@ -131,7 +131,8 @@ fi
 if [ "${GYRE_KIT:-1}" != 0 ]; then
   echo "==> GPU check kit (scripts/gpu-kit.sh, then its run.sh)"
   kit=$(scripts/gpu-kit.sh 2>/dev/null | tail -n 1)
-  if "$kit/bin/gyre" doctor 2>/dev/null | grep -qE '^\s+cuda .*available: yes'; then
+  doctor_out=$("$kit/bin/gyre" doctor 2>/dev/null || true)
+  if grep -qE '^\s+cuda .*available: yes' <<<"$doctor_out"; then
     echo "a GPU is here: run $kit/run.sh for the GPU checks (not run by test.sh)"
   else
     (cd "$kit" && env -u GYRE_REQUIRE_CUDA OUT= ./run.sh >/dev/null)

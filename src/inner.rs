@@ -138,16 +138,23 @@ impl Inner {
                 code,
                 name: error::name(code),
             }),
+            // It wrote its final state: it ended well. A join error then concerns what
+            // came after (on CUDA, another kernel's fault that broke the shared context).
+            (st, _) if state::is_final(st) => {
+                if let Err(e) = joined {
+                    tracing::warn!(kernel = %self.ch.name(), error = %e, "joining a kernel that ended well");
+                }
+                Ok(())
+            }
             // The device ended the kernel (join says how), or it exited without writing
             // a final state: its waiters learn it from the channel too.
-            (st, _) => match joined {
-                Err(Error::KernelLost { cause, .. }) => Err(self.ch.mark_lost(cause)),
-                Err(e) => Err(e),
-                Ok(()) if !state::is_final(st) => Err(self
+            _ => Err(match joined {
+                Err(Error::KernelLost { cause, .. }) => self.ch.mark_lost(cause),
+                Err(e) => self.ch.mark_lost(e.to_string()),
+                Ok(()) => self
                     .ch
-                    .mark_lost("the kernel's execution ended without a final state".into())),
-                Ok(()) => Ok(()),
-            },
+                    .mark_lost("the kernel's execution ended without a final state".into()),
+            }),
         }
     }
 

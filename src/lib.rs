@@ -62,7 +62,9 @@ pub use gyre_core::telemetry::{rates, Rates};
 pub use gyre_core::visibility::MemoryVisibility;
 pub use gyre_core::{Cause, Error, Handler, IdleStrategy, Result, TrySendError};
 pub use kernel::Kernel;
-pub use runtime::{backends, Backend, BackendInfo, Runtime, RuntimeBuilder};
+pub use runtime::{
+    backends, prepare_cuda_environment, Backend, BackendInfo, Runtime, RuntimeBuilder,
+};
 pub use spec::KernelSpec;
 pub use state::KernelState;
 

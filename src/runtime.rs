@@ -177,6 +177,31 @@ pub fn backends() -> Vec<BackendInfo> {
     ]
 }
 
+/// Sets the CUDA driver's environment for gyre's persistent kernels, if it is not set
+/// already: `CUDA_MODULE_LOADING=EAGER` (a kernel loaded lazily, at its first launch,
+/// waits for the device to be idle, which never happens while a ring kernel runs) and
+/// `CUDA_DEVICE_MAX_CONNECTIONS=32` (work that shares a hardware queue with a ring kernel
+/// never runs). The driver reads both once, at its initialisation, and changing the
+/// environment is only sound while the process has one thread: call this first thing in
+/// `main`. gyre tries again at its first CUDA probe, and leaves the environment alone
+/// (saying so in `gyre doctor`) if the process has more threads by then. Does nothing
+/// without a CUDA driver, or without the `cuda` feature.
+///
+/// # Examples
+///
+/// ```
+/// // First thing in `main`, before anything starts a thread:
+/// gyre::prepare_cuda_environment();
+/// let rt = gyre::Runtime::builder().build()?;
+/// # Ok::<(), gyre::Error>(())
+/// ```
+pub fn prepare_cuda_environment() {
+    #[cfg(feature = "cuda")]
+    {
+        let _ = gyre_cuda::probe::prepare_environment();
+    }
+}
+
 /// The CUDA backend, or why not, in this build.
 mod cuda {
     use std::sync::Arc;
@@ -229,10 +254,10 @@ mod cuda {
             ),
             (
                 "set by gyre",
-                if i.env.set_by_gyre.is_empty() {
-                    "nothing".to_owned()
-                } else {
-                    i.env.set_by_gyre.join(", ")
+                match (&i.env.not_set, i.env.set_by_gyre.is_empty()) {
+                    (Some(why), _) => format!("nothing: {why}"),
+                    (None, true) => "nothing (already set)".to_owned(),
+                    (None, false) => i.env.set_by_gyre.join(", "),
                 },
             ),
         ]);

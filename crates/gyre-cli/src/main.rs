@@ -29,6 +29,9 @@ use crate::args::{Cli, Command};
 use crate::error::CliError;
 
 fn main() -> ExitCode {
+    // While the process has one thread: the CUDA driver's environment (eager module
+    // loading, 32 hardware queues) must be set before anything starts a thread.
+    gyre::prepare_cuda_environment();
     let cli = Cli::parse();
     init_tracing();
     let stdout = io::stdout();

@@ -18,11 +18,15 @@
 //!   ([`crate::stream`]), so no work ever shares a hardware queue with a persistent kernel.
 //! * **Sticky errors.** A kernel fault corrupts the context: every later call fails with
 //!   the same error. The first such error *poisons* the context ([`Context::poison`]); once
-//!   nothing holds it any more, [`Context::recover`] resets the device's primary context
-//!   and makes a fresh one, so a later launch in the same process works.
+//!   nothing holds it any more, [`Context::recover`] drops it, which resets the device's
+//!   primary context, and makes a fresh one, checked before use ([`crate::registry`]), so
+//!   a later launch in the same process works where the driver allows it. NVIDIA documents
+//!   sticky errors as needing a new process; where the check shows the reset did not
+//!   help, the device is unusable for the rest of the process
+//!   ([`Error::ProcessRestartRequired`]).
 
 use std::ffi::c_void;
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
@@ -44,6 +48,8 @@ pub(crate) enum Release {
     /// A `cuMemHostRegister` registration, and the owner of the registered memory, kept
     /// until the registration is gone.
     Unregister(*mut c_void, Option<Box<dyn core::any::Any + Send + Sync>>),
+    /// A loaded module none of whose kernels ever ran (a load that failed half way).
+    Module(sys::CUmodule),
 }
 
 impl core::fmt::Debug for Release {
@@ -53,6 +59,7 @@ impl core::fmt::Debug for Release {
             Release::Host(p, b) => write!(f, "Host({p:p}, {b})"),
             Release::Managed(p) => write!(f, "Managed({p:#x})"),
             Release::Unregister(p, _) => write!(f, "Unregister({p:p})"),
+            Release::Module(m) => write!(f, "Module({m:p})"),
         }
     }
 }
@@ -80,6 +87,7 @@ impl Release {
                     drop(owner);
                     r
                 }
+                Release::Module(m) => result::module_unload(m),
             }
         }
     }
@@ -113,41 +121,22 @@ unsafe impl Send for Context {}
 // SAFETY: as above; shared access binds the context or goes through the locks.
 unsafe impl Sync for Context {}
 
-/// The live contexts of this process, one per device ordinal.
-static CONTEXTS: Mutex<Vec<(i32, Weak<Context>)>> = Mutex::new(Vec::new());
-
 impl Context {
     /// The primary context of the device `info` describes (device 0), shared with every
-    /// other user in this process, made current on this thread. `info` proves that the
-    /// driver is loaded and initialised.
+    /// other user in this process (at most one per device, see [`crate::registry`]), made
+    /// current on this thread. `info` proves that the driver is loaded and initialised.
     ///
     /// # Errors
     ///
-    /// The driver's error naming the call.
+    /// [`Error::ProcessRestartRequired`] for a device a sticky error left unusable; the
+    /// driver's error naming the call.
     pub fn primary(info: &CudaInfo) -> Result<Arc<Self>> {
-        let c = {
-            let mut all = CONTEXTS.lock();
-            all.retain(|(_, w)| w.strong_count() > 0);
-            let ordinal = info.device.ordinal;
-            match all
-                .iter()
-                .find(|(o, _)| *o == ordinal)
-                .and_then(|(_, w)| w.upgrade())
-            {
-                Some(c) => c,
-                None => {
-                    let c = Self::retain(info)?;
-                    all.push((ordinal, Arc::downgrade(&c)));
-                    c
-                }
-            }
-        };
-        // Outside the registry lock: a failure drops `c`, whose Drop may take it.
-        c.bind()?;
-        Ok(c)
+        crate::registry::primary(info)
     }
 
-    fn retain(info: &CudaInfo) -> Result<Arc<Self>> {
+    /// Retains the device's primary context into a new value (the registry makes sure
+    /// there is one at a time).
+    pub(crate) fn retain(info: &CudaInfo) -> Result<Arc<Self>> {
         let ordinal = info.device.ordinal;
         let dev = result::device_get(ordinal)?;
         let ctx = result::primary_ctx_retain(dev)?;
@@ -226,8 +215,25 @@ impl Context {
             });
         }
         let info = this.info.clone();
+        // The last Arc: its Drop releases and resets the device's primary context before
+        // the registry lets `primary` make a new one.
         drop(this);
-        Self::primary(&info)
+        let fresh = Self::primary(&info)?;
+        if let Some((code, name)) = fresh.poisoned().cloned() {
+            // Another thread took the old context between the count and the drop.
+            return Err(Error::ContextPoisoned {
+                ordinal: info.device.ordinal,
+                name,
+                code,
+                holders: Arc::strong_count(&fresh) - 1,
+            });
+        }
+        Ok(fresh)
+    }
+
+    /// The device handle.
+    pub(crate) fn dev(&self) -> sys::CUdevice {
+        self.dev
     }
 
     /// Counts a ring kernel as running, if fewer than `limit` run; see
@@ -328,9 +334,10 @@ impl Context {
 
 impl Drop for Context {
     fn drop(&mut self) {
-        // Under the registry lock: no new context of this device is made until this one
-        // is released (and, if poisoned, reset).
-        let _registry = CONTEXTS.lock();
+        // The registry stays locked until the device's primary context is released (and,
+        // if poisoned, reset): no other context of this device is made meanwhile.
+        let registry = crate::registry::lock_for_release();
+        let poisoned = self.poisoned().cloned();
         if let Err(e) = self.bind() {
             tracing::error!(error = %e, "dropping a CUDA context that cannot be bound");
         }
@@ -341,28 +348,37 @@ impl Drop for Context {
             let freed = r.free();
             self.log_free(freed);
         }
-        self.modules.unload_all(self.poisoned().is_some());
-        self.streams.destroy_all(self.poisoned().is_some());
+        self.modules.unload_all(poisoned.is_some());
+        self.streams.destroy_all(poisoned.is_some());
         // SAFETY: retained in `retain`, released once here; nothing uses the context any
-        // more (every user held an Arc).
-        if let Err(e) = unsafe { result::primary_ctx_release(self.dev) } {
-            tracing::warn!(error = %e, "releasing the CUDA primary context");
+        // more (every user held an Arc). Then no context is current on this thread.
+        unsafe {
+            if let Err(e) = result::primary_ctx_release(self.dev) {
+                tracing::warn!(error = %e, "releasing the CUDA primary context");
+            }
+            let _ = result::ctx_set_current(std::ptr::null_mut());
         }
-        if let Some((code, name)) = self.poisoned() {
+        let mut reset = false;
+        if let Some((code, name)) = poisoned {
             // The driver resets a primary context when its last retain goes, but another
             // library of this process may hold it too; a sticky error leaves it useless
-            // to everyone, so reset it explicitly.
+            // to everyone, so reset it explicitly. The next context is checked
+            // (`registry`): NVIDIA documents sticky errors as needing a new process.
             // SAFETY: gyre holds no handle of it any more (this was the last Arc).
             match unsafe { result::primary_ctx_reset(self.dev) } {
-                Ok(()) => tracing::warn!(
-                    device = self.info.device.ordinal,
-                    code,
-                    %name,
-                    "CUDA primary context reset after a sticky error"
-                ),
+                Ok(()) => {
+                    reset = true;
+                    tracing::warn!(
+                        device = self.info.device.ordinal,
+                        code,
+                        %name,
+                        "CUDA primary context reset after a sticky error"
+                    );
+                }
                 Err(e) => tracing::error!(error = %e, "resetting a poisoned CUDA context"),
             }
         }
+        registry.done(self.info.device.ordinal, reset);
     }
 }
 

@@ -196,17 +196,18 @@ impl Drop for CudaCopyEngine {
         // Copies still in flight must land before the stream goes back to the pool and
         // the buffer is released; the event goes with them. The buffer and the stream
         // are released by their own drops, after this.
-        let r = self
-            .stream
-            .synchronize("the bridge's copy stream")
-            .and_then(|()| {
-                // SAFETY: created in `new`, destroyed once; nothing is issued after drop
-                // starts.
-                unsafe { result::event_destroy(self.event) }
-            });
-        if let Err(e) = r {
-            if self.ctx.poisoned().is_none() {
-                tracing::warn!(error = %e, "releasing a bridge's copy stream");
+        let synced = self.stream.synchronize("the bridge's copy stream");
+        // SAFETY: created in `new`, destroyed once; nothing is issued after drop starts
+        // (destroying an event with work pending on it is allowed).
+        let destroyed = self
+            .ctx
+            .bind()
+            .and_then(|()| unsafe { result::event_destroy(self.event) });
+        for r in [synced, destroyed] {
+            if let Err(e) = r {
+                if self.ctx.poisoned().is_none() {
+                    tracing::warn!(error = %e, "releasing a bridge's copy stream and event");
+                }
             }
         }
     }

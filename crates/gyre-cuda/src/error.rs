@@ -72,7 +72,7 @@ pub enum Error {
         /// The library names tried.
         searched: Vec<String>,
     },
-    /// The driver library lacks a function gyre needs (a driver older than 12.2).
+    /// The driver library lacks a function gyre needs (a driver older than gyre's minimum).
     #[error("the CUDA driver library lacks {symbol}: gyre needs a 12.2 or newer driver")]
     DriverSymbol {
         /// The symbol and the loader's message.
@@ -204,6 +204,21 @@ pub enum Error {
         /// Other holders of the context (kernels, buffers, runtimes).
         holders: usize,
     },
+    /// A sticky error left the device unusable in this process: its primary context was
+    /// reset and still fails. NVIDIA documents that a sticky error needs a new process.
+    #[error(
+        "CUDA device {ordinal} cannot be used again in this process after {name} (code \
+         {code}): a reset of its primary context did not clear the error; restart the \
+         process"
+    )]
+    ProcessRestartRequired {
+        /// The device.
+        ordinal: i32,
+        /// The sticky error's raw code.
+        code: i32,
+        /// Its name.
+        name: String,
+    },
     /// A copy between a buffer and a host slice of another length.
     #[error("{op}: buffer of {buffer} values, host slice of {host}")]
     LengthMismatch {
@@ -241,7 +256,9 @@ impl Error {
     pub fn cuda_code(&self) -> Option<i32> {
         match self {
             Error::Driver { code, .. } | Error::InitFailed { code, .. } => Some(*code),
-            Error::ContextPoisoned { code, .. } => Some(*code),
+            Error::ContextPoisoned { code, .. } | Error::ProcessRestartRequired { code, .. } => {
+                Some(*code)
+            }
             _ => None,
         }
     }

@@ -105,7 +105,10 @@ impl CudaKernel {
         })
     }
 
-    /// Queries the stream once, unless the outcome is known.
+    /// Queries the stream once, unless the outcome is known. Only a sticky error (the
+    /// device ended the kernel: a fault, a watchdog) is an outcome; another failure of the
+    /// query (the context cannot be bound, the driver is shutting down) says nothing about
+    /// the kernel and is logged, and the next poll asks again.
     fn poll(&self) -> Option<&std::result::Result<(), String>> {
         if let Some(o) = self.outcome.get() {
             return Some(o);
@@ -115,7 +118,13 @@ impl CudaKernel {
         match r.stream.query() {
             Ok(false) => None,
             Ok(true) => Some(self.record(Ok(()))),
-            Err(e) => Some(self.record(Err(e))),
+            Err(e) if e.cuda_code().is_some_and(crate::result::is_sticky) => {
+                Some(self.record(Err(e)))
+            }
+            Err(e) => {
+                tracing::warn!(kernel = %self.name, error = %e, "querying the ring kernel's stream");
+                None
+            }
         }
     }
 
@@ -175,9 +184,27 @@ impl Drop for CudaKernel {
         let Some(r) = self.running.get_mut().take() else {
             return;
         };
-        let done = self.outcome.get().is_some() || !matches!(r.stream.query(), Ok(false));
+        let done = self.outcome.get().is_some()
+            || match r.stream.query() {
+                Ok(finished) => finished,
+                Err(e) => {
+                    // Finished, with an error: poison the context if it is sticky.
+                    self.record(Err(e));
+                    true
+                }
+            };
         if done {
-            drop(r);
+            // As in `join`: the memory, stream and module first, the running count last.
+            let Running {
+                guard,
+                keep,
+                stream,
+                _module,
+            } = r;
+            drop(keep);
+            drop(stream);
+            drop(_module);
+            guard.finished();
         } else {
             // Freeing the region or returning the stream under a running kernel would
             // fault the device or queue work behind it: leak them, and keep the kernel

@@ -357,7 +357,7 @@ impl<T: DeviceRepr> UnifiedBuffer<T> {
         match at {
             Location::Device => CUmemLocation {
                 type_: CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
-                id: self.ctx.device().ordinal,
+                id: self.ctx.dev(),
             },
             Location::Host => CUmemLocation {
                 type_: CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST,

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::context::Context;
+use crate::context::{Context, Release};
 use crate::error::{Error, Result};
 use crate::result;
 use crate::sys::{CUfunction, CUfunction_attribute, CUmodule};
@@ -81,15 +81,21 @@ impl Modules {
         what: &str,
         image: impl FnOnce() -> Result<Vec<u8>>,
     ) -> Result<Arc<Module>> {
-        let mut loaded = ctx.modules.loaded.lock();
-        if let Some(m) = loaded.get(&key) {
+        if let Some(m) = ctx.modules.loaded.lock().get(&key) {
             return Ok(m.clone());
         }
+        // Compiled outside the lock (NVRTC can take seconds): other launches keep
+        // finding their modules meanwhile. Two threads may compile the same image; the
+        // first to load it wins.
         let bytes = image()?;
         let name = CString::new(entry).map_err(|_| Error::InvalidInput {
             what: format!("entry name {entry:?}"),
             reason: "contains a NUL byte",
         })?;
+        let mut loaded = ctx.modules.loaded.lock();
+        if let Some(m) = loaded.get(&key) {
+            return Ok(m.clone());
+        }
         ctx.bind()?;
         // SAFETY: the context is current; `bytes` is a CUBIN or NUL-terminated PTX (the
         // callers' images).
@@ -98,8 +104,9 @@ impl Modules {
         let func = match unsafe { result::module_function(handle, &name) } {
             Ok(f) => f,
             Err(e) => {
-                // SAFETY: loaded above, unloaded once; none of its kernels ran.
-                let _ = unsafe { result::module_unload(handle) };
+                // Unloading may wait for running kernels: the context does it when none
+                // runs.
+                ctx.release(Release::Module(handle));
                 return Err(e);
             }
         };

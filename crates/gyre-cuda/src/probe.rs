@@ -15,9 +15,12 @@
 //!   kernel on a shared queue never runs. gyre holds at most this many streams per
 //!   context (see [`crate::stream`]).
 //!
-//! A variable the user already set is left alone. A [`CudaInfo`] is the proof that
-//! `cuInit` succeeded in this process: the driver calls of the other modules start from
-//! one.
+//! A variable the user already set is left alone. The environment is changed only while
+//! the process has a single thread ([`prepare_environment`]; call it first thing in
+//! `main`); otherwise gyre leaves it and says so ([`DriverEnv::not_set`], `gyre doctor`).
+//! Either way every module gyre uses is loaded explicitly (`cuFuncLoad`) before its first
+//! launch. A [`CudaInfo`] is the proof that `cuInit` succeeded in this process: the
+//! driver calls of the other modules start from one.
 
 use std::sync::OnceLock;
 
@@ -43,6 +46,9 @@ pub struct DriverEnv {
     pub max_connections: u32,
     /// The variables gyre set itself (it never overrides one the user set).
     pub set_by_gyre: Vec<&'static str>,
+    /// Why gyre left a variable unset that it would have set (the process already had
+    /// several threads, or CUDA was initialised first), if it did.
+    pub not_set: Option<String>,
     /// Whether something in this process called `cuInit` before gyre did, so the
     /// variables above may not be what the driver read.
     pub initialized_before_gyre: bool,
@@ -157,31 +163,73 @@ impl CudaProbe {
     }
 }
 
-/// Sets the variables of the module docs where unset, once, before the first `cuInit`.
+/// Threads in this process, from `/proc/self/status` (Linux); `None` when unknown.
+fn process_threads() -> Option<usize> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|n| n.trim().parse().ok())
+}
+
+/// Prepares the driver's environment (see the module docs), once per process: sets
+/// `CUDA_MODULE_LOADING=EAGER` and `CUDA_DEVICE_MAX_CONNECTIONS=32` where unset, before
+/// the first `cuInit`. Changing the environment is only sound while the process has a
+/// single thread (another thread's `getenv` in C code races with it), so it is done only
+/// then; otherwise nothing is set and [`DriverEnv::not_set`] says why. Call this at the
+/// top of `main` (the `gyre` CLI does) to be sure it happens; the first CUDA probe calls
+/// it too.
+///
+/// Returns the environment in effect, or `None` without a CUDA driver library.
+pub fn prepare_environment() -> Option<DriverEnv> {
+    prepare_env().ok()
+}
+
 fn prepare_env() -> Result<DriverEnv> {
     static ENV: OnceLock<DriverEnv> = OnceLock::new();
     if let Some(e) = ENV.get() {
         return Ok(e.clone());
     }
+    result::api()?;
     // Before cuInit, cuDeviceGetCount fails with CUDA_ERROR_NOT_INITIALIZED; success
     // means another library initialised the driver first.
     let initialized_before_gyre = result::device_count().is_ok();
+    let wanted = [
+        ("CUDA_MODULE_LOADING", "EAGER".to_owned()),
+        (
+            "CUDA_DEVICE_MAX_CONNECTIONS",
+            WANTED_CONNECTIONS.to_string(),
+        ),
+    ];
+    let unset: Vec<&(&'static str, String)> = wanted
+        .iter()
+        .filter(|(var, _)| std::env::var_os(var).is_none())
+        .collect();
     let mut set_by_gyre = Vec::new();
-    if !initialized_before_gyre {
-        for (var, value) in [
-            ("CUDA_MODULE_LOADING", "EAGER".to_owned()),
-            (
-                "CUDA_DEVICE_MAX_CONNECTIONS",
-                WANTED_CONNECTIONS.to_string(),
-            ),
-        ] {
-            if std::env::var_os(var).is_none() {
-                // The driver reads these at cuInit, which has not happened. Setting the
-                // environment races with threads reading it concurrently (getenv in C
-                // code); this happens once, at the first CUDA probe, and a program that
-                // cares sets both variables itself before starting threads.
-                std::env::set_var(var, &value);
-                set_by_gyre.push(var);
+    let mut not_set = None;
+    if initialized_before_gyre {
+        if !unset.is_empty() {
+            not_set = Some("CUDA was initialised before gyre's first probe".to_owned());
+        }
+    } else if !unset.is_empty() {
+        match process_threads() {
+            Some(1) => {
+                for (var, value) in unset {
+                    // Sound: the process has one thread (checked just above, and this
+                    // thread creates none in between), and cuInit has not run.
+                    std::env::set_var(var, value);
+                    set_by_gyre.push(*var);
+                }
+            }
+            threads => {
+                let names: Vec<&str> = unset.iter().map(|(v, _)| *v).collect();
+                not_set = Some(format!(
+                    "{} unset, and the process already runs {} threads (changing the \
+                     environment then races with them): set them before starting \
+                     threads, e.g. gyre::prepare_cuda_environment() first thing in main",
+                    names.join(" and "),
+                    threads.map_or_else(|| "several".to_owned(), |n| n.to_string())
+                ));
             }
         }
     }
@@ -194,20 +242,20 @@ fn prepare_env() -> Result<DriverEnv> {
         module_loading: std::env::var("CUDA_MODULE_LOADING").unwrap_or_else(|_| "unset".into()),
         max_connections,
         set_by_gyre,
+        not_set,
         initialized_before_gyre,
     };
-    if !env.module_loading.eq_ignore_ascii_case("EAGER") {
+    if let Some(why) = &env.not_set {
         tracing::warn!(
             CUDA_MODULE_LOADING = %env.module_loading,
-            "CUDA modules may load lazily: gyre loads every kernel explicitly before its first \
-             persistent launch, but other libraries' kernels can hang behind a ring kernel"
+            CUDA_DEVICE_MAX_CONNECTIONS = env.max_connections,
+            "gyre did not set the CUDA driver environment: {why}"
         );
     }
     Ok(ENV.get_or_init(|| env).clone())
 }
 
 fn detect_uncached() -> Result<CudaInfo> {
-    result::api()?;
     let env = prepare_env()?;
     result::init()?;
     let version = result::driver_version()?;

@@ -57,6 +57,7 @@ fn known_name(code: CUresult) -> Option<&'static str> {
         214 => "CUDA_ERROR_ECC_UNCORRECTABLE",
         218 => "CUDA_ERROR_INVALID_PTX",
         220 => "CUDA_ERROR_NVLINK_UNCORRECTABLE",
+        226 => "CUDA_ERROR_CONTAINED",
         221 => "CUDA_ERROR_JIT_COMPILER_NOT_FOUND",
         222 => "CUDA_ERROR_UNSUPPORTED_PTX_VERSION",
         400 => "CUDA_ERROR_INVALID_HANDLE",
@@ -74,16 +75,19 @@ fn known_name(code: CUresult) -> Option<&'static str> {
         718 => "CUDA_ERROR_INVALID_PC",
         719 => "CUDA_ERROR_LAUNCH_FAILED",
         720 => "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE",
+        721 => "CUDA_ERROR_TENSOR_MEMORY_LEAK",
         999 => "CUDA_ERROR_UNKNOWN",
         _ => return None,
     })
 }
 
 /// Whether `code` is a *sticky* error: the context is corrupt and every later call on it
-/// fails the same way until it is reset (a kernel fault, a watchdog kill, an
-/// uncorrectable memory error).
+/// fails the same way (a kernel fault, a watchdog kill, an uncorrectable memory error, a
+/// contained error, a tensor-memory leak). NVIDIA documents these as needing a new
+/// process; gyre resets the primary context and checks whether that sufficed
+/// (`registry`).
 pub fn is_sticky(code: CUresult) -> bool {
-    matches!(code, 214 | 220 | 700 | 702 | 710 | 714..=719)
+    matches!(code, 214 | 220 | 226 | 700 | 702 | 710 | 714..=719 | 721)
 }
 
 /// `Ok` on `CUDA_SUCCESS`, else [`Error::Driver`] naming `op`, the error and `detail`
@@ -638,9 +642,11 @@ pub(crate) unsafe fn mem_advise(
     advice: sys::CUmem_advise,
     at: sys::CUmemLocation,
 ) -> Result<()> {
-    let d = api()?;
+    let f = api()?.cuMemAdvise_v2.ok_or_else(|| Error::DriverSymbol {
+        symbol: "cuMemAdvise_v2".into(),
+    })?;
     // SAFETY: the caller's contract.
-    let r = unsafe { (d.cuMemAdvise_v2)(p, bytes, advice, at) };
+    let r = unsafe { f(p, bytes, advice, at) };
     check("cuMemAdvise", r, || format!(", {advice:?}, {bytes} bytes"))
 }
 
@@ -655,9 +661,13 @@ pub(crate) unsafe fn mem_prefetch_async(
     to: sys::CUmemLocation,
     s: sys::CUstream,
 ) -> Result<()> {
-    let d = api()?;
+    let f = api()?
+        .cuMemPrefetchAsync_v2
+        .ok_or_else(|| Error::DriverSymbol {
+            symbol: "cuMemPrefetchAsync_v2".into(),
+        })?;
     // SAFETY: the caller's contract.
-    let r = unsafe { (d.cuMemPrefetchAsync_v2)(p, bytes, to, 0, s) };
+    let r = unsafe { f(p, bytes, to, 0, s) };
     check("cuMemPrefetchAsync", r, sized(bytes))
 }
 
@@ -784,7 +794,9 @@ mod tests {
 
     #[test]
     fn sticky_errors_are_the_context_corrupting_ones() {
-        for c in [700, 702, 710, 714, 715, 716, 717, 718, 719, 214] {
+        for c in [
+            700, 702, 710, 714, 715, 716, 717, 718, 719, 214, 220, 226, 721,
+        ] {
             assert!(is_sticky(c), "{c}");
         }
         for c in [0, 1, 2, 600, 701, 720, 999] {

@@ -4,9 +4,10 @@
 //! asks for 32). Streams beyond that share queues, and work queued on a queue behind a
 //! persistent kernel never starts. So a context never has more streams than queues: one
 //! *utility* stream, serialised by a lock, for short synchronous work (zeroing memory,
-//! prefetches, one-off copies, the visibility probe), and at most `connections - 1`
-//! streams *held* for as long as their owner lives: one by each ring kernel, one by each
-//! copy engine. A stream released by its owner goes back to the pool and is reused; the
+//! prefetches, one-off copies), and at most `connections - 2` streams *held* for as long
+//! as their owner lives: one by each ring kernel, one by each copy engine, one for the
+//! visibility probe while it runs (one queue is left for work gyre does not issue: the
+//! legacy default stream, another library's streams). A stream released by its owner goes back to the pool and is reused; the
 //! streams are destroyed with the context. When every stream is held,
 //! [`StreamPool::lease`] fails with [`Error::StreamsExhausted`] instead of creating one
 //! more. No stream is ever the legacy default stream.
@@ -51,9 +52,11 @@ impl StreamPool {
         }
     }
 
-    /// Streams that may be held at once (one queue is the utility stream's).
+    /// Streams that may be held at once: one queue is the utility stream's, and one is
+    /// left for work gyre does not issue (the legacy default stream, another library's
+    /// stream in the same process).
     pub(crate) fn limit(&self) -> usize {
-        (self.connections as usize).saturating_sub(1).max(1)
+        (self.connections as usize).saturating_sub(2).max(1)
     }
 
     /// Streams held now.

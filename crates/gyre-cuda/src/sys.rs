@@ -134,8 +134,6 @@ driver_table! {
         cuMemHostRegister_v2(*mut c_void, usize, c_uint);
         cuMemHostUnregister(*mut c_void);
         cuMemAllocManaged(*mut CUdeviceptr, usize, c_uint);
-        cuMemAdvise_v2(CUdeviceptr, usize, CUmem_advise, CUmemLocation);
-        cuMemPrefetchAsync_v2(CUdeviceptr, usize, CUmemLocation, c_uint, CUstream);
         cuMemcpyHtoDAsync_v2(CUdeviceptr, *const c_void, usize, CUstream);
         cuMemcpyDtoHAsync_v2(*mut c_void, CUdeviceptr, usize, CUstream);
         cuEventCreate(*mut CUevent, c_uint);
@@ -152,6 +150,10 @@ driver_table! {
     optional {
         // 12.4 and newer: loads a function's code now (eager loading per function).
         cuFuncLoad(CUfunction);
+        // 12.2 and newer (optional here so an older driver is told DriverTooOld by the
+        // probe's version check rather than a missing symbol).
+        cuMemAdvise_v2(CUdeviceptr, usize, CUmem_advise, CUmemLocation);
+        cuMemPrefetchAsync_v2(CUdeviceptr, usize, CUmemLocation, c_uint, CUstream);
     }
 }
 
@@ -160,7 +162,7 @@ driver_table! {
 pub enum LoadError {
     /// No library of cudarc's candidate names loads.
     Missing,
-    /// The library loads but lacks a symbol gyre needs (a driver older than 12.2).
+    /// The library loads but lacks a symbol gyre needs (a driver older than 12.0).
     Symbol(String),
 }
 

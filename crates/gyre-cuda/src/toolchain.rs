@@ -14,10 +14,12 @@
 //! | PyPI wheel 13 (`nvidia-cuda-nvrtc`, `-nvcc` 13.x) in a venv | `site-packages/nvidia/cu13/lib/libnvrtc.so.13` | `nvidia/cu13/bin` |
 //! | toolkit (`/usr/local/cuda`, `$CUDA_HOME`) | `lib64/`, `targets/<arch>-linux/lib/` or `lib/` | `bin/` |
 //!
-//! [`Toolchain::discover`] takes `$GYRE_CUDA_VENV` if set (and nothing else); otherwise
+//! [`Toolchain::discover`] takes `$GYRE_NVRTC_LIB` (a libnvrtc file) if set, else
+//! `$GYRE_CUDA_VENV` (a venv) if set, and nothing else in either case; otherwise
 //! `$CUDA_HOME`, `$CUDA_PATH`, the active venv (`$VIRTUAL_ENV`), `/usr/local/cuda`, and
 //! finally the dynamic loader's own search path (`LD_LIBRARY_PATH`, the ld.so cache) by
-//! library name, newest major first. NVRTC's builtins library
+//! library name, newest major first. A venv's packages may be in `site-packages` or, for a
+//! system Python, `dist-packages`. NVRTC's builtins library
 //! (`libnvrtc-builtins.so.<major>.<minor>`) is loaded from the directory libnvrtc was
 //! found in: NVRTC 13 opens it by name and carries no run path to find it.
 
@@ -28,6 +30,10 @@ use crate::error::{Error, Result};
 /// Environment variable naming a Python venv with the NVRTC wheel (and nothing else is
 /// searched when it is set).
 pub const VENV_ENV: &str = "GYRE_CUDA_VENV";
+
+/// Environment variable naming one libnvrtc file to use (and nothing else is searched
+/// when it is set).
+pub const LIB_ENV: &str = "GYRE_NVRTC_LIB";
 
 /// The NVRTC library file names looked for, newest major first.
 pub const NVRTC_NAMES: &[&str] = &["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"];
@@ -102,6 +108,27 @@ impl Toolchain {
         })
     }
 
+    /// The libnvrtc file `lib` (its builtins library from the same directory); ptxas from
+    /// `PATH`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ToolchainNotFound`] when `lib` is not a file.
+    pub fn from_lib(lib: &Path) -> Result<Self> {
+        if !lib.is_file() {
+            return Err(Error::ToolchainNotFound {
+                what: "libnvrtc (GYRE_NVRTC_LIB)",
+                searched: lib.display().to_string(),
+            });
+        }
+        Ok(Self {
+            nvrtc_lib: Some(lib.to_path_buf()),
+            builtins_lib: lib.parent().and_then(builtins_in),
+            ptxas: find_on_path("ptxas"),
+            origin: lib.display().to_string(),
+        })
+    }
+
     /// NVRTC left to the dynamic loader's search path (by [`NVRTC_NAMES`]); ptxas from
     /// `PATH`.
     pub fn from_loader_path() -> Self {
@@ -120,6 +147,9 @@ impl Toolchain {
     /// With `$GYRE_CUDA_VENV` set, that venv's error. Otherwise never: the loader-path
     /// toolchain is the last resort, and loading NVRTC reports what was tried.
     pub fn discover() -> Result<Self> {
+        if let Some(lib) = env_path(LIB_ENV) {
+            return Self::from_lib(&lib);
+        }
         if let Some(v) = env_path(VENV_ENV) {
             return Self::from_venv(&v);
         }
@@ -144,6 +174,9 @@ impl Toolchain {
 
     /// Where [`discover`](Self::discover) looks, for messages.
     pub fn searched() -> String {
+        if let Some(l) = env_path(LIB_ENV) {
+            return format!("${LIB_ENV}={}", l.display());
+        }
         if let Some(v) = env_path(VENV_ENV) {
             return format!("${VENV_ENV}={}", v.display());
         }
@@ -173,19 +206,24 @@ fn join(dirs: &[PathBuf]) -> String {
         .join(", ")
 }
 
-/// `<venv>/lib/python3.*/site-packages` holding an `nvidia` package (the newest Python
-/// if several).
+/// `<venv>/lib/python3.*/{site,dist}-packages` holding an `nvidia` package (the newest
+/// Python if several).
 fn site_packages(venv: &Path) -> Result<PathBuf> {
     let lib = venv.join("lib");
     let missing = || Error::ToolchainNotFound {
         what: "a venv site-packages with the nvidia-cuda-* wheels",
-        searched: format!("{}/python3.*/site-packages/nvidia", lib.display()),
+        searched: format!("{}/python3*/{{site,dist}}-packages/nvidia", lib.display()),
     };
     let mut found: Vec<PathBuf> = std::fs::read_dir(&lib)
         .map_err(|_| missing())?
         .filter_map(|e| e.ok())
         .filter(|e| e.file_name().to_string_lossy().starts_with("python3"))
-        .map(|e| e.path().join("site-packages"))
+        .flat_map(|e| {
+            [
+                e.path().join("site-packages"),
+                e.path().join("dist-packages"),
+            ]
+        })
         .filter(|sp| sp.join("nvidia").is_dir())
         .collect();
     found.sort();
@@ -295,6 +333,33 @@ mod tests {
             .unwrap()
             .ends_with("libnvrtc-builtins.so.12.8"));
         assert!(t.ptxas.unwrap().ends_with("cuda_nvcc/bin/ptxas"));
+        let _ = std::fs::remove_dir_all(&v);
+    }
+
+    #[test]
+    fn a_library_path_and_dist_packages() {
+        let v = tmp("lib");
+        let dp = "lib/python3/dist-packages/nvidia/cu13/lib";
+        fake(
+            &v,
+            &[
+                &format!("{dp}/libnvrtc.so.13"),
+                &format!("{dp}/libnvrtc-builtins.so.13.0"),
+            ],
+        );
+        let t = Toolchain::from_venv(&v).unwrap();
+        assert!(t
+            .nvrtc_lib
+            .unwrap()
+            .ends_with("dist-packages/nvidia/cu13/lib/libnvrtc.so.13"));
+        let lib = v.join(dp).join("libnvrtc.so.13");
+        let t = Toolchain::from_lib(&lib).unwrap();
+        assert_eq!(t.nvrtc_lib.as_deref(), Some(lib.as_path()));
+        assert!(t
+            .builtins_lib
+            .unwrap()
+            .ends_with("libnvrtc-builtins.so.13.0"));
+        assert!(Toolchain::from_lib(&v.join("nope.so")).is_err());
         let _ = std::fs::remove_dir_all(&v);
     }
 

@@ -116,12 +116,32 @@ pub fn mapped_round_trip(
             }
         }
     });
-    // Waits for the probe (bounded by `polls`) before `flags` goes away.
-    let sync = stream.synchronize("the visibility probe");
-    if let Err(e) = &sync {
-        ctx.poison(e);
-    }
+    // Waits for the probe (it gives up after `polls`, about twice `timeout`) before
+    // `flags` goes away, but bounded here too: a probe that never got scheduled would
+    // otherwise hold the host forever.
     let outcome = outcome?;
-    sync?;
-    Ok(outcome)
+    let limit = timeout.saturating_mul(4) + Duration::from_secs(1);
+    let deadline = Instant::now() + limit;
+    loop {
+        match stream.query() {
+            Ok(true) => return Ok(outcome),
+            Ok(false) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_micros(100));
+            }
+            Ok(false) => {
+                // Still running: freeing `flags` or reusing the stream under it would be
+                // wrong, so both are leaked.
+                std::mem::forget(flags);
+                std::mem::forget(stream);
+                return Ok(Err(format!(
+                    "the probe kernel did not finish within {limit:?} (never scheduled, or \
+                     stuck); its buffer and stream are leaked"
+                )));
+            }
+            Err(e) => {
+                ctx.poison(&e);
+                return Err(e);
+            }
+        }
+    }
 }

@@ -148,6 +148,7 @@ int main(void) {
     gyre_ring r;
     uint32_t bad;
     uint64_t i;
+    uint32_t seq0;
 
     /* K0: faults, no trap. */
     init(0x1234u, GYRE_ABI_VERSION, CAP, BATCH, 0);
@@ -257,8 +258,12 @@ int main(void) {
     cb->command = GYRE_CMD_PAUSE;
     r.iter = GYRE_SLOW_EVERY - 1u;
     publish(0, 1u, "p", 1u);
+    seq0 = tel->seq;
     CHECK(step(&r) == -1);
     CHECK(cb->h2k_tail == 0u && rep_slot(0)->sequence == 0u && pauses > 0u);
+    /* About a thousand paused slow ticks over 1 ms of fake clock: the telemetry line is
+     * written on the state changes and at most once a millisecond, not on every tick. */
+    CHECK(pauses > 500u && (tel->seq - seq0) / 2u <= 4u);
     CHECK(cb->state == GYRE_STATE_TERMINATED &&
           cb->error_code == GYRE_ERR_HOST_HEARTBEAT_STALE);
 

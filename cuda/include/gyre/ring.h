@@ -69,6 +69,12 @@
 #ifndef GYRE_IDLE_SPINS
 #define GYRE_IDLE_SPINS 64u
 #endif
+/** Longest gap between telemetry writes while no batch is processed (1 ms; the CPU loop's
+ *  IDLE_TELEMETRY_NS): bounds the write rate when idle or paused, so readers are not
+ *  starved by a writer that is always mid-write. */
+#ifndef GYRE_IDLE_TELEMETRY_NS
+#define GYRE_IDLE_TELEMETRY_NS 1000000u
+#endif
 
 /* ---- state of the polling thread -------------------------------------------------- */
 
@@ -90,6 +96,7 @@ typedef struct gyre_ring {
     uint64_t host_timeout_ns; /* 0 = never */
     uint64_t processed;
     uint64_t last_now; /* the last clock reading (one per batch or slow tick) */
+    uint64_t tel_at;   /* last_now at the last K8 */
     /* K8 accumulators (gyre_abi::TelemetrySnapshot); messages_in == messages_out. */
     uint64_t messages;
     uint64_t errors;
@@ -264,6 +271,7 @@ static inline GYRE_DEVICE_FN void gyre_k8_telemetry(gyre_ring *r, uint32_t state
         gyre_k8_write(r->export_tel, r, state, odd);
     }
     r->tel_seq = odd + 1u;
+    r->tel_at = r->last_now;
 }
 
 /* ---- K1 command + K9 heartbeat (the slow path) ------------------------------------ */
@@ -319,13 +327,17 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k1_k9_slow_tick(gyre_ring *r) {
         r->state = stop_state;
         return 0u;
     }
-    /* K1: the command. */
+    /* K1: the command. K8 on a state change, else at most every GYRE_IDLE_TELEMETRY_NS
+     * (batches publish their own): idle or paused, the line is not rewritten on every
+     * slow tick, which would starve its readers. */
     next = gyre_k1_next_state(GYRE_LOAD_ACQUIRE_U32(&cb->command), r->state);
     if (next != r->state) {
         r->state = next;
         GYRE_STORE_RELEASE_U32(&cb->state, next);
+        gyre_k8_telemetry(r, r->state);
+    } else if (now - r->tel_at >= GYRE_IDLE_TELEMETRY_NS) {
+        gyre_k8_telemetry(r, r->state);
     }
-    gyre_k8_telemetry(r, r->state);
     return 1u;
 }
 
