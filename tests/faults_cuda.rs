@@ -90,10 +90,17 @@ fn device_fault_fails_callers_then_a_new_launch_works() {
         assert!(matches!(shut, Err(Error::KernelLost { .. })), "{shut:?}");
         // While the faulted kernel's handle lives, its memory holds the broken context.
         drop(k);
-        // Same process, same runtime: the context is reset and a new kernel works.
-        let k2 = rt
-            .launch(KernelSpec::<u64, u64>::echo().capacity(64))
-            .expect("a launch after the fault");
+        // Same process, same runtime: the context is reset, and either a new kernel
+        // works, or the driver keeps the sticky error (NVIDIA documents that it needs a
+        // new process) and every launch says so, typed. The GPU kit reports which.
+        let k2 = match rt.launch(KernelSpec::<u64, u64>::echo().capacity(64)) {
+            Ok(k2) => k2,
+            Err(e) => {
+                assert!(e.to_string().contains("restart the process"), "{e}");
+                eprintln!("after the fault: the driver needs a new process: {e}");
+                return;
+            }
+        };
         for v in 0..1000u64 {
             assert_eq!(k2.call_blocking(v).expect("echo after reset"), v);
         }
@@ -108,6 +115,7 @@ fn device_fault_fails_callers_then_a_new_launch_works() {
             k3.call_timeout(9, Duration::from_secs(10)).expect("echo"),
             9
         );
+        eprintln!("after the fault: context reset, new kernels work");
         k3.shutdown_blocking().expect("clean shutdown");
     });
 }

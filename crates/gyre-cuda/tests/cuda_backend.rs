@@ -290,10 +290,20 @@ fn a_device_fault_is_noticed_and_a_later_launch_works() {
             "the region still holds the poisoned context: {ctx:?}"
         );
         drop(r);
-        // Nothing holds the old context now: reset, and a new kernel works.
-        let again = launch(&b, &echo_spec("after-fault")).unwrap();
-        round_trips(&again, 100).unwrap();
-        stop(again).unwrap();
+        // Nothing holds the old context now: it is reset, and either a new kernel works,
+        // or the driver keeps the error (NVIDIA documents sticky errors as needing a new
+        // process) and the launch says so, typed. The kit's report shows which.
+        match launch(&b, &echo_spec("after-fault")) {
+            Ok(again) => {
+                round_trips(&again, 100).unwrap();
+                stop(again).unwrap();
+                eprintln!("after the fault: context reset, a new kernel works");
+            }
+            Err(e) => {
+                assert!(e.to_string().contains("restart the process"), "{e}");
+                eprintln!("after the fault: the driver needs a new process: {e}");
+            }
+        }
     });
 }
 
