@@ -221,6 +221,7 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k0_validate(gyre_ring *r,
     r->host_timeout_ns = (uint64_t)GYRE_LOAD_ACQUIRE_U32(&cb->host_timeout_ms) * 1000000u;
     r->processed = GYRE_LOAD_ACQUIRE_U64(&cb->processed);
     r->last_now = now;
+    r->tel_at = now;
     r->messages = 0u;
     r->errors = 0u;
     r->busy_polls = 0u;
