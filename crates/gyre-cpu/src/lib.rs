@@ -1,9 +1,12 @@
 //! gyre's CPU backend: the ring-kernel device loop, run by one host thread per kernel.
 //!
-//! [`CpuBackend`] runs [`kernel_loop`] — the same steps, in the same order, as
-//! `cuda/ring_kernel.cu` — over the same shared-memory ABI, with Rust closures as
-//! handlers. It is the embedded default (no GPU needed) and the test bed of the
-//! protocol: every strategy and conformance test runs on it.
+//! [`CpuBackend`] runs [`kernel_loop`]: the device loop of `cuda/include/gyre/ring.h`, the
+//! very code the CUDA and OpenCL kernels run, compiled over the C11 port
+//! (`cuda/include/gyre/port_c11.h`, `cuda/ring_kernel_c11.c`, built by `build.rs`), on a
+//! host thread, over the same shared-memory ABI, with Rust closures as handlers (called
+//! through one `extern "C"` trampoline that catches panics). It is the embedded default
+//! (no GPU needed) and the test bed of the protocol: every strategy and conformance test
+//! runs on it.
 //!
 //! # Examples
 //!
@@ -38,6 +41,7 @@
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod ffi;
 mod kernel;
 
 use std::sync::Arc;

@@ -1,10 +1,11 @@
 /*
- * gyre/ring.h -- the device-side ring logic of gyre, written once for every device
- * language (CUDA C++ under NVRTC / nvcc, OpenCL C 3.0).
+ * gyre/ring.h -- the device-side ring logic of gyre, written once for every backend and
+ * device language: CUDA C++ under NVRTC / nvcc (cuda/ring_kernel.cu), OpenCL C 3.0
+ * (cuda/ring_kernel.cl), and C11 for the CPU backend, whose host thread runs this very
+ * code (cuda/ring_kernel_c11.c over gyre/port_c11.h).
  *
  * The protocol is docs/protocol.md; every function below names the step (K0..K9) it
- * implements, in the same order as the CPU backend's loop (crates/gyre-cpu/src/kernel.rs),
- * which is the reference implementation. The byte layout is gyre/abi.h (mirror of
+ * implements. This is its only implementation. The byte layout is gyre/abi.h (mirror of
  * crates/gyre-abi/src/lib.rs); the region layout is crates/gyre-core/src/region.rs:
  *
  *   offset 0     gyre_control_block   (128 B)
@@ -16,7 +17,8 @@
  *
  * Everything here runs on ONE device thread (the "poller", thread 0 of the block in CUDA).
  * Block-level work (broadcasting a batch, running the handler on every thread, barriers)
- * is the language's loop file: cuda/ring_kernel.cu (CUDA), cuda/ring_kernel.cl (OpenCL).
+ * is the language's loop file: cuda/ring_kernel.cu (CUDA), cuda/ring_kernel.cl (OpenCL),
+ * cuda/ring_kernel_c11.c (CPU, one lane).
  *
  * Language-neutral C: no C++ (templates, references, classes), no C-only syntax the CUDA
  * C++ front end rejects (designated initializers, compound literals). Everything that
@@ -48,7 +50,7 @@
 #if !defined(GYRE_LOAD_ACQUIRE_U64) || !defined(GYRE_STORE_RELEASE_U64) ||                     \
     !defined(GYRE_FENCE_SYSTEM) || !defined(GYRE_NOW_NS) || !defined(GYRE_PAUSE) ||            \
     !defined(GYRE_DEVICE_FN) || !defined(GYRE_GLOBAL)
-#error "include a gyre port header (gyre/port_cuda.h, gyre/port_opencl.h) before gyre/ring.h"
+#error "include a gyre port header (gyre/port_cuda.h, port_opencl.h, port_c11.h) before gyre/ring.h"
 #endif
 
 #include "abi.h"
@@ -61,7 +63,7 @@
 
 /* ---- tuning ----------------------------------------------------------------------- */
 /** Loop iterations between slow-path checks while Active (K1 command, K9 heartbeats,
- *  protocol errors under the head); every iteration otherwise. As the CPU loop. */
+ *  protocol errors under the head); every iteration otherwise. */
 #ifndef GYRE_SLOW_EVERY
 #define GYRE_SLOW_EVERY 128u
 #endif
@@ -69,17 +71,17 @@
 #ifndef GYRE_IDLE_SPINS
 #define GYRE_IDLE_SPINS 64u
 #endif
-/** Longest gap between telemetry writes while no batch is processed (1 ms; the CPU loop's
- *  IDLE_TELEMETRY_NS): bounds the write rate when idle or paused, so readers are not
- *  starved by a writer that is always mid-write. */
+/** Longest gap between telemetry writes while no batch is processed (1 ms): bounds the
+ *  write rate when idle or paused, so readers are not starved by a writer that is always
+ *  mid-write. */
 #ifndef GYRE_IDLE_TELEMETRY_NS
 #define GYRE_IDLE_TELEMETRY_NS 1000000u
 #endif
 
 /* ---- state of the polling thread -------------------------------------------------- */
 
-/** Everything the poller keeps between iterations (the CPU loop's `Loop` fields).
- *  Lives in registers / private memory of the polling thread. */
+/** Everything the poller keeps between iterations. Lives in registers / private memory
+ *  of the polling thread. */
 typedef struct gyre_ring {
     GYRE_GLOBAL unsigned char *region;
     /* A second telemetry line K8 also writes (the registered export file of
@@ -111,6 +113,8 @@ typedef struct gyre_ring {
     uint32_t state; /* GYRE_STATE_*, our copy of control.state */
     uint32_t iter;
     uint32_t idle_spins;
+    uint32_t telemetry; /* K8 per batch and idle refresh (1), or only on state changes (0) */
+    uint32_t slow_next; /* run the slow path on the next poll (after a long pause) */
 } gyre_ring;
 
 /** The header fields of one request, then of its reply (K4..K6). */
@@ -236,6 +240,8 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k0_validate(gyre_ring *r,
     r->state = GYRE_STATE_ACTIVE;
     r->iter = 0u;
     r->idle_spins = 0u;
+    r->telemetry = 1u;
+    r->slow_next = 0u;
     GYRE_STORE_RELEASE_U32(&cb->state, GYRE_STATE_ACTIVE);
     return GYRE_ERR_NONE;
 }
@@ -243,28 +249,31 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k0_validate(gyre_ring *r,
 /* ---- K8 telemetry ----------------------------------------------------------------- */
 
 /** K8: publish the counters under the seqlock (docs/protocol.md §5; the writer of
- *  crates/gyre-core/src/telemetry.rs): seq odd (relaxed), fence, the fields (relaxed),
- *  seq even (release). */
+ *  crates/gyre-core/src/seqlock.rs): seq odd (relaxed), fence, the fields (relaxed), seq
+ *  even (release). With telemetry off (r->telemetry == 0) the counters are written as 0:
+ *  only the state and the heartbeat are kept up to date. */
 static inline GYRE_DEVICE_FN void gyre_k8_write(GYRE_GLOBAL gyre_telemetry_buffer *t,
                                                  const gyre_ring *r, uint32_t state,
                                                  uint32_t odd) {
+    const uint64_t on = r->telemetry != 0u ? ~(uint64_t)0 : (uint64_t)0;
     GYRE_STORE_RELAXED_U32(&t->seq, odd);
     /* Orders the odd sequence before the field stores, for readers. */
     GYRE_FENCE_SYSTEM();
     GYRE_STORE_RELAXED_U32(&t->state, state);
-    GYRE_STORE_RELAXED_U64(&t->messages_in, r->messages);
-    GYRE_STORE_RELAXED_U64(&t->messages_out, r->messages);
-    GYRE_STORE_RELAXED_U64(&t->errors, r->errors);
-    GYRE_STORE_RELAXED_U64(&t->busy_polls, r->busy_polls);
-    GYRE_STORE_RELAXED_U64(&t->idle_polls, r->idle_polls);
-    GYRE_STORE_RELAXED_U64(&t->handler_ns_total, r->handler_ns_total);
-    GYRE_STORE_RELAXED_U32(&t->handler_ns_max, r->handler_ns_max);
+    GYRE_STORE_RELAXED_U64(&t->messages_in, r->messages & on);
+    GYRE_STORE_RELAXED_U64(&t->messages_out, r->messages & on);
+    GYRE_STORE_RELAXED_U64(&t->errors, r->errors & on);
+    GYRE_STORE_RELAXED_U64(&t->busy_polls, r->busy_polls & on);
+    GYRE_STORE_RELAXED_U64(&t->idle_polls, r->idle_polls & on);
+    GYRE_STORE_RELAXED_U64(&t->handler_ns_total, r->handler_ns_total & on);
+    GYRE_STORE_RELAXED_U32(&t->handler_ns_max, r->handler_ns_max & (uint32_t)on);
     GYRE_STORE_RELAXED_U32(&t->heartbeat_ms, (uint32_t)((r->last_now - r->epoch) / 1000000u));
     GYRE_STORE_RELEASE_U32(&t->seq, odd + 1u);
 }
 
 /** K8 on the region's line, then on the export line if there is one (same values and
- *  sequence numbers: each line has this kernel as its single writer). */
+ *  sequence numbers: each line has this kernel as its single writer). Always written on a
+ *  state change; see gyre_k8_refresh for the per-batch and idle writes. */
 static inline GYRE_DEVICE_FN void gyre_k8_telemetry(gyre_ring *r, uint32_t state) {
     const uint32_t odd = (r->tel_seq + 1u) | 1u;
     gyre_k8_write(gyre_telemetry(r->region), r, state, odd);
@@ -275,9 +284,16 @@ static inline GYRE_DEVICE_FN void gyre_k8_telemetry(gyre_ring *r, uint32_t state
     r->tel_at = r->last_now;
 }
 
+/** K8 after a batch or as the idle refresh: skipped with telemetry off. */
+static inline GYRE_DEVICE_FN void gyre_k8_refresh(gyre_ring *r, uint32_t state) {
+    if (r->telemetry != 0u) {
+        gyre_k8_telemetry(r, state);
+    }
+}
+
 /* ---- K1 command + K9 heartbeat (the slow path) ------------------------------------ */
 
-/** K1: the state a command moves `state` to (gyre-cpu: slow_tick). */
+/** K1: the state a command moves `state` to. */
 static inline GYRE_DEVICE_FN uint32_t gyre_k1_next_state(uint32_t cmd, uint32_t state) {
     if (cmd == GYRE_CMD_TERMINATE) {
         return GYRE_STATE_DRAINING;
@@ -337,7 +353,7 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k1_k9_slow_tick(gyre_ring *r) {
         GYRE_STORE_RELEASE_U32(&cb->state, next);
         gyre_k8_telemetry(r, r->state);
     } else if (now - r->tel_at >= GYRE_IDLE_TELEMETRY_NS) {
-        gyre_k8_telemetry(r, r->state);
+        gyre_k8_refresh(r, r->state);
     }
     return 1u;
 }
@@ -492,56 +508,106 @@ static inline GYRE_DEVICE_FN void gyre_k7_publish(gyre_ring *r, uint32_t n) {
 
 /* ---- the poller's loop ------------------------------------------------------------ */
 
+/** What a port may add to the idle step (defaults: nothing). GYRE_PAUSE_PARKED() says
+ *  whether the last GYRE_PAUSE() was long (a park or a sleep): the next poll then runs the
+ *  slow path, so the kernel heartbeat and commands are not left waiting 128 long pauses.
+ *  GYRE_IDLE_RESET() is called when a batch was found (a backing-off pause starts over). */
+#ifndef GYRE_PAUSE_PARKED
+#define GYRE_PAUSE_PARKED() 0u
+#endif
+#ifndef GYRE_IDLE_RESET
+#define GYRE_IDLE_RESET()
+#endif
+
 /** The idle step after an empty poll: spin GYRE_IDLE_SPINS polls, then pause on each. */
 static inline GYRE_DEVICE_FN void gyre_idle(gyre_ring *r) {
+#if GYRE_IDLE_SPINS > 0
     if (r->idle_spins < GYRE_IDLE_SPINS) {
         r->idle_spins++;
-    } else {
-        GYRE_PAUSE();
+        return;
+    }
+#endif
+    GYRE_PAUSE();
+    if (GYRE_PAUSE_PARKED()) {
+        r->slow_next = 1u;
     }
 }
 
-/** Runs the poller until there is a batch to answer (gyre-cpu: `run` up to take_batch).
- *  Returns its length n >= 1 (requests r->tail .. r->tail + n - 1, *bad_seq set for K4's
- *  one-request protocol-error batch), or 0 once the kernel has stopped: drained after
- *  Terminate, or host heartbeat stale (state TERMINATED written, telemetry published). */
-static inline GYRE_DEVICE_FN uint32_t gyre_ring_next(gyre_ring *r, uint32_t *bad_seq) {
+/** gyre_ring_poll's answer once the kernel has stopped. */
+#define GYRE_POLL_STOPPED 0xffffffffu
+
+/** One iteration of the poller: K1 + K9 on the slow path (every GYRE_SLOW_EVERY
+ *  iterations, after a long pause, and on every iteration while not Active), then K2 + K3
+ *  (+ K4's slow-path check). Returns the length n >= 1 of a batch to answer (requests
+ *  r->tail .. r->tail + n - 1, *bad_seq set for K4's one-request protocol-error batch), 0
+ *  when there is nothing to do (the caller idles), or GYRE_POLL_STOPPED once the kernel
+ *  has stopped: drained after Terminate, or host heartbeat stale, or a corrupt control
+ *  block (final state and telemetry written). */
+static inline GYRE_DEVICE_FN uint32_t gyre_ring_poll(gyre_ring *r, uint32_t *bad_seq) {
     GYRE_GLOBAL gyre_control_block *cb = gyre_control(r->region);
-    for (;;) {
-        uint32_t slow;
-        uint32_t n;
-        r->iter++;
-        slow = (r->iter % GYRE_SLOW_EVERY) == 0u;
-        /* K1 + K9: commands and heartbeats, on the slow path. */
-        if (slow || r->state != GYRE_STATE_ACTIVE) {
-            if (!gyre_k1_k9_slow_tick(r)) {
-                return 0u;
-            }
-            if (r->state == GYRE_STATE_PAUSED) {
-                gyre_idle(r);
-                continue;
-            }
+    uint32_t slow;
+    uint32_t n;
+    r->iter++;
+    slow = (r->iter % GYRE_SLOW_EVERY) == 0u || r->slow_next != 0u;
+    r->slow_next = 0u;
+    *bad_seq = 0u;
+    /* K1 + K9: commands and heartbeats, on the slow path. */
+    if (slow || r->state != GYRE_STATE_ACTIVE) {
+        if (!gyre_k1_k9_slow_tick(r)) {
+            return GYRE_POLL_STOPPED;
         }
-        /* K2 + K3 (+ K4's slow-path check). */
-        n = gyre_k2_k3_take(r, slow, bad_seq);
+        if (r->state == GYRE_STATE_PAUSED) {
+            return 0u;
+        }
+    }
+    /* K2 + K3 (+ K4's slow-path check). */
+    n = gyre_k2_k3_take(r, slow, bad_seq);
+    if (n > 0u) {
+        return n;
+    }
+    r->idle_polls++;
+    if (r->state == GYRE_STATE_DRAINING && GYRE_LOAD_ACQUIRE_U64(&cb->h2k_head) <= r->tail) {
+        /* Everything published before Terminate is answered. */
+        gyre_k8_telemetry(r, GYRE_STATE_TERMINATED);
+        GYRE_STORE_RELEASE_U32(&cb->state, GYRE_STATE_TERMINATED);
+        r->state = GYRE_STATE_TERMINATED;
+        return GYRE_POLL_STOPPED;
+    }
+    return 0u;
+}
+
+/** Runs the poller until there is a batch to answer (gyre_ring_poll, idling between empty
+ *  polls). Returns its length n >= 1, or 0 once the kernel has stopped (state and
+ *  telemetry written). */
+static inline GYRE_DEVICE_FN uint32_t gyre_ring_next(gyre_ring *r, uint32_t *bad_seq) {
+    for (;;) {
+        const uint32_t n = gyre_ring_poll(r, bad_seq);
+        if (n == GYRE_POLL_STOPPED) {
+            return 0u;
+        }
         if (n > 0u) {
             return n;
-        }
-        r->idle_polls++;
-        if (r->state == GYRE_STATE_DRAINING &&
-            GYRE_LOAD_ACQUIRE_U64(&cb->h2k_head) <= r->tail) {
-            /* Everything published before Terminate is answered. */
-            gyre_k8_telemetry(r, GYRE_STATE_TERMINATED);
-            GYRE_STORE_RELEASE_U32(&cb->state, GYRE_STATE_TERMINATED);
-            r->state = GYRE_STATE_TERMINATED;
-            return 0u;
         }
         gyre_idle(r);
     }
 }
 
+/** After request `answered - 1` of a batch made the kernel fault (a CPU backend's handler
+ *  panicked; its error reply is already stamped): K7 for the `answered` requests, then
+ *  error_code, final telemetry and state FAULTED. Requests after it stay unanswered; the
+ *  host fails them with the code. */
+static inline GYRE_DEVICE_FN void gyre_ring_fault_batch(gyre_ring *r, uint32_t answered,
+                                                       uint32_t code) {
+    GYRE_GLOBAL gyre_control_block *cb = gyre_control(r->region);
+    gyre_k7_publish(r, answered);
+    GYRE_STORE_RELEASE_U32(&cb->error_code, code);
+    gyre_k8_telemetry(r, GYRE_STATE_FAULTED);
+    GYRE_STORE_RELEASE_U32(&cb->state, GYRE_STATE_FAULTED);
+    r->state = GYRE_STATE_FAULTED;
+}
+
 /** After K4..K6 of a batch of `n` that started at clock reading `t0`: handler time, K7
- *  publish, K8 telemetry (gyre-cpu: the end of take_batch, then `run`). */
+ *  publish, K8 telemetry. */
 static inline GYRE_DEVICE_FN void gyre_ring_batch_done(gyre_ring *r, uint32_t n, uint64_t t0) {
     const uint64_t now = GYRE_NOW_NS();
     const uint64_t dt = now - t0;
@@ -553,8 +619,9 @@ static inline GYRE_DEVICE_FN void gyre_ring_batch_done(gyre_ring *r, uint32_t n,
     }
     gyre_k7_publish(r, n);
     r->busy_polls++;
-    gyre_k8_telemetry(r, r->state);
+    gyre_k8_refresh(r, r->state);
     r->idle_spins = 0u;
+    GYRE_IDLE_RESET();
 }
 
 #endif /* GYRE_RING_H */

@@ -1,0 +1,141 @@
+//! The C ring kernel (`cuda/ring_kernel_c11.c`, built by `build.rs`) and the Rust side of
+//! its handler: one `extern "C"` trampoline per message that calls a Rust [`Handler`] and
+//! catches its panics, so nothing unwinds through C.
+
+use std::ffi::c_void;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use gyre_core::{Handler, IdleStrategy};
+
+/// `gyre_c11_kernel` (opaque: made and freed by C).
+#[repr(C)]
+pub(crate) struct RawKernel {
+    _opaque: [u8; 0],
+}
+
+/// `gyre_c11_idle_cfg` (`cuda/include/gyre/port_c11.h`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct IdleCfg {
+    kind: u32,
+    spins: u32,
+    yields: u32,
+    pad: u32,
+    max_park_ns: u64,
+    sleep_ns: u64,
+}
+
+impl From<IdleStrategy> for IdleCfg {
+    fn from(s: IdleStrategy) -> Self {
+        let ns = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        match s {
+            IdleStrategy::BusySpin => Self {
+                kind: 0,
+                spins: 0,
+                yields: 0,
+                pad: 0,
+                max_park_ns: 0,
+                sleep_ns: 0,
+            },
+            IdleStrategy::Backoff {
+                spins,
+                yields,
+                max_park,
+            } => Self {
+                kind: 1,
+                spins,
+                yields,
+                pad: 0,
+                max_park_ns: ns(max_park).max(1000),
+                sleep_ns: 0,
+            },
+            IdleStrategy::Sleep(d) => Self {
+                kind: 2,
+                spins: 0,
+                yields: 0,
+                pad: 0,
+                max_park_ns: 0,
+                sleep_ns: ns(d),
+            },
+        }
+    }
+}
+
+/// The C handler signature (`gyre_c11_handler_fn`).
+pub(crate) type HandlerFn = unsafe extern "C" fn(
+    ctx: *mut c_void,
+    msg_type: u32,
+    req: *const u8,
+    req_len: u32,
+    reply: *mut u8,
+    reply_cap: u32,
+    reply_len: *mut u32,
+    panicked: *mut u32,
+) -> u32;
+
+extern "C" {
+    pub(crate) fn gyre_c11_kernel_new() -> *mut RawKernel;
+    pub(crate) fn gyre_c11_kernel_free(k: *mut RawKernel);
+    pub(crate) fn gyre_c11_start(
+        k: *mut RawKernel,
+        region: *mut u8,
+        handler: HandlerFn,
+        ctx: *mut c_void,
+        idle: *const IdleCfg,
+        telemetry: u32,
+    ) -> u32;
+    pub(crate) fn gyre_c11_run(k: *mut RawKernel);
+    pub(crate) fn gyre_c11_step(k: *mut RawKernel) -> i64;
+    pub(crate) fn gyre_c11_state(k: *const RawKernel) -> u32;
+}
+
+/// What the C loop's `ctx` points to: the handler.
+pub(crate) struct HandlerCtx<'a> {
+    pub(crate) handler: &'a dyn Handler,
+}
+
+/// The trampoline: calls the Rust handler on the request and reply slots, and turns its
+/// answer into the C contract (`*reply_len` and a status; `*panicked` for a panic, which
+/// is caught here).
+///
+/// # Safety
+///
+/// `ctx` points to a live [`HandlerCtx`]; `req` is `req_len` readable bytes and `reply`
+/// `reply_cap` writable bytes, not overlapping, owned by the kernel for the call (the
+/// protocol: a published, unreleased request slot and an unpublished reply slot);
+/// `reply_len` and `panicked` are writable.
+pub(crate) unsafe extern "C" fn trampoline(
+    ctx: *mut c_void,
+    msg_type: u32,
+    req: *const u8,
+    req_len: u32,
+    reply: *mut u8,
+    reply_cap: u32,
+    reply_len: *mut u32,
+    panicked: *mut u32,
+) -> u32 {
+    // SAFETY: the caller's contract (the C loop passes what `Kernel` gave it, and the slot
+    // payloads of the protocol).
+    let (h, req, reply) = unsafe {
+        (
+            &*ctx.cast::<HandlerCtx<'_>>(),
+            std::slice::from_raw_parts(req, req_len as usize),
+            std::slice::from_raw_parts_mut(reply, reply_cap as usize),
+        )
+    };
+    let outcome = catch_unwind(AssertUnwindSafe(|| h.handler.handle(msg_type, req, reply)));
+    let (status, len, did_panic) = match outcome {
+        // A length beyond the slot is K5's BAD_LENGTH (u32::MAX stands for any beyond).
+        Ok(Ok(len)) => (0, u32::try_from(len).unwrap_or(u32::MAX), 0),
+        // Never NONE (an `Err(0)` is a rejection, not a success): the rule of
+        // `reply_status`, which K5 applies again.
+        Ok(Err(code)) => (gyre_core::handler::reply_status(code), 0, 0),
+        Err(_) => (gyre_abi::error::HANDLER_PANIC, 0, 1),
+    };
+    // SAFETY: writable out-parameters (the caller's contract).
+    unsafe {
+        *reply_len = len;
+        *panicked = did_panic;
+    }
+    status
+}

@@ -1,0 +1,155 @@
+/*
+ * gyre/port_c11.h -- the C11 port of the device-side ring logic (gyre/ring.h), for the
+ * CPU backend: the loop runs on a host thread (crates/gyre-cpu), built with the `cc`
+ * crate. Include it BEFORE gyre/ring.h (cuda/ring_kernel_c11.c does).
+ *
+ *   GYRE_LOAD_ACQUIRE_U32/U64(p)      atomic_load_explicit(memory_order_acquire)
+ *   GYRE_LOAD_RELAXED_U32/U64(p)      atomic_load_explicit(memory_order_relaxed)
+ *   GYRE_STORE_RELEASE_U32/U64(p, v)  atomic_store_explicit(memory_order_release)
+ *   GYRE_STORE_RELAXED_U32/U64(p, v)  atomic_store_explicit(memory_order_relaxed)
+ *   GYRE_FENCE_SYSTEM()               atomic_thread_fence(memory_order_seq_cst)
+ *   GYRE_PAUSE()                      the kernel's idle strategy (spin, yield, park, sleep)
+ *   GYRE_PAUSE_PARKED()               whether that pause parked or slept (slow path next)
+ *   GYRE_IDLE_RESET()                 work was found: the back-off starts over
+ *   GYRE_NOW_NS()                     CLOCK_MONOTONIC in nanoseconds
+ *   GYRE_DEVICE_FN, GYRE_GLOBAL       empty
+ *
+ * The ABI fields are plain uint32_t / uint64_t (abi.h), shared with the host's Rust
+ * atomics; they are accessed here through `_Atomic` views of the same objects (same size,
+ * alignment and representation on every platform gyre builds for), so every access of the
+ * protocol is a C11 atomic, which ThreadSanitizer sees as such.
+ *
+ * The idle strategy is per kernel thread (gyre_c11_idle_set, thread-local): one thread
+ * runs one kernel loop.
+ */
+#ifndef GYRE_PORT_C11_H
+#define GYRE_PORT_C11_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
+#include <sched.h>
+
+#include "abi.h"
+
+#define GYRE_PORT_C11 1
+#define GYRE_GLOBAL
+#define GYRE_DEVICE_FN
+
+#define GYRE_C11_A32(p) ((_Atomic uint32_t *)(void *)(p))
+#define GYRE_C11_A64(p) ((_Atomic uint64_t *)(void *)(p))
+
+#define GYRE_LOAD_ACQUIRE_U32(p) atomic_load_explicit(GYRE_C11_A32(p), memory_order_acquire)
+#define GYRE_LOAD_ACQUIRE_U64(p) atomic_load_explicit(GYRE_C11_A64(p), memory_order_acquire)
+#define GYRE_LOAD_RELAXED_U32(p) atomic_load_explicit(GYRE_C11_A32(p), memory_order_relaxed)
+#define GYRE_LOAD_RELAXED_U64(p) atomic_load_explicit(GYRE_C11_A64(p), memory_order_relaxed)
+#define GYRE_STORE_RELEASE_U32(p, v)                                                           \
+    atomic_store_explicit(GYRE_C11_A32(p), (v), memory_order_release)
+#define GYRE_STORE_RELEASE_U64(p, v)                                                           \
+    atomic_store_explicit(GYRE_C11_A64(p), (v), memory_order_release)
+#define GYRE_STORE_RELAXED_U32(p, v)                                                           \
+    atomic_store_explicit(GYRE_C11_A32(p), (v), memory_order_relaxed)
+#define GYRE_STORE_RELAXED_U64(p, v)                                                           \
+    atomic_store_explicit(GYRE_C11_A64(p), (v), memory_order_relaxed)
+#define GYRE_FENCE_SYSTEM() atomic_thread_fence(memory_order_seq_cst)
+
+/* ---- clock -------------------------------------------------------------------------- */
+
+static inline uint64_t gyre_c11_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+#define GYRE_NOW_NS() gyre_c11_now_ns()
+
+/* ---- idle --------------------------------------------------------------------------- */
+
+/** The kernel's idle strategy (gyre_core::IdleStrategy): what to do after an empty poll. */
+typedef struct gyre_c11_idle_cfg {
+    uint32_t kind;        /* 0 busy spin, 1 back-off, 2 sleep */
+    uint32_t spins;       /* back-off: empty polls with a spin hint */
+    uint32_t yields;      /* back-off: then empty polls with sched_yield */
+    uint32_t pad;
+    uint64_t max_park_ns; /* back-off: then sleeps doubling from 1 us up to this */
+    uint64_t sleep_ns;    /* sleep: after every empty poll */
+} gyre_c11_idle_cfg;
+
+#define GYRE_C11_IDLE_SPIN 0u
+#define GYRE_C11_IDLE_BACKOFF 1u
+#define GYRE_C11_IDLE_SLEEP 2u
+
+typedef struct gyre_c11_idler {
+    gyre_c11_idle_cfg cfg;
+    uint32_t n;       /* empty polls since work was last found */
+    uint32_t parked;  /* the last pause slept */
+    uint64_t park_ns; /* the next back-off sleep */
+} gyre_c11_idler;
+
+static _Thread_local gyre_c11_idler gyre_c11_idle_state;
+
+static inline void gyre_c11_idle_set(const gyre_c11_idle_cfg *cfg) {
+    gyre_c11_idle_state.cfg = *cfg;
+    gyre_c11_idle_state.n = 0u;
+    gyre_c11_idle_state.parked = 0u;
+    gyre_c11_idle_state.park_ns = 1000u;
+}
+
+static inline void gyre_c11_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static inline void gyre_c11_sleep_ns(uint64_t ns) {
+    struct timespec ts;
+    ts.tv_sec = (time_t)(ns / 1000000000u);
+    ts.tv_nsec = (long)(ns % 1000000000u);
+    nanosleep(&ts, 0);
+}
+
+static inline void gyre_c11_pause(void) {
+    gyre_c11_idler *s = &gyre_c11_idle_state;
+    s->parked = 0u;
+    switch (s->cfg.kind) {
+    case GYRE_C11_IDLE_SLEEP:
+        gyre_c11_sleep_ns(s->cfg.sleep_ns);
+        s->parked = 1u;
+        return;
+    case GYRE_C11_IDLE_BACKOFF:
+        if (s->n < s->cfg.spins) {
+            s->n++;
+            gyre_c11_relax();
+        } else if (s->n - s->cfg.spins < s->cfg.yields) {
+            s->n++;
+            sched_yield();
+        } else {
+            gyre_c11_sleep_ns(s->park_ns);
+            s->parked = 1u;
+            if (s->park_ns < s->cfg.max_park_ns) {
+                s->park_ns *= 2u;
+                if (s->park_ns > s->cfg.max_park_ns) {
+                    s->park_ns = s->cfg.max_park_ns;
+                }
+            }
+        }
+        return;
+    default:
+        gyre_c11_relax();
+        return;
+    }
+}
+
+static inline void gyre_c11_idle_reset(void) {
+    gyre_c11_idle_state.n = 0u;
+    gyre_c11_idle_state.park_ns = 1000u;
+}
+
+/* Every empty poll goes to the idle strategy (no extra spins in ring.h). */
+#define GYRE_IDLE_SPINS 0u
+#define GYRE_PAUSE() gyre_c11_pause()
+#define GYRE_PAUSE_PARKED() gyre_c11_idle_state.parked
+#define GYRE_IDLE_RESET() gyre_c11_idle_reset()
+
+#endif /* GYRE_PORT_C11_H */
