@@ -50,9 +50,11 @@ void gyre_c11_kernel_free(gyre_c11_kernel *k) {
 /** K0 over `region`, then the first K8 (state ACTIVE). `telemetry` 0: K8 only on state
  *  changes (counters written as 0). Returns GYRE_ERR_NONE, or the code the kernel faulted
  *  with (error_code and state FAULTED written). The idle strategy applies to the calling
- *  thread. */
+ *  thread; `park` (may be NULL: sleep instead) is the host's doorbell park, called with
+ *  `park_ctx` once the back-off reaches its parking phase. */
 uint32_t gyre_c11_start(gyre_c11_kernel *k, unsigned char *region, gyre_c11_handler_fn handler,
-                        void *ctx, const gyre_c11_idle_cfg *idle, uint32_t telemetry) {
+                        void *ctx, const gyre_c11_idle_cfg *idle, gyre_c11_park_fn park,
+                        void *park_ctx, uint32_t telemetry) {
     const uint32_t e = gyre_k0_validate(&k->r, region);
     if (e != GYRE_ERR_NONE) {
         return e;
@@ -60,7 +62,7 @@ uint32_t gyre_c11_start(gyre_c11_kernel *k, unsigned char *region, gyre_c11_hand
     k->r.telemetry = telemetry != 0u ? 1u : 0u;
     k->handler = handler;
     k->ctx = ctx;
-    gyre_c11_idle_set(idle);
+    gyre_c11_idle_set(idle, park, park_ctx);
     gyre_k8_telemetry(&k->r, GYRE_STATE_ACTIVE);
     return GYRE_ERR_NONE;
 }

@@ -126,6 +126,14 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
         // without a final state), consulted without keeping the kernel alive.
         let watched: std::sync::Weak<dyn KernelInstance> = Arc::downgrade(&instance);
         ch.watch_liveness(Arc::new(watched));
+        // A kernel that parks when idle (the CPU backend) is woken by every publication,
+        // command and bridge push.
+        if let Some(d) = instance.doorbell() {
+            ch.set_doorbell(d.clone());
+            if let Some(t) = &transfer {
+                t.set_doorbell(d);
+            }
+        }
         let hb = if spec.host_timeout.is_zero() {
             Duration::from_secs(1)
         } else {

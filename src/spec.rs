@@ -165,7 +165,7 @@ impl<Req: Pod, Resp: Pod> KernelSpec<Req, Resp> {
             capacity: 1024,
             slot_size: 128,
             batch: None,
-            idle: IdleStrategy::default(),
+            idle: IdleStrategy::kernel_default(),
             host_idle: IdleStrategy::default(),
             async_spin: Duration::from_micros(20),
             host_timeout: Duration::from_secs(10),
@@ -222,12 +222,16 @@ impl<Req: Pod, Resp: Pod> KernelSpec<Req, Resp> {
         self.batch = Some(batch);
         self
     }
-    /// What the kernel loop does when idle (default: spin, yield, then park <= 100 µs).
+    /// What the kernel loop does when idle (default [`IdleStrategy::kernel_default`]:
+    /// spin, yield, then park up to 10 ms at a time; on the CPU backend the host wakes a
+    /// parked kernel as soon as it publishes, so the first call after idling does not wait
+    /// for the park to end).
     pub fn idle(mut self, idle: IdleStrategy) -> Self {
         self.idle = idle;
         self
     }
-    /// What blocking host calls do while waiting (default as [`KernelSpec::idle`]).
+    /// What blocking host calls do while waiting (default [`IdleStrategy::default`]: spin,
+    /// yield, then park up to 100 µs: nothing wakes a waiting caller early).
     pub fn host_idle(mut self, idle: IdleStrategy) -> Self {
         self.host_idle = idle;
         self

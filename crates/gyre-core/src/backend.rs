@@ -75,6 +75,13 @@ pub trait KernelInstance: Send + Sync {
         None
     }
 
+    /// The doorbell of a kernel that parks when idle (see [`crate::doorbell`]): the host
+    /// rings it after every publication, command and bridge push. The default: none (the
+    /// kernel polls without parking, as a GPU kernel does).
+    fn doorbell(&self) -> Option<Arc<crate::doorbell::Doorbell>> {
+        None
+    }
+
     /// Whether the kernel writes the telemetry line of [`LaunchSpec::export`] itself, so
     /// the host must not copy into it. The default: no.
     fn writes_export_telemetry(&self) -> bool {

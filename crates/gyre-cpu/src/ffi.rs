@@ -2,10 +2,14 @@
 //! its handler: one `extern "C"` trampoline per message that calls a Rust [`Handler`] and
 //! catches its panics, so nothing unwinds through C.
 
+use core::sync::atomic::Ordering::Acquire;
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Duration;
 
-use gyre_core::{Handler, IdleStrategy};
+use gyre_core::doorbell::Doorbell;
+use gyre_core::region::RingId;
+use gyre_core::{Handler, IdleStrategy, SharedRegion};
 
 /// `gyre_c11_kernel` (opaque: made and freed by C).
 #[repr(C)]
@@ -73,6 +77,10 @@ pub(crate) type HandlerFn = unsafe extern "C" fn(
     panicked: *mut u32,
 ) -> u32;
 
+/// The C park signature (`gyre_c11_park_fn`).
+pub(crate) type ParkFn =
+    unsafe extern "C" fn(ctx: *mut c_void, tail: u64, last_cmd: u32, timeout_ns: u64) -> u32;
+
 extern "C" {
     pub(crate) fn gyre_c11_kernel_new() -> *mut RawKernel;
     pub(crate) fn gyre_c11_kernel_free(k: *mut RawKernel);
@@ -82,6 +90,8 @@ extern "C" {
         handler: HandlerFn,
         ctx: *mut c_void,
         idle: *const IdleCfg,
+        park: Option<ParkFn>,
+        park_ctx: *mut c_void,
         telemetry: u32,
     ) -> u32;
     pub(crate) fn gyre_c11_run(k: *mut RawKernel);
@@ -138,4 +148,40 @@ pub(crate) unsafe extern "C" fn trampoline(
         *panicked = did_panic;
     }
     status
+}
+
+/// What the C loop's park context points to: the kernel's region and its doorbell.
+pub(crate) struct ParkCtx<'a> {
+    pub(crate) region: &'a SharedRegion,
+    pub(crate) doorbell: &'a Doorbell,
+}
+
+/// The park of the back-off's last phase: [`Doorbell::park`] (announce, re-check for work,
+/// park until rung or `timeout_ns`), the work being a request published at `tail` (its
+/// sequence, or a head beyond it: doorbell mode) or a command other than `last_cmd`.
+/// Returns whether it parked.
+///
+/// # Safety
+///
+/// `ctx` points to a live [`ParkCtx`]; called on the kernel's thread, which registered
+/// with the doorbell.
+pub(crate) unsafe extern "C" fn park(
+    ctx: *mut c_void,
+    tail: u64,
+    last_cmd: u32,
+    timeout_ns: u64,
+) -> u32 {
+    // SAFETY: the caller's contract.
+    let p = unsafe { &*ctx.cast::<ParkCtx<'_>>() };
+    let cb = p.region.control();
+    let parked = p.doorbell.park(Duration::from_nanos(timeout_ns), || {
+        p.region
+            .slot(RingId::Request, tail)
+            .sequence()
+            .load(Acquire)
+            == tail.wrapping_add(1)
+            || cb.h2k_head.load(Acquire) > tail
+            || cb.command.load(Acquire) != last_cmd
+    });
+    u32::from(parked)
 }

@@ -7,25 +7,29 @@ use core::sync::atomic::Ordering::Acquire;
 use std::ffi::c_void;
 
 use gyre_abi::{error, state};
+use gyre_core::doorbell::Doorbell;
 use gyre_core::{Handler, IdleStrategy, SharedRegion};
 
-use crate::ffi::{self, HandlerCtx, RawKernel};
+use crate::ffi::{self, HandlerCtx, ParkCtx, RawKernel};
 
-/// A C kernel and the handler context it points to; freed on drop.
+/// A C kernel and the contexts it points to; freed on drop.
 struct CKernel<'a> {
     raw: *mut RawKernel,
-    /// Boxed so that the pointer the C loop holds stays put when `CKernel` moves.
+    /// Boxed so that the pointers the C loop holds stay put when `CKernel` moves.
     ctx: Box<HandlerCtx<'a>>,
+    park: Option<Box<ParkCtx<'a>>>,
 }
 
 impl<'a> CKernel<'a> {
     /// K0 (and the first K8) over `region`. `None` when the kernel faulted there (the
-    /// control block says why) or the allocation failed (faulted too).
+    /// control block says why) or the allocation failed (faulted too). With a doorbell
+    /// (registered by the calling thread), the back-off parks on it.
     fn start(
         region: &'a SharedRegion,
         handler: &'a dyn Handler,
         idle: IdleStrategy,
         telemetry: bool,
+        doorbell: Option<&'a Doorbell>,
     ) -> Option<Self> {
         // SAFETY: allocates and zeroes a kernel; NULL only when out of memory.
         let raw = unsafe { ffi::gyre_c11_kernel_new() };
@@ -41,12 +45,15 @@ impl<'a> CKernel<'a> {
         let k = Self {
             raw,
             ctx: Box::new(HandlerCtx { handler }),
+            park: doorbell.map(|doorbell| Box::new(ParkCtx { region, doorbell })),
         };
         let ctx: *const HandlerCtx<'a> = &*k.ctx;
+        let park_ctx: *const ParkCtx<'a> = k.park.as_deref().map_or(std::ptr::null(), |p| p);
         // SAFETY: `raw` is a fresh kernel; the region is a live, initialised shared region
         // of `SharedRegion::bytes_for` bytes that outlives the kernel (`'a`), accessed by
-        // the host only through atomics and the protocol; `ctx` points to the boxed
-        // handler context, which lives in `k` as long as the kernel.
+        // the host only through atomics and the protocol; `ctx` and `park_ctx` point to
+        // the boxed contexts, which live in `k` as long as the kernel (the park is given
+        // only with a context).
         let code = unsafe {
             ffi::gyre_c11_start(
                 k.raw,
@@ -54,6 +61,8 @@ impl<'a> CKernel<'a> {
                 ffi::trampoline,
                 ctx.cast_mut().cast::<c_void>(),
                 &idle,
+                k.park.is_some().then_some(ffi::park as ffi::ParkFn),
+                park_ctx.cast_mut().cast::<c_void>(),
                 u32::from(telemetry),
             )
         };
@@ -70,7 +79,8 @@ impl Drop for CKernel<'_> {
 
 /// Runs the ring-kernel loop over `region` until it terminates or faults. With
 /// `telemetry` false, K8 is skipped except on state changes (see
-/// `gyre_core::LaunchSpec::telemetry`).
+/// `gyre_core::LaunchSpec::telemetry`). The idle back-off sleeps in its last phase
+/// (nothing wakes it early): see [`kernel_loop_with_doorbell`].
 ///
 /// Never panics and never unwinds into C: a handler panic is caught by the trampoline
 /// and faults the kernel with [`error::HANDLER_PANIC`].
@@ -80,7 +90,24 @@ pub fn kernel_loop(
     idle: IdleStrategy,
     telemetry: bool,
 ) {
-    let Some(k) = CKernel::start(region, handler, idle, telemetry) else {
+    kernel_loop_with_doorbell(region, handler, idle, telemetry, None);
+}
+
+/// [`kernel_loop`] whose idle back-off parks on `doorbell` in its last phase: the calling
+/// thread registers with it, and the host rings it when it publishes a request or a
+/// command (see `gyre_core::doorbell`), so an idle kernel parks long and still answers at
+/// once.
+pub fn kernel_loop_with_doorbell(
+    region: &SharedRegion,
+    handler: &dyn Handler,
+    idle: IdleStrategy,
+    telemetry: bool,
+    doorbell: Option<&Doorbell>,
+) {
+    if let Some(d) = doorbell {
+        d.register_current_thread();
+    }
+    let Some(k) = CKernel::start(region, handler, idle, telemetry, doorbell) else {
         return;
     };
     // SAFETY: a started kernel over a live region (see `CKernel::start`); this thread runs
@@ -109,7 +136,7 @@ impl<'a> Stepper<'a> {
     /// Runs step K0 (validation). `None` if the kernel faulted there (see the control
     /// block's error code).
     pub fn new(region: &'a SharedRegion, handler: &'a dyn Handler) -> Option<Self> {
-        CKernel::start(region, handler, IdleStrategy::BusySpin, true).map(|k| Self { k })
+        CKernel::start(region, handler, IdleStrategy::BusySpin, true, None).map(|k| Self { k })
     }
 
     /// One loop iteration: commands and heartbeats (K1, K9), then at most one batch

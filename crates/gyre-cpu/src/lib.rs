@@ -48,11 +48,12 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use gyre_core::bridge::{CopyEngine, HostDeviceMemory};
+use gyre_core::doorbell::Doorbell;
 use gyre_core::ring::Geometry;
 use gyre_core::{Backend, Error, KernelInstance, LaunchSpec, Result, SharedRegion};
 use std::sync::Mutex;
 
-pub use kernel::{kernel_loop, Stepper};
+pub use kernel::{kernel_loop, kernel_loop_with_doorbell, Stepper};
 
 /// The CPU backend. Always available.
 #[derive(Debug, Default, Clone)]
@@ -82,12 +83,14 @@ impl Backend for CpuBackend {
         let idle = spec.idle;
         let telemetry = spec.telemetry;
         let name = spec.name.clone();
+        let doorbell = Arc::new(Doorbell::new());
+        let bell = doorbell.clone();
         let thread = std::thread::Builder::new()
             .name(format!("gyre-cpu-{}", spec.name))
             .spawn(move || {
                 let _span = tracing::info_span!("gyre_cpu_kernel", kernel = %name).entered();
                 tracing::info!("ring kernel started");
-                kernel_loop(&region, &*handler, idle, telemetry);
+                kernel_loop_with_doorbell(&region, &*handler, idle, telemetry, Some(&bell));
                 let (s, c) = {
                     let cb = region.control();
                     (
@@ -104,6 +107,7 @@ impl Backend for CpuBackend {
             })?;
         Ok(Box::new(CpuKernel {
             thread: Mutex::new(Some(thread)),
+            doorbell,
         }))
     }
 
@@ -136,9 +140,15 @@ impl Backend for CpuBackend {
 #[derive(Debug)]
 struct CpuKernel {
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// Rung by the host when it publishes; the idle kernel parks on it.
+    doorbell: Arc<Doorbell>,
 }
 
 impl KernelInstance for CpuKernel {
+    fn doorbell(&self) -> Option<Arc<Doorbell>> {
+        Some(self.doorbell.clone())
+    }
+
     fn is_finished(&self) -> bool {
         match self.thread.lock() {
             Ok(g) => g.as_ref().is_none_or(|t| t.is_finished()),

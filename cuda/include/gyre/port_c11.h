@@ -8,7 +8,8 @@
  *   GYRE_STORE_RELEASE_U32/U64(p, v)  atomic_store_explicit(memory_order_release)
  *   GYRE_STORE_RELAXED_U32/U64(p, v)  atomic_store_explicit(memory_order_relaxed)
  *   GYRE_FENCE_SYSTEM()               atomic_thread_fence(memory_order_seq_cst)
- *   GYRE_PAUSE()                      the kernel's idle strategy (spin, yield, park, sleep)
+ *   GYRE_IDLE_PAUSE(r)                the kernel's idle strategy (spin, yield, then park on
+ *                                     the host's doorbell, or sleep); GYRE_PAUSE() without r
  *   GYRE_PAUSE_PARKED()               whether that pause parked or slept (slow path next)
  *   GYRE_IDLE_RESET()                 work was found: the back-off starts over
  *   GYRE_NOW_NS()                     CLOCK_MONOTONIC in nanoseconds
@@ -78,20 +79,32 @@ typedef struct gyre_c11_idle_cfg {
 #define GYRE_C11_IDLE_BACKOFF 1u
 #define GYRE_C11_IDLE_SLEEP 2u
 
+/** The host's park (the doorbell of crates/gyre-core/src/doorbell.rs): announces the park,
+ *  re-checks for work (a request at `tail`, a head beyond it, a command other than
+ *  `last_cmd`), and parks for at most `timeout_ns` unless there is some; the host wakes it
+ *  when it publishes. Returns whether it parked. */
+typedef uint32_t (*gyre_c11_park_fn)(void *ctx, uint64_t tail, uint32_t last_cmd,
+                                     uint64_t timeout_ns);
+
 typedef struct gyre_c11_idler {
     gyre_c11_idle_cfg cfg;
     uint32_t n;       /* empty polls since work was last found */
     uint32_t parked;  /* the last pause slept */
-    uint64_t park_ns; /* the next back-off sleep */
+    uint64_t park_ns; /* the next back-off sleep (without a doorbell) */
+    gyre_c11_park_fn park;
+    void *park_ctx;
 } gyre_c11_idler;
 
 static _Thread_local gyre_c11_idler gyre_c11_idle_state;
 
-static inline void gyre_c11_idle_set(const gyre_c11_idle_cfg *cfg) {
+static inline void gyre_c11_idle_set(const gyre_c11_idle_cfg *cfg, gyre_c11_park_fn park,
+                                     void *park_ctx) {
     gyre_c11_idle_state.cfg = *cfg;
     gyre_c11_idle_state.n = 0u;
     gyre_c11_idle_state.parked = 0u;
     gyre_c11_idle_state.park_ns = 1000u;
+    gyre_c11_idle_state.park = park;
+    gyre_c11_idle_state.park_ctx = park_ctx;
 }
 
 static inline void gyre_c11_relax(void) {
@@ -109,7 +122,7 @@ static inline void gyre_c11_sleep_ns(uint64_t ns) {
     nanosleep(&ts, 0);
 }
 
-static inline void gyre_c11_pause(void) {
+static inline void gyre_c11_pause(uint64_t tail, uint32_t last_cmd) {
     gyre_c11_idler *s = &gyre_c11_idle_state;
     s->parked = 0u;
     switch (s->cfg.kind) {
@@ -124,6 +137,9 @@ static inline void gyre_c11_pause(void) {
         } else if (s->n - s->cfg.spins < s->cfg.yields) {
             s->n++;
             sched_yield();
+        } else if (s->park != 0) {
+            /* Parks until the host rings (a publish, a command) or max_park passes. */
+            s->parked = s->park(s->park_ctx, tail, last_cmd, s->cfg.max_park_ns) != 0u;
         } else {
             gyre_c11_sleep_ns(s->park_ns);
             s->parked = 1u;
@@ -148,7 +164,8 @@ static inline void gyre_c11_idle_reset(void) {
 
 /* Every empty poll goes to the idle strategy (no extra spins in ring.h). */
 #define GYRE_IDLE_SPINS 0u
-#define GYRE_PAUSE() gyre_c11_pause()
+#define GYRE_PAUSE() gyre_c11_pause(0u, 0u)
+#define GYRE_IDLE_PAUSE(r) gyre_c11_pause((r)->tail, (r)->last_cmd)
 #define GYRE_PAUSE_PARKED() gyre_c11_idle_state.parked
 #define GYRE_IDLE_RESET() gyre_c11_idle_reset()
 

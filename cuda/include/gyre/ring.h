@@ -115,6 +115,8 @@ typedef struct gyre_ring {
     uint32_t idle_spins;
     uint32_t telemetry; /* K8 per batch and idle refresh (1), or only on state changes (0) */
     uint32_t slow_next; /* run the slow path on the next poll (after a long pause) */
+    uint32_t last_cmd;  /* the command as K1 last read it */
+    uint32_t pad;
 } gyre_ring;
 
 /** The header fields of one request, then of its reply (K4..K6). */
@@ -242,6 +244,8 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k0_validate(gyre_ring *r,
     r->idle_spins = 0u;
     r->telemetry = 1u;
     r->slow_next = 0u;
+    r->last_cmd = GYRE_LOAD_ACQUIRE_U32(&cb->command);
+    r->pad = 0u;
     GYRE_STORE_RELEASE_U32(&cb->state, GYRE_STATE_ACTIVE);
     return GYRE_ERR_NONE;
 }
@@ -347,7 +351,8 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k1_k9_slow_tick(gyre_ring *r) {
     /* K1: the command. K8 on a state change, else at most every GYRE_IDLE_TELEMETRY_NS
      * (batches publish their own): idle or paused, the line is not rewritten on every
      * slow tick, which would starve its readers. */
-    next = gyre_k1_next_state(GYRE_LOAD_ACQUIRE_U32(&cb->command), r->state);
+    r->last_cmd = GYRE_LOAD_ACQUIRE_U32(&cb->command);
+    next = gyre_k1_next_state(r->last_cmd, r->state);
     if (next != r->state) {
         r->state = next;
         GYRE_STORE_RELEASE_U32(&cb->state, next);
@@ -508,10 +513,16 @@ static inline GYRE_DEVICE_FN void gyre_k7_publish(gyre_ring *r, uint32_t n) {
 
 /* ---- the poller's loop ------------------------------------------------------------ */
 
-/** What a port may add to the idle step (defaults: nothing). GYRE_PAUSE_PARKED() says
- *  whether the last GYRE_PAUSE() was long (a park or a sleep): the next poll then runs the
- *  slow path, so the kernel heartbeat and commands are not left waiting 128 long pauses.
- *  GYRE_IDLE_RESET() is called when a batch was found (a backing-off pause starts over). */
+/** What a port may add to the idle step (defaults: nothing). GYRE_IDLE_PAUSE(r) is the
+ *  pause itself, given the poller's state (the C11 port parks on a doorbell that needs the
+ *  ring's tail and last command to re-check for work; default GYRE_PAUSE()).
+ *  GYRE_PAUSE_PARKED() says whether the last pause was long (a park or a sleep): the next
+ *  poll then runs the slow path, so the kernel heartbeat and commands are not left waiting
+ *  128 long pauses. GYRE_IDLE_RESET() is called when a batch was found (a backing-off
+ *  pause starts over). */
+#ifndef GYRE_IDLE_PAUSE
+#define GYRE_IDLE_PAUSE(r) GYRE_PAUSE()
+#endif
 #ifndef GYRE_PAUSE_PARKED
 #define GYRE_PAUSE_PARKED() 0u
 #endif
@@ -527,7 +538,7 @@ static inline GYRE_DEVICE_FN void gyre_idle(gyre_ring *r) {
         return;
     }
 #endif
-    GYRE_PAUSE();
+    GYRE_IDLE_PAUSE(r);
     if (GYRE_PAUSE_PARKED()) {
         r->slow_next = 1u;
     }

@@ -183,6 +183,11 @@ impl BridgeAgent {
         self.shared.bridge.stats()
     }
 
+    /// Lets the bridge wake a parked kernel after each push (see `crate::doorbell`).
+    pub fn set_doorbell(&self, d: Arc<crate::doorbell::Doorbell>) {
+        self.shared.bridge.set_doorbell(d);
+    }
+
     /// Unparks `t` (the completion driver) whenever the copy thread brought new data.
     pub fn notify(&self, t: Thread) {
         let _ = self.shared.notify.set(t);

@@ -252,6 +252,9 @@ pub struct RingBufferBridge {
     mode: AtomicU8,
     counters: Counters,
     failed: OnceLock<Error>,
+    /// The doorbell of a kernel that parks (the CPU backend), rung after each push that
+    /// moved line 0.
+    doorbell: OnceLock<Arc<crate::doorbell::Doorbell>>,
 }
 
 impl core::fmt::Debug for RingBufferBridge {
@@ -308,7 +311,14 @@ impl RingBufferBridge {
             mode: AtomicU8::new(CopyMode::Blocking as u8),
             counters: Counters::default(),
             failed: OnceLock::new(),
+            doorbell: OnceLock::new(),
         })
+    }
+
+    /// Lets the bridge wake a parked kernel after each push (see `crate::doorbell`). Set
+    /// once; later calls are ignored.
+    pub fn set_doorbell(&self, d: Arc<crate::doorbell::Doorbell>) {
+        let _ = self.doorbell.set(d);
     }
 
     /// Sets whether copies block one by one or go on the engine's stream.
@@ -476,6 +486,10 @@ impl RingBufferBridge {
         st.pushed = head;
         st.last = Some(line);
         self.counters.pushes.fetch_add(1, Relaxed);
+        // The device's line 0 (head, command) has landed: wake a parked kernel.
+        if let Some(d) = self.doorbell.get() {
+            d.ring();
+        }
         Ok(())
     }
 

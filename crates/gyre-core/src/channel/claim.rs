@@ -89,6 +89,8 @@ impl Drop for ClaimGuard<'_> {
         prefix::advance_prefix(&cb.h2k_head, self.first + self.n, ch.capacity, |i| {
             ch.region.slot(RingId::Request, i).sequence()
         });
+        ch.flushed();
+        ch.ring_published();
         tracing::warn!(
             kernel = %ch.name,
             first = self.first,

@@ -160,6 +160,9 @@ pub struct Channel {
     liveness_at: AtomicU64,
     /// Why the kernel is gone, once `liveness` reported a failure.
     lost: OnceLock<String>,
+    /// The doorbell of a kernel that parks when idle (the CPU backend): rung after every
+    /// publication and command.
+    doorbell: OnceLock<Arc<crate::doorbell::Doorbell>>,
 }
 
 impl core::fmt::Debug for Channel {
@@ -200,6 +203,7 @@ impl Channel {
             liveness: OnceLock::new(),
             liveness_at: AtomicU64::new(0),
             lost: OnceLock::new(),
+            doorbell: OnceLock::new(),
             region,
         }
     }
@@ -217,6 +221,21 @@ impl Channel {
         if let Some(t) = &self.transfer {
             t.flush();
         }
+    }
+
+    /// Rings the kernel's doorbell (a parked kernel wakes up) after producers published,
+    /// relying on the SeqCst fence of `prefix::advance_prefix` (see `doorbell`).
+    #[inline(always)]
+    pub(crate) fn ring_published(&self) {
+        if let Some(d) = self.doorbell.get() {
+            d.ring_fenced();
+        }
+    }
+
+    /// Lets the channel wake a parked kernel: rung after every publication and command.
+    /// Set once; later calls are ignored.
+    pub fn set_doorbell(&self, d: Arc<crate::doorbell::Doorbell>) {
+        let _ = self.doorbell.set(d);
     }
 
     /// The bridge hook before looking again at kernel-written data.
@@ -402,6 +421,7 @@ impl Channel {
             self.region.slot(RingId::Request, i).sequence()
         });
         self.flushed();
+        self.ring_published();
         Ok(first)
     }
 
@@ -427,6 +447,9 @@ impl Channel {
     pub fn command(&self, cmd: u32) {
         self.region.control().command.store(cmd, Release);
         self.flushed();
+        if let Some(d) = self.doorbell.get() {
+            d.ring();
+        }
     }
 
     /// The kernel's state and error code, as written in the control block.
