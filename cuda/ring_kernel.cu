@@ -1,21 +1,25 @@
 /*
- * cuda/ring_kernel.cu -- gyre's persistent ring kernel for CUDA.
+ * cuda/ring_kernel.cu -- gyre's persistent ring kernel for CUDA: the block loop of
+ * gyre/block.h (K0..K9 of docs/protocol.md, gyre_block_run) run by one CUDA block, a thread
+ * per lane. Thread 0 polls the control block and the request ring; the whole block answers
+ * each request of a batch through the handler. The same loop runs on OpenCL
+ * (cuda/ring_kernel.cl) and on the CPU backend (cuda/ring_kernel_c11.c).
  *
- * One block runs the loop of docs/protocol.md (K0..K9) over one shared region: thread 0
- * polls the control block and the request ring with the language-neutral logic of
- * gyre/ring.h; the whole block answers each request of a batch through the handler.
- *
- * HANDLER SCHEME. A ring kernel is one translation unit: the handler's source first, then
- * this file. The handler is the __device__ function `gyre_handler` with the signature
- * documented in cuda/handlers/echo.cuh (and docs/cuda.md); the built-in ones are
- * cuda/handlers/{echo,vec_scale,reduce_sum}.cuh, a user's own has the same signature.
- *   - gyre-cuda (crates/gyre-cuda/src/nvrtc.rs, ring_kernel_source) concatenates
- *     `#line 1 "<handler>"`, the handler source, `#line 1 "ring_kernel.cu"`, this file,
- *     and compiles the result with NVRTC at run time (include path: cuda/include and the
- *     CCCL headers).
- *   - by hand: nvcc -std=c++17 -arch=sm_80 -I cuda/include -I cuda
- *       -include handlers/echo.cuh -ptx cuda/ring_kernel.cu
- *     (NVRTC's equivalent of -include is --pre-include).
+ * HANDLER SCHEME. A ring kernel is one translation unit: the CUDA port and the handler
+ * interface (gyre/port_cuda.h, gyre/handler.h), the handler's source, then this file. The
+ * handler is either
+ *   - a phase function (gyre/handler.h) the source names with
+ *     `#define GYRE_HANDLER_PHASE name`: the built-ins cuda/handlers/{echo,vec_scale,
+ *     reduce_sum}.h, written once for every backend; or
+ *   - a user's `__device__ unsigned int gyre_handler(...)` (docs/cuda.md), called by
+ *     every thread of the block once per request (gyre_user_phase below adapts it).
+ * gyre-cuda (crates/gyre-cuda/src/source.rs, ring_kernel_source) writes
+ *   #include "gyre/port_cuda.h" / #include "gyre/handler.h"
+ *   #line 1 "<handler>"  <the handler source>
+ *   #line 1 "ring_kernel.cu"  <this file>
+ * and compiles it with NVRTC at run time (the gyre/ headers in memory). By hand:
+ *   nvcc -std=c++17 -arch=sm_80 -I cuda/include -I cuda -include gyre/port_cuda.h
+ *     -include handlers/echo.h -ptx cuda/ring_kernel.cu
  * Without a handler this file does not compile ("identifier gyre_handler is undefined").
  *
  * LAUNCH CONTRACT (the host launcher):
@@ -27,130 +31,43 @@
  *   kernel returns when its state is final: TERMINATED (drained after Terminate, or the
  *   host heartbeat went stale) or FAULTED (bad control block at K0); it never traps.
  *
- * PER BATCH:
- *   thread 0: gyre_ring_next (K1, K9, K2, K3) -> n, first index -> shared memory
- *   barrier A
- *   for each request:  thread 0: K4 -> run?, msg_type, len -> shared     barrier B1
- *                      all threads: K5 gyre_handler (if run)               barrier B2
- *                      thread 0: K5 result, K6 header + system fence + sequence (release)
- *   thread 0: gyre_ring_batch_done (handler time, K7 publish, K8 telemetry)
- * Shared variables are written by thread 0 only between the last barrier their readers
- * passed and the next one they will wait at, so no other synchronisation is needed.
- * The reply payload written by any thread before B2 is ordered before thread 0's fence
- * and release (the barrier synchronises the block; PTX release is cumulative).
+ * Per batch and per request, the barriers of gyre_block_answer (gyre/block.h): thread 0
+ * takes the batch, checks each slot (K4), every thread runs the handler's phases with a
+ * __syncthreads after each, thread 0 stamps the reply (K6: system fence, sequence last)
+ * and publishes the batch (K7, K8). PTX release is cumulative, so the reply payload any
+ * thread wrote before the last barrier is visible to the host before the sequence.
  */
 #include "gyre/port_cuda.h"
-#include "gyre/ring.h"
+#include "gyre/handler.h"
 
-/** Largest block the kernel is compiled for (__launch_bounds__(GYRE_MAX_LANES, 1)): one
- *  resident block per SM is all a persistent ring kernel needs, so ptxas may spend up to
- *  255 registers per thread instead of spilling to reach an occupancy nobody uses (with
- *  the default minimum it spilled 8 bytes on some handler x arch pairs). The backend
- *  launches 128 lanes. Overridable with -DGYRE_MAX_LANES=... */
-#ifndef GYRE_MAX_LANES
-#define GYRE_MAX_LANES 128
+#ifndef GYRE_HANDLER_PHASE
+/** A user's gyre_handler as a phase function: one phase; every thread calls it, thread
+ *  0's status and reply length answer the request (docs/cuda.md). */
+static __device__ __forceinline__ uint32_t gyre_user_phase(uint32_t phase, const gyre_hcall *c,
+                                                           gyre_hlane *l, gyre_hblock *b) {
+    unsigned int reply_len = 0u;
+    const unsigned int status = gyre_handler(c->msg_type, c->req, c->req_len, c->reply,
+                                             c->reply_cap, &reply_len, c->lane, c->lanes);
+    (void)phase;
+    (void)l;
+    if (c->lane == 0u) {
+        b->status = status;
+        b->reply_len = reply_len;
+    }
+    return GYRE_PHASE_DONE;
+}
+#define GYRE_HANDLER_PHASE gyre_user_phase
 #endif
 
-/** What thread 0 broadcasts to the block. */
-typedef struct gyre_block_shared {
-    uint64_t first;    /* index of the batch's first request */
-    uint64_t mask;     /* capacity - 1 (set at K0, read-only after) */
-    uint64_t reply_off; /* reply ring offset (set at K0) */
-    uint32_t ok;        /* K0 passed (set at K0) */
-    uint32_t slot_size; /* (set at K0) */
-    uint32_t n;         /* batch length; 0 = stop */
-    uint32_t run;       /* K4 passed: run the handler on this request */
-    uint32_t msg_type;
-    uint32_t len; /* request length */
-} gyre_block_shared;
+#include "gyre/block.h"
 
+/* __launch_bounds__(GYRE_MAX_LANES, 1): see GYRE_MAX_LANES in gyre/port_cuda.h. */
 extern "C" __global__ void __launch_bounds__(GYRE_MAX_LANES, 1)
     gyre_ring_kernel(unsigned char *region, gyre_telemetry_buffer *export_tel) {
     __shared__ gyre_block_shared sh;
-    const unsigned int lane = threadIdx.x;
-    const unsigned int lanes = blockDim.x;
-    gyre_ring r;      /* thread 0 only */
-    gyre_slot_meta m; /* thread 0 only */
-    uint64_t t0 = 0;  /* thread 0 only */
-    uint32_t bad_seq = 0; /* thread 0 only */
-    uint64_t mask;
-    uint64_t reply_off;
-    uint32_t slot_size;
-    uint32_t payload;
-
+    gyre_ring r; /* thread 0's */
     if (blockIdx.x != 0u || blockIdx.y != 0u || blockIdx.z != 0u) {
         return; /* one block runs the loop */
     }
-
-    /* K0: validate the control block (thread 0); a bad one faults the kernel, no trap. */
-    if (lane == 0u) {
-        sh.ok = gyre_k0_validate(&r, region) == GYRE_ERR_NONE;
-        if (sh.ok) {
-            r.export_tel = export_tel; /* 0, or the registered export file's line */
-            sh.mask = r.mask;
-            sh.reply_off = r.reply_off;
-            sh.slot_size = r.slot_size;
-            gyre_k8_telemetry(&r, GYRE_STATE_ACTIVE);
-        }
-    }
-    __syncthreads();
-    if (!sh.ok) {
-        return;
-    }
-    mask = sh.mask;
-    reply_off = sh.reply_off;
-    slot_size = sh.slot_size;
-    payload = slot_size - GYRE_SLOT_HEADER_SIZE;
-
-    for (;;) {
-        uint32_t n;
-        uint64_t first;
-        uint32_t k;
-        /* K1, K9, K2, K3 on thread 0 until there is a batch, or the kernel stopped. */
-        if (lane == 0u) {
-            sh.n = gyre_ring_next(&r, &bad_seq);
-            sh.first = r.tail;
-            t0 = GYRE_NOW_NS();
-        }
-        __syncthreads(); /* A: the batch */
-        n = sh.n;
-        first = sh.first;
-        if (n == 0u) {
-            return; /* TERMINATED: state and telemetry written by thread 0 */
-        }
-        for (k = 0u; k < n; ++k) {
-            const uint64_t idx = first + k;
-            uint32_t status = GYRE_ERR_NONE;
-            uint32_t reply_len = 0u;
-            /* K4: check the slot (thread 0). */
-            if (lane == 0u) {
-                sh.run = gyre_k4_check(&r, idx, bad_seq, &m); /* bad_seq: n == 1 */
-                sh.msg_type = m.msg_type;
-                sh.len = m.len;
-            }
-            __syncthreads(); /* B1: K4's verdict */
-            if (sh.run) {
-                /* K5: every thread of the block runs the handler on the payload. */
-                const unsigned char *req =
-                    gyre_slot_at(region, GYRE_RINGS_OFFSET, mask, slot_size, idx) +
-                    GYRE_SLOT_HEADER_SIZE;
-                unsigned char *reply =
-                    gyre_slot_at(region, reply_off, mask, slot_size, idx) + GYRE_SLOT_HEADER_SIZE;
-                status = gyre_handler(sh.msg_type, req, sh.len, reply, payload, &reply_len, lane,
-                                      lanes);
-            }
-            __syncthreads(); /* B2: the reply payload is written */
-            if (lane == 0u) {
-                if (sh.run) {
-                    gyre_k5_result(&r, &m, status, reply_len);
-                }
-                /* K6: header, system fence, sequence last (release). */
-                gyre_k6_stamp_reply(&r, idx, &m);
-            }
-        }
-        /* Handler time, K7 publish (h2k_tail, k2h_head, processed), K8 telemetry. */
-        if (lane == 0u) {
-            gyre_ring_batch_done(&r, n, t0);
-        }
-    }
+    gyre_block_run(region, export_tel, 1u, (uint32_t)blockDim.x, &sh, &r);
 }

@@ -1,27 +1,44 @@
 /*
- * cuda/ring_kernel_c11.c -- gyre's ring kernel for the CPU backend: the loop of
- * docs/protocol.md (K0..K9) from gyre/ring.h, over the C11 port (gyre/port_c11.h), run by
- * one host thread. Built by crates/gyre-cpu/build.rs with the `cc` crate; called from Rust
+ * cuda/ring_kernel_c11.c -- gyre's ring kernel for the CPU backend: the block loop of
+ * gyre/block.h (K0..K9 of docs/protocol.md, gyre/ring.h) over the C11 port (gyre/port_c11.h), run by one
+ * host thread. Built by crates/gyre-cpu/build.rs with the `cc` crate; called from Rust
  * (crates/gyre-cpu/src/ffi.rs).
  *
- * The same steps, in the same order, as cuda/ring_kernel.cu with one lane: the poller takes
- * a batch (gyre_ring_next), then for each request K4 (check), K5 (the handler), K6 (stamp
- * the reply, sequence last), then K7 and K8 for the batch (gyre_ring_batch_done).
+ * The same loop as cuda/ring_kernel.cu and cuda/ring_kernel.cl (gyre_block_run and its
+ * parts), with the block's lanes emulated: each barrier-delimited phase of a handler runs
+ * for lane 0, 1, ... lanes - 1 in turn, on this thread (gyre/port_c11.h).
  *
- * The handler is the host's: a function pointer and a context (the Rust trampoline of
- * crates/gyre-cpu/src/ffi.rs, which calls a Rust handler and catches its panics, so nothing
- * unwinds through this file). A handler that panicked reports it through `*panicked`: its
- * request is answered HANDLER_PANIC and the kernel faults (gyre_ring_fault_batch), as the
- * fault table of docs/reliability.md says. A status the handler returns goes through K5's
- * rule (gyre_k5_result).
+ * The handler is one of (gyre_c11_start's `kind`):
+ *   0          the host's: a function pointer and a context (the Rust trampoline of
+ *              crates/gyre-cpu/src/ffi.rs, which calls a Rust handler and catches its
+ *              panics, so nothing unwinds through this file), called once per request, on
+ *              lane 0. A handler that panicked reports it through `*panicked`: its request
+ *              is answered HANDLER_PANIC and the kernel faults (gyre_ring_fault_batch), as
+ *              the fault table of docs/reliability.md says.
+ *   1, 2, 3    the built-in kernel of that id (gyre_core::kernels::ids): the device code of
+ *              cuda/handlers/{echo,vec_scale,reduce_sum}.h, the very source the CUDA and
+ *              OpenCL kernels are built with, over `lanes` emulated lanes.
+ * Every status goes through K5's rule (gyre_k5_result).
  */
 /* POSIX (clock_gettime, nanosleep, sched_yield) under -std=c11. */
 #define _POSIX_C_SOURCE 200809L
 
+#include <stddef.h>
 #include <stdlib.h>
 
 #include "gyre/port_c11.h"
-#include "gyre/ring.h"
+#include "gyre/handler.h"
+
+/* Every built-in is compiled in; the block loop calls gyre_c11_phase, which picks one. */
+static uint32_t gyre_c11_phase(uint32_t phase, const gyre_hcall *c, gyre_hlane *l,
+                               gyre_hblock *b);
+#define GYRE_HANDLER_PHASE gyre_c11_phase
+
+#include "handlers/echo.h"
+#include "handlers/reduce_sum.h"
+#include "handlers/vec_scale.h"
+
+#include "gyre/block.h"
 
 /** The host's handler: answers request `req` (req_len bytes) of type msg_type into
  *  `reply` (reply_cap bytes), sets *reply_len and returns a status (GYRE_ERR_NONE or an
@@ -31,12 +48,56 @@ typedef uint32_t (*gyre_c11_handler_fn)(void *ctx, uint32_t msg_type, const unsi
                                         uint32_t reply_cap, uint32_t *reply_len,
                                         uint32_t *panicked);
 
-/** One kernel: the poller's state and the handler. */
+/** gyre_c11_start's `kind` of the host's handler; 1..=3 are the built-in kernel ids. */
+#define GYRE_C11_HOST 0u
+#define GYRE_C11_ECHO 1u
+#define GYRE_C11_VEC_SCALE 2u
+#define GYRE_C11_REDUCE_SUM 3u
+
+/** One kernel: the block's shared memory, the poller's state and the handler. */
 typedef struct gyre_c11_kernel {
-    gyre_ring r;
+    gyre_block_shared sh; /* the block's; gyre_c11_phase finds the kernel from sh.h */
+    gyre_ring r;          /* lane 0's */
     gyre_c11_handler_fn handler;
     void *ctx;
+    uint32_t kind;
+    uint32_t lanes;
 } gyre_c11_kernel;
+
+/** The kernel whose block-shared handler memory is `b` (b == &k->sh.h). */
+static inline gyre_c11_kernel *gyre_c11_kernel_of(gyre_hblock *b) {
+    return (gyre_c11_kernel *)(void *)((unsigned char *)b - offsetof(gyre_c11_kernel, sh) -
+                                       offsetof(gyre_block_shared, h));
+}
+
+/** The host's handler, on lane 0 only (a host function is not a lane program). */
+static uint32_t gyre_c11_host_phase(const gyre_c11_kernel *k, const gyre_hcall *c,
+                                    gyre_hblock *b) {
+    if (c->lane == 0u) {
+        uint32_t reply_len = 0u;
+        uint32_t panicked = 0u;
+        b->status = k->handler(k->ctx, c->msg_type, c->req, c->req_len, c->reply, c->reply_cap,
+                               &reply_len, &panicked);
+        b->reply_len = reply_len;
+        b->panicked = panicked;
+    }
+    return GYRE_PHASE_DONE;
+}
+
+static uint32_t gyre_c11_phase(uint32_t phase, const gyre_hcall *c, gyre_hlane *l,
+                               gyre_hblock *b) {
+    const gyre_c11_kernel *k = gyre_c11_kernel_of(b);
+    switch (k->kind) {
+    case GYRE_C11_ECHO:
+        return gyre_echo_phase(phase, c, l, b);
+    case GYRE_C11_VEC_SCALE:
+        return gyre_vec_scale_phase(phase, c, l, b);
+    case GYRE_C11_REDUCE_SUM:
+        return gyre_reduce_sum_phase(phase, c, l, b);
+    default:
+        return gyre_c11_host_phase(k, c, b);
+    }
+}
 
 /** A kernel, or NULL when out of memory. Free it with gyre_c11_kernel_free. */
 gyre_c11_kernel *gyre_c11_kernel_new(void) {
@@ -47,69 +108,40 @@ void gyre_c11_kernel_free(gyre_c11_kernel *k) {
     free(k);
 }
 
-/** K0 over `region`, then the first K8 (state ACTIVE). `telemetry` 0: K8 only on state
- *  changes (counters written as 0). Returns GYRE_ERR_NONE, or the code the kernel faulted
- *  with (error_code and state FAULTED written). The idle strategy applies to the calling
- *  thread; `park` (may be NULL: sleep instead) is the host's doorbell park, called with
- *  `park_ctx` once the back-off reaches its parking phase. */
-uint32_t gyre_c11_start(gyre_c11_kernel *k, unsigned char *region, gyre_c11_handler_fn handler,
-                        void *ctx, const gyre_c11_idle_cfg *idle, gyre_c11_park_fn park,
-                        void *park_ctx, uint32_t telemetry) {
-    const uint32_t e = gyre_k0_validate(&k->r, region);
-    if (e != GYRE_ERR_NONE) {
-        return e;
+/** K0 over `region`, then the first K8 (state ACTIVE). `kind` picks the handler (0: the
+ *  host's `handler` with `ctx`; 1..=3: a built-in, `handler` unused), run by `lanes`
+ *  emulated lanes (1..=GYRE_MAX_LANES; the host's handler runs on lane 0). `telemetry` 0:
+ *  K8 only on state changes (counters written as 0). Returns GYRE_ERR_NONE, or the code
+ *  the kernel faulted with (error_code and state FAULTED written): HANDLER_REJECTED when
+ *  `kind` or `lanes` is out of range (the Rust side checks them first). The idle strategy
+ *  applies to the calling thread; `park` (may be NULL: sleep instead) is the host's
+ *  doorbell park, called with `park_ctx` once the back-off reaches its parking phase. */
+uint32_t gyre_c11_start(gyre_c11_kernel *k, unsigned char *region, uint32_t kind,
+                        gyre_c11_handler_fn handler, void *ctx, uint32_t lanes,
+                        const gyre_c11_idle_cfg *idle, gyre_c11_park_fn park, void *park_ctx,
+                        uint32_t telemetry) {
+    if (kind > GYRE_C11_REDUCE_SUM || (kind == GYRE_C11_HOST && handler == NULL) ||
+        lanes == 0u || lanes > GYRE_MAX_LANES) {
+        return gyre_fault(gyre_control(region), GYRE_ERR_HANDLER_REJECTED);
     }
-    k->r.telemetry = telemetry != 0u ? 1u : 0u;
     k->handler = handler;
     k->ctx = ctx;
+    k->kind = kind;
+    k->lanes = lanes;
     gyre_c11_idle_set(idle, park, park_ctx);
-    gyre_k8_telemetry(&k->r, GYRE_STATE_ACTIVE);
-    return GYRE_ERR_NONE;
-}
-
-/** K4..K8 for the batch of `n` requests from k->r.tail (clock reading t0 before it).
- *  Returns 0, or 1 when a handler panicked and the kernel faulted. */
-static uint32_t gyre_c11_answer(gyre_c11_kernel *k, uint32_t n, uint32_t bad_seq, uint64_t t0) {
-    gyre_ring *r = &k->r;
-    const uint64_t first = r->tail;
-    uint32_t i;
-    for (i = 0u; i < n; i++) {
-        const uint64_t idx = first + i;
-        gyre_slot_meta m;
-        if (gyre_k4_check(r, idx, bad_seq, &m)) {
-            const unsigned char *req =
-                gyre_slot_at(r->region, GYRE_RINGS_OFFSET, r->mask, r->slot_size, idx) +
-                GYRE_SLOT_HEADER_SIZE;
-            unsigned char *reply = gyre_slot_at(r->region, r->reply_off, r->mask, r->slot_size, idx) +
-                                   GYRE_SLOT_HEADER_SIZE;
-            uint32_t reply_len = 0u;
-            uint32_t panicked = 0u;
-            const uint32_t status = k->handler(k->ctx, m.msg_type, req, m.len, reply, r->payload,
-                                               &reply_len, &panicked);
-            if (panicked != 0u) {
-                m.status = GYRE_ERR_HANDLER_PANIC;
-                m.len = 0u;
-                gyre_k6_stamp_reply(r, idx, &m);
-                gyre_ring_fault_batch(r, i + 1u, GYRE_ERR_HANDLER_PANIC);
-                return 1u;
-            }
-            gyre_k5_result(r, &m, status, reply_len);
-        }
-        gyre_k6_stamp_reply(r, idx, &m);
+    if (!gyre_block_start(region, 0, telemetry, lanes, &k->sh, &k->r)) {
+        return GYRE_LOAD_ACQUIRE_U32(&gyre_control(region)->error_code);
     }
-    gyre_ring_batch_done(r, n, t0);
-    return 0u;
+    return GYRE_ERR_NONE;
 }
 
 /** Runs the loop until the kernel stops (terminated, faulted). */
 void gyre_c11_run(gyre_c11_kernel *k) {
     for (;;) {
-        uint32_t bad_seq = 0u;
-        const uint32_t n = gyre_ring_next(&k->r, &bad_seq);
-        if (n == 0u) {
+        if (gyre_block_poll(&k->sh, &k->r, 1u) == GYRE_POLL_STOPPED) {
             return;
         }
-        if (gyre_c11_answer(k, n, bad_seq, GYRE_NOW_NS()) != 0u) {
+        if (gyre_block_answer(k->r.region, &k->sh, &k->r) != 0u) {
             return;
         }
     }
@@ -119,20 +151,19 @@ void gyre_c11_run(gyre_c11_kernel *k) {
  *  then at most one batch. Returns the requests answered (0: none, or paused), or -1 once
  *  the kernel has stopped. Never idles. */
 int64_t gyre_c11_step(gyre_c11_kernel *k) {
-    uint32_t bad_seq = 0u;
     uint32_t n;
     if (GYRE_STATE_IS_FINAL(k->r.state)) {
         return -1;
     }
     k->r.slow_next = 1u;
-    n = gyre_ring_poll(&k->r, &bad_seq);
+    n = gyre_block_poll(&k->sh, &k->r, 0u);
     if (n == GYRE_POLL_STOPPED) {
         return -1;
     }
     if (n == 0u) {
         return 0;
     }
-    if (gyre_c11_answer(k, n, bad_seq, GYRE_NOW_NS()) != 0u) {
+    if (gyre_block_answer(k->r.region, &k->sh, &k->r) != 0u) {
         return -1;
     }
     return (int64_t)n;

@@ -88,6 +88,15 @@ cargo test --workspace
 echo "==> cargo test -p gyre --features metrics"
 cargo test -p gyre --features metrics
 
+# The built-in kernels' device code (cuda/handlers/*.h) over emulated lanes on the CPU
+# backend: every multi-lane path of the handlers (strides that do not divide the payload,
+# block-shared words, barriers between phases) runs here, where no GPU is (PoCL runs one
+# work-item, docs/opencl.md). crates/gyre-cpu/tests/builtins.rs covers 1, 7, 32 and 256.
+for lanes in 32 7; do
+  echo "==> conformance on the CPU backend, GYRE_CPU_LANES=$lanes"
+  GYRE_CPU_LANES=$lanes cargo test -p gyre --test conformance_cpu
+done
+
 # The same NVRTC compile tests against CUDA 13.0, found the way a machine with a CUDA 13
 # toolkit offers it: CUDA_HOME with lib64/libnvrtc.so.13 and bin/ptxas, nothing else.
 echo "==> NVRTC 13 compile tests (CUDA_HOME = a CUDA 13 toolkit layout)"

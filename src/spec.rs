@@ -293,9 +293,11 @@ impl<Req: Pod, Resp: Pod> KernelSpec<Req, Resp> {
     /// The handler's CUDA C++ source, for the CUDA backend: it defines
     /// `__device__ unsigned int gyre_handler(unsigned int msg_type, const unsigned char *req,
     /// unsigned int req_len, unsigned char *reply, unsigned int reply_cap,
-    /// unsigned int *reply_len, unsigned int lane, unsigned int lanes)` (`docs/cuda.md`),
-    /// is compiled into the ring kernel by NVRTC for the device's architecture and cached
-    /// by source hash, architecture and NVRTC version; a compile error fails the launch
+    /// unsigned int *reply_len, unsigned int lane, unsigned int lanes)`, or a phase
+    /// function over `gyre/handler.h` named by `#define GYRE_HANDLER_PHASE` (both in
+    /// `docs/cuda.md`; the port and handler headers are included before it), is compiled
+    /// into the ring kernel by NVRTC for the device's architecture and cached by source
+    /// hash, architecture and NVRTC version; a compile error fails the launch
     /// with NVRTC's log. The CPU backend keeps running this spec's Rust handler, so give
     /// both the same meaning. `name` labels compiler messages.
     ///

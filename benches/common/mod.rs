@@ -152,7 +152,7 @@ pub fn opencl_backend() -> Option<gyre::Backend> {
     None
 }
 
-/// The gyre kernel of the OpenCL rows: the built-in echo (OpenCL C, `cuda/handlers/echo.cl`)
+/// The gyre kernel of the OpenCL rows: the built-in echo (`cuda/handlers/echo.h` built as OpenCL C)
 /// on [`opencl_backend`], capacity [`CAPACITY`], the host busy-spinning. Its persistent
 /// work-group runs on a PoCL worker thread, which the bench cannot pin (PoCL places it).
 pub fn launch_gyre_opencl() -> Kernel<Msg, Msg> {

@@ -1,7 +1,8 @@
-//! Builds the CPU backend's ring kernel: `cuda/ring_kernel_c11.c`, the device loop of
-//! `cuda/include/gyre/ring.h` over the C11 port (`port_c11.h`), compiled with the host's
-//! C compiler. Under ThreadSanitizer (`-Zsanitizer=thread` in the Rust flags) the C object
-//! is instrumented too, so TSan sees the kernel's side of every shared access.
+//! Builds the CPU backend's ring kernel: `cuda/ring_kernel_c11.c`, the block loop of
+//! `cuda/include/gyre/block.h` (and `ring.h`) over the C11 port (`port_c11.h`) with the
+//! built-in handlers of `cuda/handlers/`, compiled with the host's C compiler. Under
+//! ThreadSanitizer (`-Zsanitizer=thread` in the Rust flags) the C object is instrumented
+//! too, so TSan sees the kernel's side of every shared access.
 
 use std::path::PathBuf;
 
@@ -15,6 +16,11 @@ fn main() {
         "include/gyre/ring.h",
         "include/gyre/port_c11.h",
         "include/gyre/abi.h",
+        "include/gyre/handler.h",
+        "include/gyre/block.h",
+        "handlers/echo.h",
+        "handlers/vec_scale.h",
+        "handlers/reduce_sum.h",
     ] {
         println!("cargo:rerun-if-changed={}", cuda.join(f).display());
     }

@@ -11,6 +11,12 @@ use gyre_core::doorbell::Doorbell;
 use gyre_core::region::RingId;
 use gyre_core::{Handler, IdleStrategy, SharedRegion};
 
+/// `gyre_c11_start`'s kind of the host's handler (1..=3 are the built-in kernel ids).
+pub(crate) const KIND_HOST: u32 = 0;
+
+/// The most lanes a CPU kernel emulates (`GYRE_MAX_LANES` of `port_c11.h`).
+pub(crate) const MAX_LANES: u32 = 256;
+
 /// `gyre_c11_kernel` (opaque: made and freed by C).
 #[repr(C)]
 pub(crate) struct RawKernel {
@@ -87,8 +93,10 @@ extern "C" {
     pub(crate) fn gyre_c11_start(
         k: *mut RawKernel,
         region: *mut u8,
-        handler: HandlerFn,
+        kind: u32,
+        handler: Option<HandlerFn>,
         ctx: *mut c_void,
+        lanes: u32,
         idle: *const IdleCfg,
         park: Option<ParkFn>,
         park_ctx: *mut c_void,

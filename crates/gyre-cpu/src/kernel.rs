@@ -1,65 +1,158 @@
-//! The device loop on a host thread: `cuda/include/gyre/ring.h` (K0..K9 of
-//! `docs/protocol.md`), the same code the CUDA and OpenCL kernels run, compiled over the
-//! C11 port (`cuda/ring_kernel_c11.c`), with a Rust [`Handler`] called through the
-//! trampoline of [`crate::ffi`].
+//! The device loop on a host thread: the block loop of `cuda/include/gyre/block.h` (K0..K9
+//! of `docs/protocol.md`), the same code the CUDA and OpenCL kernels run, compiled over the
+//! C11 port (`cuda/ring_kernel_c11.c`), answering with a Rust [`Handler`] (called through
+//! the trampoline of [`crate::ffi`]) or with a built-in kernel's device code
+//! (`cuda/handlers/*.h`) over emulated lanes.
 
-use core::sync::atomic::Ordering::Acquire;
+use core::sync::atomic::Ordering::{Acquire, Release};
 use std::ffi::c_void;
 
 use gyre_abi::{error, state};
 use gyre_core::doorbell::Doorbell;
+use gyre_core::kernels::ids;
 use gyre_core::{Handler, IdleStrategy, SharedRegion};
 
 use crate::ffi::{self, HandlerCtx, ParkCtx, RawKernel};
+
+/// What answers a CPU kernel's requests.
+///
+/// # Examples
+///
+/// ```
+/// use gyre_cpu::CpuHandler;
+/// use gyre_core::kernels::{self, ids};
+///
+/// let host = CpuHandler::Host(&kernels::echo);
+/// let device_code = CpuHandler::Builtin { id: ids::ECHO, lanes: 32 };
+/// assert!(device_code.validate().is_ok());
+/// assert!(CpuHandler::Builtin { id: 99, lanes: 1 }.validate().is_err());
+/// # let _ = host;
+/// ```
+#[derive(Clone, Copy)]
+pub enum CpuHandler<'a> {
+    /// A Rust handler, called once per request on the kernel's thread (a panic is caught
+    /// and faults the kernel with [`error::HANDLER_PANIC`]).
+    Host(&'a dyn Handler),
+    /// Built-in kernel `id` (`gyre_core::kernels::ids`): the device code of
+    /// `cuda/handlers/*.h`, the very source the CUDA and OpenCL kernels are built with,
+    /// run over `lanes` lanes emulated on the kernel's thread (1..=256: each phase of the
+    /// handler runs for lane 0, 1, ... in turn).
+    Builtin {
+        /// The kernel id: [`ids::ECHO`], [`ids::VEC_SCALE`] or [`ids::REDUCE_SUM`].
+        id: u32,
+        /// Emulated lanes, 1..=256.
+        lanes: u32,
+    },
+}
+
+impl core::fmt::Debug for CpuHandler<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            CpuHandler::Host(_) => f.write_str("Host(..)"),
+            CpuHandler::Builtin { id, lanes } => f
+                .debug_struct("Builtin")
+                .field("id", id)
+                .field("lanes", lanes)
+                .finish(),
+        }
+    }
+}
+
+impl CpuHandler<'_> {
+    /// The most lanes a built-in runs over.
+    pub const MAX_LANES: u32 = ffi::MAX_LANES;
+
+    /// Checks a built-in's id and lanes.
+    ///
+    /// # Errors
+    ///
+    /// A message naming the bad value: an id that is not a built-in kernel, or lanes
+    /// outside 1..=[`CpuHandler::MAX_LANES`].
+    pub fn validate(&self) -> Result<(), String> {
+        match *self {
+            CpuHandler::Host(_) => Ok(()),
+            CpuHandler::Builtin { id, lanes } => {
+                if !matches!(id, ids::ECHO | ids::VEC_SCALE | ids::REDUCE_SUM) {
+                    return Err(format!("{id} is not a built-in kernel id"));
+                }
+                if lanes == 0 || lanes > Self::MAX_LANES {
+                    return Err(format!(
+                        "{lanes} lanes (a CPU kernel emulates 1..={})",
+                        Self::MAX_LANES
+                    ));
+                }
+                Ok(())
+            }
+        }
+    }
+}
 
 /// A C kernel and the contexts it points to; freed on drop.
 struct CKernel<'a> {
     raw: *mut RawKernel,
     /// Boxed so that the pointers the C loop holds stay put when `CKernel` moves.
-    ctx: Box<HandlerCtx<'a>>,
+    ctx: Option<Box<HandlerCtx<'a>>>,
     park: Option<Box<ParkCtx<'a>>>,
+}
+
+/// Faults the kernel of `region` with `code` from the host side (the kernel could not be
+/// made): error code, then state, as the kernel itself would.
+fn fault(region: &SharedRegion, code: u32) {
+    let cb = region.control();
+    cb.error_code.store(code, Release);
+    cb.state.store(state::FAULTED, Release);
 }
 
 impl<'a> CKernel<'a> {
     /// K0 (and the first K8) over `region`. `None` when the kernel faulted there (the
-    /// control block says why) or the allocation failed (faulted too). With a doorbell
-    /// (registered by the calling thread), the back-off parks on it.
+    /// control block says why: a bad control block, or [`error::HANDLER_REJECTED`] for a
+    /// built-in that does not validate) or the allocation failed (faulted with
+    /// [`error::HANDLER_PANIC`]). With a doorbell (registered by the calling thread), the
+    /// back-off parks on it.
     fn start(
         region: &'a SharedRegion,
-        handler: &'a dyn Handler,
+        handler: CpuHandler<'a>,
         idle: IdleStrategy,
         telemetry: bool,
         doorbell: Option<&'a Doorbell>,
     ) -> Option<Self> {
+        if let Err(why) = handler.validate() {
+            tracing::warn!(%why, "CPU kernel handler rejected");
+            fault(region, error::HANDLER_REJECTED);
+            return None;
+        }
         // SAFETY: allocates and zeroes a kernel; NULL only when out of memory.
         let raw = unsafe { ffi::gyre_c11_kernel_new() };
         if raw.is_null() {
-            let cb = region.control();
-            cb.error_code
-                .store(error::HANDLER_PANIC, core::sync::atomic::Ordering::Release);
-            cb.state
-                .store(state::FAULTED, core::sync::atomic::Ordering::Release);
+            fault(region, error::HANDLER_PANIC);
             return None;
         }
         let idle = ffi::IdleCfg::from(idle);
+        let (kind, lanes, host) = match handler {
+            CpuHandler::Host(h) => (ffi::KIND_HOST, 1, Some(h)),
+            CpuHandler::Builtin { id, lanes } => (id, lanes, None),
+        };
         let k = Self {
             raw,
-            ctx: Box::new(HandlerCtx { handler }),
+            ctx: host.map(|handler| Box::new(HandlerCtx { handler })),
             park: doorbell.map(|doorbell| Box::new(ParkCtx { region, doorbell })),
         };
-        let ctx: *const HandlerCtx<'a> = &*k.ctx;
+        let ctx: *const HandlerCtx<'a> = k.ctx.as_deref().map_or(std::ptr::null(), |c| c);
         let park_ctx: *const ParkCtx<'a> = k.park.as_deref().map_or(std::ptr::null(), |p| p);
         // SAFETY: `raw` is a fresh kernel; the region is a live, initialised shared region
         // of `SharedRegion::bytes_for` bytes that outlives the kernel (`'a`), accessed by
         // the host only through atomics and the protocol; `ctx` and `park_ctx` point to
-        // the boxed contexts, which live in `k` as long as the kernel (the park is given
-        // only with a context).
+        // the boxed contexts, which live in `k` as long as the kernel (the trampoline is
+        // given only with a handler context, the park only with a park context); kind
+        // and lanes were validated above.
         let code = unsafe {
             ffi::gyre_c11_start(
                 k.raw,
                 region.base().as_ptr(),
-                ffi::trampoline,
+                kind,
+                k.ctx.is_some().then_some(ffi::trampoline as ffi::HandlerFn),
                 ctx.cast_mut().cast::<c_void>(),
+                lanes,
                 &idle,
                 k.park.is_some().then_some(ffi::park as ffi::ParkFn),
                 park_ctx.cast_mut().cast::<c_void>(),
@@ -77,8 +170,8 @@ impl Drop for CKernel<'_> {
     }
 }
 
-/// Runs the ring-kernel loop over `region` until it terminates or faults. With
-/// `telemetry` false, K8 is skipped except on state changes (see
+/// Runs the ring-kernel loop over `region` with a Rust handler until it terminates or
+/// faults. With `telemetry` false, K8 is skipped except on state changes (see
 /// `gyre_core::LaunchSpec::telemetry`). The idle back-off sleeps in its last phase
 /// (nothing wakes it early): see [`kernel_loop_with_doorbell`].
 ///
@@ -90,16 +183,17 @@ pub fn kernel_loop(
     idle: IdleStrategy,
     telemetry: bool,
 ) {
-    kernel_loop_with_doorbell(region, handler, idle, telemetry, None);
+    kernel_loop_with_doorbell(region, CpuHandler::Host(handler), idle, telemetry, None);
 }
 
-/// [`kernel_loop`] whose idle back-off parks on `doorbell` in its last phase: the calling
-/// thread registers with it, and the host rings it when it publishes a request or a
-/// command (see `gyre_core::doorbell`), so an idle kernel parks long and still answers at
-/// once.
+/// [`kernel_loop`] with any [`CpuHandler`], whose idle back-off parks on `doorbell` in its
+/// last phase: the calling thread registers with it, and the host rings it when it
+/// publishes a request or a command (see `gyre_core::doorbell`), so an idle kernel parks
+/// long and still answers at once. A built-in that does not validate faults the kernel
+/// with [`error::HANDLER_REJECTED`] at once.
 pub fn kernel_loop_with_doorbell(
     region: &SharedRegion,
-    handler: &dyn Handler,
+    handler: CpuHandler<'_>,
     idle: IdleStrategy,
     telemetry: bool,
     doorbell: Option<&Doorbell>,
@@ -133,9 +227,16 @@ pub struct Stepper<'a> {
 }
 
 impl<'a> Stepper<'a> {
-    /// Runs step K0 (validation). `None` if the kernel faulted there (see the control
-    /// block's error code).
+    /// Runs step K0 (validation) with a Rust handler. `None` if the kernel faulted there
+    /// (see the control block's error code).
     pub fn new(region: &'a SharedRegion, handler: &'a dyn Handler) -> Option<Self> {
+        Self::with(region, CpuHandler::Host(handler))
+    }
+
+    /// Runs step K0 with any [`CpuHandler`]. `None` if the kernel faulted there (see the
+    /// control block's error code: [`error::HANDLER_REJECTED`] for a built-in that does
+    /// not validate).
+    pub fn with(region: &'a SharedRegion, handler: CpuHandler<'a>) -> Option<Self> {
         CKernel::start(region, handler, IdleStrategy::BusySpin, true, None).map(|k| Self { k })
     }
 

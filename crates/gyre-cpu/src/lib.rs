@@ -3,8 +3,10 @@
 //! [`CpuBackend`] runs [`kernel_loop`]: the device loop of `cuda/include/gyre/ring.h`, the
 //! very code the CUDA and OpenCL kernels run, compiled over the C11 port
 //! (`cuda/include/gyre/port_c11.h`, `cuda/ring_kernel_c11.c`, built by `build.rs`), on a
-//! host thread, over the same shared-memory ABI, with Rust closures as handlers (called
-//! through one `extern "C"` trampoline that catches panics). It is the embedded default
+//! host thread, over the same shared-memory ABI. The built-in kernels run their device
+//! code (`cuda/handlers/*.h`, over lanes emulated on the thread: [`CpuBackend::with_lanes`]);
+//! any other kernel's handler is a Rust closure (called through one `extern "C"`
+//! trampoline that catches panics). It is the embedded default
 //! (no GPU needed) and the test bed of the protocol: every strategy and conformance test
 //! runs on it.
 //!
@@ -53,19 +55,89 @@ use gyre_core::ring::Geometry;
 use gyre_core::{Backend, Error, KernelInstance, LaunchSpec, Result, SharedRegion};
 use std::sync::Mutex;
 
-pub use kernel::{kernel_loop, kernel_loop_with_doorbell, Stepper};
+pub use kernel::{kernel_loop, kernel_loop_with_doorbell, CpuHandler, Stepper};
+
+/// The environment variable that sets the lanes of [`CpuBackend::new`]'s built-in
+/// kernels (1..=256; default 1).
+pub const LANES_ENV: &str = "GYRE_CPU_LANES";
 
 /// The CPU backend. Always available.
+///
+/// A built-in kernel (`LaunchSpec::builtin`) runs its device code (`cuda/handlers/*.h`,
+/// the source the CUDA and OpenCL kernels are built with) over emulated lanes; any other
+/// kernel runs its Rust handler.
 #[derive(Debug, Default, Clone)]
 pub struct CpuBackend {
-    _priv: (),
+    /// The built-ins' lanes; `None`: [`LANES_ENV`], or 1.
+    lanes: Option<u32>,
 }
 
 impl CpuBackend {
-    /// The CPU backend.
+    /// The CPU backend. Built-in kernels run over the lanes [`LANES_ENV`] names, or one.
     pub fn new() -> Self {
         Self::default()
     }
+
+    /// The CPU backend with built-in kernels run over `lanes` emulated lanes (1..=256):
+    /// every multi-lane path of the device handlers (strides, block-shared words,
+    /// barriers between phases) then runs on the CPU. One lane is the fastest.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] when `lanes` is outside 1..=256.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let backend = gyre_cpu::CpuBackend::with_lanes(32)?;
+    /// assert_eq!(backend.lanes()?, 32);
+    /// assert!(gyre_cpu::CpuBackend::with_lanes(0).is_err());
+    /// # Ok::<(), gyre_core::Error>(())
+    /// ```
+    pub fn with_lanes(lanes: u32) -> Result<Self> {
+        check_lanes(lanes, "CpuBackend::with_lanes")?;
+        Ok(Self { lanes: Some(lanes) })
+    }
+
+    /// The lanes built-in kernels run over.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] when [`LANES_ENV`] is set (and no lanes were given) but is not a
+    /// number in 1..=256.
+    pub fn lanes(&self) -> Result<u32> {
+        if let Some(l) = self.lanes {
+            return Ok(l);
+        }
+        match std::env::var(LANES_ENV) {
+            Err(_) => Ok(1),
+            Ok(v) => {
+                let lanes = v
+                    .trim()
+                    .parse::<u32>()
+                    .map_err(|_| Error::InvalidArgument {
+                        name: LANES_ENV,
+                        value: format!("{v:?}"),
+                        reason: LANES_REASON,
+                    })?;
+                check_lanes(lanes, LANES_ENV)?;
+                Ok(lanes)
+            }
+        }
+    }
+}
+
+const LANES_REASON: &str = "a CPU kernel emulates 1..=256 lanes";
+
+fn check_lanes(lanes: u32, what: &'static str) -> Result<()> {
+    if lanes == 0 || lanes > CpuHandler::MAX_LANES {
+        return Err(Error::InvalidArgument {
+            name: what,
+            value: lanes.to_string(),
+            reason: LANES_REASON,
+        });
+    }
+    Ok(())
 }
 
 impl Backend for CpuBackend {
@@ -80,6 +152,10 @@ impl Backend for CpuBackend {
     ) -> Result<Box<dyn KernelInstance>> {
         spec.idle.validate()?;
         let handler = spec.handler.clone();
+        let lanes = self.lanes()?;
+        let builtin = spec
+            .builtin
+            .filter(|id| CpuHandler::Builtin { id: *id, lanes }.validate().is_ok());
         let idle = spec.idle;
         let telemetry = spec.telemetry;
         let name = spec.name.clone();
@@ -89,8 +165,12 @@ impl Backend for CpuBackend {
             .name(format!("gyre-cpu-{}", spec.name))
             .spawn(move || {
                 let _span = tracing::info_span!("gyre_cpu_kernel", kernel = %name).entered();
-                tracing::info!("ring kernel started");
-                kernel_loop_with_doorbell(&region, &*handler, idle, telemetry, Some(&bell));
+                let h = match builtin {
+                    Some(id) => CpuHandler::Builtin { id, lanes },
+                    None => CpuHandler::Host(&*handler),
+                };
+                tracing::info!(handler = ?h, "ring kernel started");
+                kernel_loop_with_doorbell(&region, h, idle, telemetry, Some(&bell));
                 let (s, c) = {
                     let cb = region.control();
                     (

@@ -2,7 +2,7 @@
 //!
 //! The device side is CUDA C++ in the repository's `cuda/` directory: the persistent loop
 //! `cuda/ring_kernel.cu` over the language-neutral ring logic `cuda/include/gyre/ring.h`
-//! (with its CUDA port `port_cuda.h`) and the built-in handlers `cuda/handlers/*.cuh`,
+//! (with its CUDA port `port_cuda.h`) and the built-in handlers `cuda/handlers/*.h`,
 //! all embedded in this crate ([`source`]). This crate compiles them with NVRTC at run time
 //! ([`nvrtc`]), so it builds, and its tests pass, on machines without CUDA: where NVRTC or
 //! the driver is missing every entry point returns a typed [`Error`] instead of panicking.

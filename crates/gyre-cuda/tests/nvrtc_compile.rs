@@ -275,7 +275,7 @@ fn one_job(env: &Env, h: Handler<'static>, arch: u32) -> Result<(Vec<Resources>,
         "{}_sm{arch}",
         h.name()
             .trim_start_matches("handlers/")
-            .trim_end_matches(".cuh")
+            .trim_end_matches(".h")
     );
     let out = ptxas(&env.ptxas, text, arch, &stem)?;
     Ok((parse_ptxas(&out), ptx.log))
@@ -409,6 +409,41 @@ __device__ unsigned int gyre_handler(unsigned int msg_type, const unsigned char 
     let ptx = env
         .nvrtc
         .compile_ring_kernel(&user, &opts)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(ptx
+        .ptx()
+        .unwrap()
+        .contains(&format!(".entry {RING_KERNEL_ENTRY}(")));
+
+    // A user's phase function (gyre/handler.h), two phases and block-shared words: the
+    // port and handler headers come before the user's source.
+    let phased = Handler::Custom {
+        name: "count_zeros.cu",
+        source: r#"
+static __device__ uint32_t count_zeros(uint32_t phase, const gyre_hcall *c, gyre_hlane *l,
+                                       gyre_hblock *b) {
+    if (phase == 0u) {
+        uint32_t n = 0u;
+        for (uint32_t i = c->lane; i < c->req_len; i += c->lanes) n += c->req[i] == 0u;
+        b->words[c->lane] = n;
+        (void)l;
+        return 1u;
+    }
+    if (c->lane == 0u) {
+        uint32_t n = 0u;
+        for (uint32_t i = 0u; i < c->lanes; ++i) n += b->words[i];
+        ((uint32_t *)c->reply)[0] = n;
+        b->status = GYRE_ERR_NONE;
+        b->reply_len = 4u;
+    }
+    return GYRE_PHASE_DONE;
+}
+#define GYRE_HANDLER_PHASE count_zeros
+"#,
+    };
+    let ptx = env
+        .nvrtc
+        .compile_ring_kernel(&phased, &opts)
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(ptx
         .ptx()

@@ -1,7 +1,7 @@
 /*
  * gyre/port_c11.h -- the C11 port of the device-side ring logic (gyre/ring.h), for the
  * CPU backend: the loop runs on a host thread (crates/gyre-cpu), built with the `cc`
- * crate. Include it BEFORE gyre/ring.h (cuda/ring_kernel_c11.c does).
+ * crate. Include it BEFORE gyre/handler.h and gyre/ring.h (cuda/ring_kernel_c11.c does).
  *
  *   GYRE_LOAD_ACQUIRE_U32/U64(p)      atomic_load_explicit(memory_order_acquire)
  *   GYRE_LOAD_RELAXED_U32/U64(p)      atomic_load_explicit(memory_order_relaxed)
@@ -14,6 +14,8 @@
  *   GYRE_IDLE_RESET()                 work was found: the back-off starts over
  *   GYRE_NOW_NS()                     CLOCK_MONOTONIC in nanoseconds
  *   GYRE_DEVICE_FN, GYRE_GLOBAL       empty
+ *   GYRE_SHARED, GYRE_BARRIER(), ...  the block, emulated: every lane of a phase in turn on
+ *                                     this thread (see gyre/handler.h and below)
  *
  * The ABI fields are plain uint32_t / uint64_t (abi.h), shared with the host's Rust
  * atomics; they are accessed here through `_Atomic` views of the same objects (same size,
@@ -28,6 +30,7 @@
 
 #include <stdatomic.h>
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 #include <sched.h>
 
@@ -168,5 +171,44 @@ static inline void gyre_c11_idle_reset(void) {
 #define GYRE_IDLE_PAUSE(r) gyre_c11_pause((r)->tail, (r)->last_cmd)
 #define GYRE_PAUSE_PARKED() gyre_c11_idle_state.parked
 #define GYRE_IDLE_RESET() gyre_c11_idle_reset()
+
+/* ---- the block, emulated (gyre/handler.h, the block loop of gyre/ring.h) ------------ */
+/* One host thread runs every lane: each barrier-delimited phase runs for lane 0, 1, ... in
+ * turn (as CPU OpenCL implementations do), so a barrier is nothing and block-shared
+ * variables are ordinary memory. */
+
+#ifndef GYRE_MAX_LANES
+#define GYRE_MAX_LANES 256
+#endif
+
+#define GYRE_SHARED
+#define GYRE_BARRIER() ((void)0)
+#define GYRE_LANE0_BEGIN {
+#define GYRE_LANE0_END }
+#define GYRE_EACH_LANE_BEGIN(lane, lanes)                                                      \
+    {                                                                                          \
+        uint32_t lane;                                                                         \
+        for (lane = 0u; lane < (lanes); ++lane) {
+#define GYRE_EACH_LANE_END                                                                     \
+    }                                                                                          \
+    }
+#define GYRE_LANE_STATE_DECL gyre_hlane gyre_lane_states_[GYRE_MAX_LANES]
+#define GYRE_LANE_STATE(lane) (&gyre_lane_states_[(lane)])
+
+static inline float gyre_c11_as_float(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+static inline uint32_t gyre_c11_as_uint(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+#define GYRE_AS_FLOAT(u) gyre_c11_as_float(u)
+#define GYRE_AS_UINT(f) gyre_c11_as_uint(f)
+/* One multiply (ISO C mode, -std=c11: GCC and Clang do not contract across statements or
+ * here, a lone product). */
+#define GYRE_FMUL(a, b) ((a) * (b))
 
 #endif /* GYRE_PORT_C11_H */

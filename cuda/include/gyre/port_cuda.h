@@ -23,6 +23,7 @@
  *   GYRE_DEVICE_FN                    __device__ __attribute__((always_inline)); ring.h adds
  *                                     `static inline` itself
  *   GYRE_GLOBAL                       address space of shared-region pointers: empty
+ *   GYRE_SHARED, GYRE_BARRIER(), ...  the block: see gyre/handler.h (a thread per lane)
  *
  * The pointers are generic addresses (mapped pinned host memory, device memory or
  * registered host memory); the PTX uses generic addressing, which is valid for all three.
@@ -107,5 +108,27 @@ __device__ __forceinline__ uint64_t gyre_cuda_now_ns(void) {
     return t;
 }
 #define GYRE_NOW_NS() gyre_cuda_now_ns()
+
+/* ---- the block (gyre/handler.h, the block loop of gyre/ring.h) --------------------- */
+
+/** Largest block the kernel is compiled for (__launch_bounds__(GYRE_MAX_LANES, 1)): one
+ *  resident block per SM is all a persistent ring kernel needs, so ptxas may spend up to
+ *  255 registers per thread instead of spilling to reach an occupancy nobody uses. The
+ *  backend launches 128 lanes. Overridable with -DGYRE_MAX_LANES=... */
+#ifndef GYRE_MAX_LANES
+#define GYRE_MAX_LANES 128
+#endif
+#define GYRE_SHARED
+#define GYRE_BARRIER() __syncthreads()
+#define GYRE_LANE0_BEGIN if (threadIdx.x == 0u) {
+#define GYRE_LANE0_END }
+#define GYRE_EACH_LANE_BEGIN(lane, lanes) {                                                           \
+        const uint32_t lane = (uint32_t)threadIdx.x;
+#define GYRE_EACH_LANE_END }
+#define GYRE_LANE_STATE_DECL gyre_hlane gyre_lane_state_
+#define GYRE_LANE_STATE(lane) (&gyre_lane_state_)
+#define GYRE_AS_FLOAT(u) __uint_as_float(u)
+#define GYRE_AS_UINT(f) __float_as_uint(f)
+#define GYRE_FMUL(a, b) __fmul_rn((a), (b))
 
 #endif /* GYRE_PORT_CUDA_H */

@@ -136,4 +136,24 @@ static inline GYRE_DEVICE_FN uint64_t gyre_cl_now_ns(void) {
 }
 #define GYRE_NOW_NS() gyre_cl_now_ns()
 
+/* ---- the work-group (gyre/handler.h, the block loop of gyre/ring.h) ----------------- */
+
+/** Largest work-group the loop supports (the size of the handler's block words). */
+#ifndef GYRE_MAX_LANES
+#define GYRE_MAX_LANES 256
+#endif
+#define GYRE_SHARED __local
+#define GYRE_BARRIER() barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE)
+#define GYRE_LANE0_BEGIN if (get_local_id(0) == 0u) {
+#define GYRE_LANE0_END }
+#define GYRE_EACH_LANE_BEGIN(lane, lanes) {                                                           \
+        const uint32_t lane = (uint32_t)get_local_id(0);
+#define GYRE_EACH_LANE_END }
+#define GYRE_LANE_STATE_DECL gyre_hlane gyre_lane_state_
+#define GYRE_LANE_STATE(lane) (&gyre_lane_state_)
+#define GYRE_AS_FLOAT(u) as_float(u)
+#define GYRE_AS_UINT(f) as_uint(f)
+/* One multiply: OpenCL C contracts a * b + c only where it sees both (never here). */
+#define GYRE_FMUL(a, b) ((a) * (b))
+
 #endif /* GYRE_PORT_OPENCL_H */

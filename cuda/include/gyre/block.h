@@ -1,0 +1,191 @@
+/*
+ * gyre/block.h -- the block loop: the poller of gyre/ring.h (K0..K9 on lane 0) and the
+ * handler (K5 on every lane) in one block, written once for every backend over the port
+ * macros (gyre/handler.h lists the block's). Every backend's kernel is this loop and a
+ * thin entry point: cuda/ring_kernel.cu (a CUDA block), cuda/ring_kernel.cl (an OpenCL
+ * work-group), cuda/ring_kernel_c11.c (lanes emulated on one host thread).
+ *
+ * Include it after a port header, gyre/handler.h and the handler, which names its phase
+ * function with GYRE_HANDLER_PHASE.
+ */
+#ifndef GYRE_BLOCK_H
+#define GYRE_BLOCK_H
+
+#include "ring.h"
+
+/* Per batch:
+ *   lane 0: gyre_ring_next (K1, K9, K2, K3) -> n, first index -> block-shared   barrier
+ *   for each request:  lane 0: K4 -> run?, msg_type, len -> block-shared      barrier
+ *                      all lanes: K5, the handler's phases, a barrier after each
+ *                      lane 0: K5 result, K6 header + system fence + sequence (release)
+ *   lane 0: gyre_ring_batch_done (handler time, K7 publish, K8 telemetry)
+ * Block-shared values are written by lane 0 only between the last barrier their readers
+ * passed and the next one they wait at, so no other synchronisation is needed. The reply
+ * payload written by any lane before the handler's last barrier is ordered before lane 0's
+ * fence and release (the barrier synchronises the block; release is cumulative). */
+#ifndef GYRE_HANDLER_PHASE
+#error "no handler: define GYRE_HANDLER_PHASE (a phase function, gyre/handler.h) before gyre/block.h"
+#endif
+
+#include "handler.h"
+
+/** What lane 0 broadcasts to the block, and the handler's block-shared memory. */
+typedef struct gyre_block_shared {
+    uint64_t first;     /* index of the batch's first request */
+    uint64_t mask;      /* capacity - 1 (set at K0, read-only after) */
+    uint64_t reply_off; /* reply ring offset (set at K0) */
+    uint64_t t0;        /* clock reading before the batch */
+    uint32_t ok;        /* K0 passed */
+    uint32_t slot_size;
+    uint32_t n;         /* batch length; 0 = none, GYRE_POLL_STOPPED = stopped */
+    uint32_t bad_seq;   /* K4's protocol-error batch of one */
+    uint32_t run;       /* K4 passed: run the handler on this request */
+    uint32_t msg_type;
+    uint32_t len;       /* request length */
+    uint32_t stopped;   /* the kernel faulted inside a batch (a CPU handler panicked) */
+    uint32_t lanes;     /* the block's lanes (set at K0) */
+    uint32_t pad;
+    gyre_hblock h;
+} gyre_block_shared;
+
+/** K0 on lane 0 (r: lane 0's poller state, `export_tel` the export line or 0,
+ *  `telemetry` 0 for state-change-only K8, `lanes` the block's size, 1..=GYRE_MAX_LANES),
+ *  broadcast to the block. Returns whether the kernel may run (every lane gets the same
+ *  answer). */
+static inline GYRE_DEVICE_FN uint32_t gyre_block_start(GYRE_GLOBAL unsigned char *region,
+                                                      GYRE_GLOBAL gyre_telemetry_buffer *export_tel,
+                                                      uint32_t telemetry, uint32_t lanes,
+                                                      GYRE_SHARED gyre_block_shared *sh,
+                                                      gyre_ring *r) {
+    GYRE_LANE0_BEGIN
+    sh->ok = gyre_k0_validate(r, region) == GYRE_ERR_NONE;
+    sh->stopped = 0u;
+    sh->lanes = lanes;
+    if (sh->ok) {
+        r->export_tel = export_tel;
+        r->telemetry = telemetry != 0u ? 1u : 0u;
+        sh->mask = r->mask;
+        sh->reply_off = r->reply_off;
+        sh->slot_size = r->slot_size;
+        gyre_k8_telemetry(r, GYRE_STATE_ACTIVE);
+    }
+    GYRE_LANE0_END
+    GYRE_BARRIER();
+    return sh->ok;
+}
+
+/** K4..K8 for the batch of sh->n requests from sh->first, on every lane. Returns 0, or 1
+ *  when the kernel faulted in it (a CPU backend's host handler panicked: its request is
+ *  answered HANDLER_PANIC, the ones before it published, the rest left to the host). */
+static inline GYRE_DEVICE_FN uint32_t gyre_block_answer(GYRE_GLOBAL unsigned char *region,
+                                                       GYRE_SHARED gyre_block_shared *sh,
+                                                       gyre_ring *r) {
+    const uint32_t n = sh->n;
+    const uint64_t first = sh->first;
+    const uint64_t mask = sh->mask;
+    const uint32_t slot_size = sh->slot_size;
+    const uint32_t payload = slot_size - GYRE_SLOT_HEADER_SIZE;
+    const uint32_t lanes = sh->lanes;
+    gyre_slot_meta m; /* lane 0's */
+    uint32_t k;
+    GYRE_LANE_STATE_DECL;
+    for (k = 0u; k < n; ++k) {
+        const uint64_t idx = first + k;
+        /* K4: check the slot (lane 0). */
+        GYRE_LANE0_BEGIN
+        sh->run = gyre_k4_check(r, idx, sh->bad_seq, &m); /* bad_seq: n == 1 */
+        sh->msg_type = m.msg_type;
+        sh->len = m.len;
+        sh->h.status = GYRE_ERR_NONE;
+        sh->h.reply_len = 0u;
+        sh->h.panicked = 0u;
+        GYRE_LANE0_END
+        GYRE_BARRIER(); /* K4's verdict */
+        if (sh->run) {
+            /* K5: every lane runs the handler's phases, a barrier after each. */
+            uint32_t phase = 0u;
+            while (phase != GYRE_PHASE_DONE) {
+                uint32_t next = GYRE_PHASE_DONE;
+                GYRE_EACH_LANE_BEGIN(lane, lanes)
+                gyre_hcall c;
+                c.req = gyre_slot_at(region, GYRE_RINGS_OFFSET, mask, slot_size, idx) +
+                        GYRE_SLOT_HEADER_SIZE;
+                c.reply = gyre_slot_at(region, sh->reply_off, mask, slot_size, idx) +
+                          GYRE_SLOT_HEADER_SIZE;
+                c.msg_type = sh->msg_type;
+                c.req_len = sh->len;
+                c.reply_cap = payload;
+                c.lane = lane;
+                c.lanes = lanes;
+                c.pad = 0u;
+                next = GYRE_HANDLER_PHASE(phase, &c, GYRE_LANE_STATE(lane), &sh->h);
+                GYRE_EACH_LANE_END
+                GYRE_BARRIER(); /* the phase's writes, to every lane */
+                phase = next;
+            }
+        }
+        GYRE_LANE0_BEGIN
+        if (sh->run && sh->h.panicked != 0u) {
+            m.status = GYRE_ERR_HANDLER_PANIC;
+            m.len = 0u;
+            gyre_k6_stamp_reply(r, idx, &m);
+            gyre_ring_fault_batch(r, k + 1u, GYRE_ERR_HANDLER_PANIC);
+            sh->stopped = 1u;
+        } else {
+            if (sh->run) {
+                gyre_k5_result(r, &m, sh->h.status, sh->h.reply_len);
+            }
+            /* K6: header, system fence, sequence last (release). */
+            gyre_k6_stamp_reply(r, idx, &m);
+        }
+        GYRE_LANE0_END
+        GYRE_BARRIER(); /* sh->stopped, and the next request's K4 after this K6 */
+        if (sh->stopped) {
+            return 1u;
+        }
+    }
+    /* Handler time, K7 publish (h2k_tail, k2h_head, processed), K8 telemetry. */
+    GYRE_LANE0_BEGIN
+    gyre_ring_batch_done(r, n, sh->t0);
+    GYRE_LANE0_END
+    return 0u;
+}
+
+/** Lane 0 polls once (gyre_ring_poll) and broadcasts: returns the batch length (0: none,
+ *  GYRE_POLL_STOPPED: the kernel stopped), the same on every lane. */
+static inline GYRE_DEVICE_FN uint32_t gyre_block_poll(GYRE_SHARED gyre_block_shared *sh,
+                                                     gyre_ring *r, uint32_t wait) {
+    GYRE_LANE0_BEGIN
+    uint32_t bad = 0u;
+    sh->n = wait ? gyre_ring_next(r, &bad) : gyre_ring_poll(r, &bad);
+    if (wait && sh->n == 0u) {
+        sh->n = GYRE_POLL_STOPPED;
+    }
+    sh->bad_seq = bad;
+    sh->first = r->tail;
+    sh->t0 = GYRE_NOW_NS();
+    GYRE_LANE0_END
+    GYRE_BARRIER(); /* the batch */
+    return sh->n;
+}
+
+/** The kernel: K0, then batches until it stops (terminated, faulted). Every lane runs it. */
+static inline GYRE_DEVICE_FN void gyre_block_run(GYRE_GLOBAL unsigned char *region,
+                                                GYRE_GLOBAL gyre_telemetry_buffer *export_tel,
+                                                uint32_t telemetry, uint32_t lanes,
+                                                GYRE_SHARED gyre_block_shared *sh, gyre_ring *r) {
+    if (!gyre_block_start(region, export_tel, telemetry, lanes, sh, r)) {
+        return; /* FAULTED at K0 (error_code written), no trap */
+    }
+    for (;;) {
+        const uint32_t n = gyre_block_poll(sh, r, 1u);
+        if (n == GYRE_POLL_STOPPED) {
+            return; /* TERMINATED: state and telemetry written by lane 0 */
+        }
+        if (gyre_block_answer(region, sh, r) != 0u) {
+            return; /* FAULTED by a handler panic */
+        }
+    }
+}
+
+#endif /* GYRE_BLOCK_H */
