@@ -62,6 +62,7 @@ typedef struct gyre_c11_kernel {
     void *ctx;
     uint32_t kind;
     uint32_t lanes;
+    uint32_t descending; /* emulate the lanes in descending order (tests) */
 } gyre_c11_kernel;
 
 /** The kernel whose block-shared handler memory is `b` (b == &k->sh.h). */
@@ -135,8 +136,20 @@ uint32_t gyre_c11_start(gyre_c11_kernel *k, unsigned char *region, uint32_t kind
     return GYRE_ERR_NONE;
 }
 
+/** The most lanes a kernel emulates (GYRE_MAX_LANES). */
+uint32_t gyre_c11_max_lanes(void) {
+    return GYRE_MAX_LANES;
+}
+
+/** Emulates the lanes in descending order (`descending` != 0) or ascending (the default):
+ *  the results must not differ (see gyre/port_c11.h). */
+void gyre_c11_set_lane_order(gyre_c11_kernel *k, uint32_t descending) {
+    k->descending = descending != 0u ? 1u : 0u;
+}
+
 /** Runs the loop until the kernel stops (terminated, faulted). */
 void gyre_c11_run(gyre_c11_kernel *k) {
+    gyre_c11_lanes_descending = k->descending;
     for (;;) {
         if (gyre_block_poll(&k->sh, &k->r, 1u) == GYRE_POLL_STOPPED) {
             return;
@@ -155,6 +168,7 @@ int64_t gyre_c11_step(gyre_c11_kernel *k) {
     if (GYRE_STATE_IS_FINAL(k->r.state)) {
         return -1;
     }
+    gyre_c11_lanes_descending = k->descending;
     k->r.slow_next = 1u;
     n = gyre_block_poll(&k->sh, &k->r, 0u);
     if (n == GYRE_POLL_STOPPED) {

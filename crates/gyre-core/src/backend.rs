@@ -15,7 +15,8 @@ use crate::ring::Geometry;
 pub struct LaunchSpec {
     /// Kernel name (for logs, telemetry and thread names).
     pub name: String,
-    /// The request handler (CPU backend) — device backends map a built-in id instead.
+    /// The request handler (the CPU backend's, for a kernel that is not a built-in) —
+    /// every backend runs a built-in's device code (`cuda/handlers/`) instead.
     pub handler: Arc<dyn Handler>,
     /// Built-in kernel id (`crate::kernels::ids`), if the handler is a built-in.
     pub builtin: Option<u32>,

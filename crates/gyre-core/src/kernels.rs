@@ -1,7 +1,8 @@
 //! The built-in kernels, defined once: message layout, semantics and a reference result.
 //!
-//! Every backend implements these (the CPU handlers below; CUDA and OpenCL device code in
-//! `cuda/handlers/`) and the conformance suite checks each against the reference here.
+//! Every backend runs the same device code for these (`cuda/handlers/*.h`: CUDA, OpenCL,
+//! and the CPU backend over emulated lanes); the Rust functions below are the reference
+//! it is checked against (the conformance suite, `crates/gyre-cpu/tests/builtins.rs`).
 //!
 //! | kernel | id | request payload | reply payload |
 //! | --- | --- | --- | --- |

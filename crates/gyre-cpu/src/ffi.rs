@@ -14,7 +14,8 @@ use gyre_core::{Handler, IdleStrategy, SharedRegion};
 /// `gyre_c11_start`'s kind of the host's handler (1..=3 are the built-in kernel ids).
 pub(crate) const KIND_HOST: u32 = 0;
 
-/// The most lanes a CPU kernel emulates (`GYRE_MAX_LANES` of `port_c11.h`).
+/// The most lanes a CPU kernel emulates (`GYRE_MAX_LANES` of `port_c11.h`; a test checks
+/// that they agree).
 pub(crate) const MAX_LANES: u32 = 256;
 
 /// `gyre_c11_kernel` (opaque: made and freed by C).
@@ -103,6 +104,9 @@ extern "C" {
         telemetry: u32,
     ) -> u32;
     pub(crate) fn gyre_c11_run(k: *mut RawKernel);
+    #[cfg(test)]
+    pub(crate) fn gyre_c11_max_lanes() -> u32;
+    pub(crate) fn gyre_c11_set_lane_order(k: *mut RawKernel, descending: u32);
     pub(crate) fn gyre_c11_step(k: *mut RawKernel) -> i64;
     pub(crate) fn gyre_c11_state(k: *const RawKernel) -> u32;
 }

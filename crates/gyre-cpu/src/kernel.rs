@@ -249,9 +249,30 @@ impl<'a> Stepper<'a> {
         u64::try_from(n).ok()
     }
 
+    /// Emulates a built-in's lanes in descending order (`true`) or ascending (the
+    /// default). The answers must not differ: a handler that reads, within one phase, a
+    /// word another lane writes in that phase (a missing barrier: a race where lanes are
+    /// threads) sees the other value in one of the two orders.
+    pub fn set_lanes_descending(&mut self, descending: bool) {
+        // SAFETY: a started kernel; `&mut self` makes this the only caller.
+        unsafe { ffi::gyre_c11_set_lane_order(self.k.raw, u32::from(descending)) };
+    }
+
     /// The state the kernel last wrote.
     pub fn state(&self) -> u32 {
         // SAFETY: a started kernel; reads one field.
         unsafe { ffi::gyre_c11_state(self.k.raw) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn rust_and_c_agree_on_the_most_lanes() {
+        // SAFETY: returns a constant.
+        assert_eq!(
+            unsafe { crate::ffi::gyre_c11_max_lanes() },
+            crate::ffi::MAX_LANES
+        );
     }
 }

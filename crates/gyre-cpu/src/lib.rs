@@ -152,7 +152,12 @@ impl Backend for CpuBackend {
     ) -> Result<Box<dyn KernelInstance>> {
         spec.idle.validate()?;
         let handler = spec.handler.clone();
-        let lanes = self.lanes()?;
+        // Lanes matter to built-ins only: a bad GYRE_CPU_LANES fails those, not others.
+        let lanes = if spec.builtin.is_some() {
+            self.lanes()?
+        } else {
+            1
+        };
         let builtin = spec
             .builtin
             .filter(|id| CpuHandler::Builtin { id: *id, lanes }.validate().is_ok());

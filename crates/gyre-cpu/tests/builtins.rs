@@ -1,6 +1,8 @@
 //! The built-in kernels' device code (`cuda/handlers/*.h`, the source the CUDA and OpenCL
 //! kernels are built with), run by the CPU backend over 1, 7, 32 and 256 emulated lanes,
-//! against the Rust reference of `gyre_core::kernels`: the same status for any request
+//! in ascending and in descending lane order (a read of a word another lane writes in the
+//! same phase, a race where lanes are threads, then differs), against the Rust reference
+//! of `gyre_core::kernels`: the same status for any request
 //! bytes, the same reply (reduce-sum: within the reference's bound for any summation
 //! order, bit for bit with one lane, which sums in index order as the reference does).
 
@@ -23,8 +25,20 @@ const LANES: [u32; 4] = [1, 7, 32, 256];
 /// Answers `reqs` (one batch when they fit the ring) with built-in `id` over `lanes`
 /// lanes: `(status, reply)` per request.
 fn answer(id: u32, lanes: u32, reqs: &[Vec<u8>]) -> Vec<(u32, Vec<u8>)> {
+    let up = answer_in_order(id, lanes, reqs, false);
+    let down = answer_in_order(id, lanes, reqs, true);
+    assert_eq!(
+        up, down,
+        "kernel {id}, {lanes} lanes: the lane order changed the answers"
+    );
+    up
+}
+
+/// [`answer`] with the lanes emulated in ascending or descending order.
+fn answer_in_order(id: u32, lanes: u32, reqs: &[Vec<u8>], descending: bool) -> Vec<(u32, Vec<u8>)> {
     let region = Arc::new(SharedRegion::new_host(Geometry::new(8, SLOT, 8).unwrap(), 0).unwrap());
     let mut k = Stepper::with(&region, CpuHandler::Builtin { id, lanes }).unwrap();
+    k.set_lanes_descending(descending);
     let ch = Channel::new(region.clone(), "builtins");
     let mut out = Vec::new();
     for chunk in reqs.chunks(8) {

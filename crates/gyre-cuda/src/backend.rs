@@ -34,7 +34,7 @@ use crate::source::{ring_kernel_source, Handler, MIN_ARCH, RING_KERNEL_ENTRY};
 use crate::stream::StreamPool;
 use crate::toolchain::Toolchain;
 
-/// Threads in the ring kernel's block (at most `GYRE_MAX_LANES` of `cuda/ring_kernel.cu`, 128).
+/// Threads in the ring kernel's block (at most `GYRE_MAX_LANES` of `gyre/port_cuda.h`, 128).
 pub const LANES: u32 = 128;
 
 /// The ring kernel's resources on a device ([`CudaBackend::ring_kernel_info`]).

@@ -78,7 +78,7 @@ pub enum Error {
     /// The OpenCL compiler rejected the ring kernel: `log` is the build log.
     #[error("building the OpenCL ring kernel with {handler} for {device} failed: {name} (code {code}); options `{options}`; build log:\n{log}")]
     Build {
-        /// The handler's name (`handlers/echo.cl`).
+        /// The handler's name (`handlers/echo.h`).
         handler: String,
         /// The device's name.
         device: String,

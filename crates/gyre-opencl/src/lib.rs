@@ -1,9 +1,10 @@
 //! gyre's OpenCL backend.
 //!
-//! The device side is OpenCL C 3.0 in the repository's `cuda/` directory: the persistent
-//! loop `cuda/ring_kernel.cl` over the same language-neutral ring logic as the CUDA loop
-//! (`cuda/include/gyre/ring.h`, through its OpenCL port `port_opencl.h`) and the built-in
-//! handlers `cuda/handlers/*.cl`. This crate builds them at run time through the OpenCL
+//! The device side is OpenCL C 3.0 in the repository's `cuda/` directory: the entry point
+//! `cuda/ring_kernel.cl` over the same language-neutral loop as the CUDA kernel and the
+//! CPU backend (`cuda/include/gyre/ring.h` and `block.h`, through the OpenCL port
+//! `port_opencl.h`) and the built-in handlers `cuda/handlers/*.h`, one source each for
+//! every backend. This crate builds them at run time through the OpenCL
 //! driver, which `opencl3` loads dynamically (`libOpenCL.so.1`, the ICD loader): gyre
 //! builds, and these tests pass or skip, where no OpenCL is installed; every entry point
 //! then returns a typed [`Error`] naming what is missing.

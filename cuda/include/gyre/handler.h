@@ -9,7 +9,9 @@
  * The loop calls it with phase 0 on every lane, then synchronises the block (a barrier),
  * then calls it again with the phase the lanes returned, and so on until they return
  * GYRE_PHASE_DONE. Every lane returns the same next phase (it may depend only on the
- * request and on block-shared values, never on the lane). Before returning GYRE_PHASE_DONE
+ * request and on block-shared values, never on the lane): lanes that disagree would wait
+ * at different barriers, a hang where lanes are threads (the CPU emulation cannot see it:
+ * it continues with the last lane's answer). Before returning GYRE_PHASE_DONE
  * lane 0 sets b->status (GYRE_ERR_NONE, or an error status: HANDLER_REJECTED,
  * UNKNOWN_TYPE, USER_BASE + n; other codes below USER_BASE are answered HANDLER_REJECTED)
  * and b->reply_len (<= c->reply_cap, else BAD_LENGTH).

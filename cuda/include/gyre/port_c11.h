@@ -172,14 +172,19 @@ static inline void gyre_c11_idle_reset(void) {
 #define GYRE_PAUSE_PARKED() gyre_c11_idle_state.parked
 #define GYRE_IDLE_RESET() gyre_c11_idle_reset()
 
-/* ---- the block, emulated (gyre/handler.h, the block loop of gyre/ring.h) ------------ */
+/* ---- the block, emulated (gyre/handler.h, the block loop of gyre/block.h) ---------- */
 /* One host thread runs every lane: each barrier-delimited phase runs for lane 0, 1, ... in
  * turn (as CPU OpenCL implementations do), so a barrier is nothing and block-shared
- * variables are ordinary memory. */
+ * variables are ordinary memory. The order can be reversed (lanes - 1 down to 0,
+ * gyre_c11_lanes_descending, per thread): a handler that reads, in one phase, a word
+ * another lane writes in the same phase (a missing barrier, a race on a GPU) then sees
+ * the other value, so the tests, which run both orders, catch it. */
 
 #ifndef GYRE_MAX_LANES
 #define GYRE_MAX_LANES 256
 #endif
+
+static _Thread_local uint32_t gyre_c11_lanes_descending = 0u;
 
 #define GYRE_SHARED
 #define GYRE_BARRIER() ((void)0)
@@ -187,8 +192,9 @@ static inline void gyre_c11_idle_reset(void) {
 #define GYRE_LANE0_END }
 #define GYRE_EACH_LANE_BEGIN(lane, lanes)                                                      \
     {                                                                                          \
-        uint32_t lane;                                                                         \
-        for (lane = 0u; lane < (lanes); ++lane) {
+        uint32_t gyre_it_;                                                                     \
+        for (gyre_it_ = 0u; gyre_it_ < (lanes); ++gyre_it_) {                                  \
+            const uint32_t lane = gyre_c11_lanes_descending ? (lanes) - 1u - gyre_it_ : gyre_it_;
 #define GYRE_EACH_LANE_END                                                                     \
     }                                                                                          \
     }

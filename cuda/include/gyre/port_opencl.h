@@ -138,9 +138,14 @@ static inline GYRE_DEVICE_FN uint64_t gyre_cl_now_ns(void) {
 
 /* ---- the work-group (gyre/handler.h, the block loop of gyre/ring.h) ----------------- */
 
-/** Largest work-group the loop supports (the size of the handler's block words). */
+/** Largest work-group the loop supports (the size of the handler's block words): the
+ *  work-group size the program is built for (GYRE_CL_LANES), else 256. */
 #ifndef GYRE_MAX_LANES
+#ifdef GYRE_CL_LANES
+#define GYRE_MAX_LANES GYRE_CL_LANES
+#else
 #define GYRE_MAX_LANES 256
+#endif
 #endif
 #define GYRE_SHARED __local
 #define GYRE_BARRIER() barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE)

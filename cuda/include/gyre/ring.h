@@ -15,10 +15,10 @@
  *
  * The slot of free-running index i is  ring + (i & (capacity - 1)) * slot_size.
  *
- * Everything here runs on ONE device thread (the "poller", thread 0 of the block in CUDA).
- * Block-level work (broadcasting a batch, running the handler on every thread, barriers)
- * is the language's loop file: cuda/ring_kernel.cu (CUDA), cuda/ring_kernel.cl (OpenCL),
- * cuda/ring_kernel_c11.c (CPU, one lane).
+ * Everything here runs on ONE device thread (the "poller", lane 0 of the block).
+ * Block-level work (broadcasting a batch, running the handler on every lane, barriers)
+ * is gyre/block.h, written once too; each backend's kernel file (cuda/ring_kernel.cu,
+ * cuda/ring_kernel.cl, cuda/ring_kernel_c11.c) is a thin entry point that calls it.
  *
  * Language-neutral C: no C++ (templates, references, classes), no C-only syntax the CUDA
  * C++ front end rejects (designated initializers, compound literals). Everything that
