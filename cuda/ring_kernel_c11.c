@@ -130,6 +130,7 @@ uint32_t gyre_c11_start(gyre_c11_kernel *k, unsigned char *region, uint32_t kind
     k->kind = kind;
     k->lanes = lanes;
     gyre_c11_idle_set(idle, park, park_ctx);
+    gyre_c11_tsc_init();
     if (!gyre_block_start(region, 0, telemetry, lanes, &k->sh, &k->r)) {
         return GYRE_LOAD_ACQUIRE_U32(&gyre_control(region)->error_code);
     }

@@ -176,3 +176,32 @@ fn bad_sequence_after_a_full_lap_is_still_answered() {
     assert_eq!(answered, 1, "the corrupt request was never answered");
     assert_eq!(status_of(&ch, i).0, error::BAD_SEQUENCE);
 }
+
+#[test]
+fn handler_time_is_nanoseconds_between_the_handlers_sleep_and_the_wall_clock() {
+    // The C11 port times batches with the TSC, converted at a rate measured against
+    // CLOCK_MONOTONIC. Bounds that hold on any machine, however loaded: each handler
+    // sleeps at least 2 ms, and the handler time cannot exceed the wall time around it.
+    let r = Arc::new(SharedRegion::new_host(Geometry::new(8, 128, 4).unwrap(), 0).unwrap());
+    let h = |_: u32, req: &[u8], out: &mut [u8]| -> Result<usize, u32> {
+        std::thread::sleep(Duration::from_millis(2));
+        out[..req.len()].copy_from_slice(req);
+        Ok(req.len())
+    };
+    let mut k = Stepper::new(&r, &h).unwrap();
+    let ch = Channel::new(r.clone(), "t");
+    let start = std::time::Instant::now();
+    for _ in 0..3 {
+        let i = ch.try_publish(Kind::Call, 1, b"zz").unwrap();
+        assert_eq!(k.step(), Some(1));
+        assert_eq!(status_of(&ch, i).0, error::NONE);
+    }
+    let wall = start.elapsed();
+    let t = gyre_core::telemetry::read_consistent(r.telemetry(), 8).unwrap();
+    assert!(t.handler_ns_total >= 3 * 2_000_000, "{t:?}");
+    assert!(
+        u128::from(t.handler_ns_total) <= wall.as_nanos(),
+        "{t:?} in {wall:?}"
+    );
+    assert!(t.handler_ns_max >= 2_000_000, "{t:?}");
+}

@@ -34,7 +34,7 @@ typedef struct gyre_block_shared {
     uint64_t first;     /* index of the batch's first request */
     uint64_t mask;      /* capacity - 1 (set at K0, read-only after) */
     uint64_t reply_off; /* reply ring offset (set at K0) */
-    uint64_t t0;        /* clock reading before the batch */
+    uint64_t t0;        /* GYRE_BATCH_STAMP() when the batch was found */
     uint32_t ok;        /* K0 passed */
     uint32_t slot_size;
     uint32_t n;         /* batch length; 0 = none, GYRE_POLL_STOPPED = stopped */
@@ -163,7 +163,7 @@ static inline GYRE_DEVICE_FN uint32_t gyre_block_poll(GYRE_SHARED gyre_block_sha
     }
     sh->bad_seq = bad;
     sh->first = r->tail;
-    sh->t0 = GYRE_NOW_NS();
+    sh->t0 = GYRE_BATCH_STAMP();
     GYRE_LANE0_END
     GYRE_BARRIER(); /* the batch */
     return sh->n;

@@ -13,6 +13,8 @@
  *   GYRE_PAUSE_PARKED()               whether that pause parked or slept (slow path next)
  *   GYRE_IDLE_RESET()                 work was found: the back-off starts over
  *   GYRE_NOW_NS()                     CLOCK_MONOTONIC in nanoseconds
+ *   GYRE_BATCH_STAMP(), ..._ELAPSED_NS  handler time from the invariant TSC (x86_64), else
+ *                                     the clock
  *   GYRE_DEVICE_FN, GYRE_GLOBAL       empty
  *   GYRE_SHARED, GYRE_BARRIER(), ...  the block, emulated: every lane of a phase in turn on
  *                                     this thread (see gyre/handler.h and below)
@@ -65,6 +67,78 @@ static inline uint64_t gyre_c11_now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 #define GYRE_NOW_NS() gyre_c11_now_ns()
+
+/* Handler time (GYRE_BATCH_STAMP, gyre/ring.h) from the TSC where it is invariant: a plain
+ * RDTSC does not wait for earlier loads, so the request's payload load can overlap the
+ * sequence load before it; clock_gettime's ordered read made it wait (39 ns more per round
+ * trip, docs/benchmarks.md). Ticks become nanoseconds at the rate measured against
+ * CLOCK_MONOTONIC since the kernel started (a 50 us calibration at start, then the whole
+ * lifetime, so the rate only gets better). Per kernel thread, like the idle state. */
+#if defined(__x86_64__) && !defined(GYRE_C11_NO_TSC)
+#include <cpuid.h>
+#include <x86intrin.h>
+
+typedef struct gyre_c11_tsc {
+    uint64_t tsc0;      /* TSC at start */
+    uint64_t ns0;       /* CLOCK_MONOTONIC at start */
+    double ns_per_tick; /* the rate, refined at every batch */
+    uint32_t ok;        /* invariant TSC: use it */
+} gyre_c11_tsc;
+
+static _Thread_local gyre_c11_tsc gyre_c11_tsc_state;
+
+/** Checks for an invariant TSC (CPUID 8000_0007h EDX bit 8) and measures its rate over
+ *  about 50 us. */
+static inline void gyre_c11_tsc_init(void) {
+    gyre_c11_tsc *t = &gyre_c11_tsc_state;
+    unsigned int a = 0u, b = 0u, c = 0u, d = 0u;
+    uint64_t ns;
+    t->ok = 0u;
+    if (__get_cpuid(0x80000007u, &a, &b, &c, &d) == 0 || (d & (1u << 8)) == 0u) {
+        return;
+    }
+    t->tsc0 = __rdtsc();
+    t->ns0 = gyre_c11_now_ns();
+    do {
+        ns = gyre_c11_now_ns();
+    } while (ns - t->ns0 < 50000u);
+    {
+        const uint64_t tsc1 = __rdtsc();
+        if (tsc1 <= t->tsc0) {
+            return;
+        }
+        t->ns_per_tick = (double)(ns - t->ns0) / (double)(tsc1 - t->tsc0);
+    }
+    t->ok = 1u;
+}
+
+static inline uint64_t gyre_c11_batch_stamp(void) {
+    return gyre_c11_tsc_state.ok ? __rdtsc() : gyre_c11_now_ns();
+}
+
+/** Nanoseconds from `stamp` to `now` (CLOCK_MONOTONIC, read just before). */
+static inline uint64_t gyre_c11_batch_elapsed_ns(uint64_t stamp, uint64_t now) {
+    gyre_c11_tsc *t = &gyre_c11_tsc_state;
+    uint64_t tsc;
+    if (!t->ok) {
+        return now - stamp;
+    }
+    tsc = __rdtsc();
+    if (tsc <= stamp) {
+        return 0u;
+    }
+    if (now - t->ns0 >= 1000000u && tsc > t->tsc0) {
+        /* A millisecond or more of history: the rate since start. */
+        t->ns_per_tick = (double)(now - t->ns0) / (double)(tsc - t->tsc0);
+    }
+    return (uint64_t)((double)(tsc - stamp) * t->ns_per_tick);
+}
+
+#define GYRE_BATCH_STAMP() gyre_c11_batch_stamp()
+#define GYRE_BATCH_ELAPSED_NS(stamp, now) gyre_c11_batch_elapsed_ns((stamp), (now))
+#else
+static inline void gyre_c11_tsc_init(void) {}
+#endif
 
 /* ---- idle --------------------------------------------------------------------------- */
 

@@ -530,6 +530,16 @@ static inline GYRE_DEVICE_FN void gyre_k7_publish(gyre_ring *r, uint32_t n) {
 #define GYRE_IDLE_RESET()
 #endif
 
+/** The handler time of K8: GYRE_BATCH_STAMP() is taken when a batch is found (on the
+ *  request's critical path), GYRE_BATCH_ELAPSED_NS(stamp, now) gives the nanoseconds from
+ *  it to `now` (a GYRE_NOW_NS reading at the batch's end). Default: the clock itself. A
+ *  port whose clock is costly there uses a cheaper counter (the C11 port: the vDSO's
+ *  clock_gettime orders itself after earlier loads, so the payload load waited for it). */
+#ifndef GYRE_BATCH_STAMP
+#define GYRE_BATCH_STAMP() GYRE_NOW_NS()
+#define GYRE_BATCH_ELAPSED_NS(stamp, now) ((now) - (stamp))
+#endif
+
 /** The idle step after an empty poll: spin GYRE_IDLE_SPINS polls, then pause on each. */
 static inline GYRE_DEVICE_FN void gyre_idle(gyre_ring *r) {
 #if GYRE_IDLE_SPINS > 0
@@ -617,11 +627,11 @@ static inline GYRE_DEVICE_FN void gyre_ring_fault_batch(gyre_ring *r, uint32_t a
     r->state = GYRE_STATE_FAULTED;
 }
 
-/** After K4..K6 of a batch of `n` that started at clock reading `t0`: handler time, K7
+/** After K4..K6 of a batch of `n` found at GYRE_BATCH_STAMP() `t0`: handler time, K7
  *  publish, K8 telemetry. */
 static inline GYRE_DEVICE_FN void gyre_ring_batch_done(gyre_ring *r, uint32_t n, uint64_t t0) {
     const uint64_t now = GYRE_NOW_NS();
-    const uint64_t dt = now - t0;
+    const uint64_t dt = GYRE_BATCH_ELAPSED_NS(t0, now);
     const uint32_t dt32 = dt > 0xffffffffu ? 0xffffffffu : (uint32_t)dt;
     r->last_now = now;
     r->handler_ns_total += dt;
