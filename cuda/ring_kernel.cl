@@ -6,8 +6,12 @@
  * CUDA (cuda/ring_kernel.cu) and on the CPU backend (cuda/ring_kernel_c11.c).
  *
  * HANDLER SCHEME. One program is the OpenCL port and the handler interface
- * (gyre/port_opencl.h, gyre/handler.h), a built-in handler (cuda/handlers/{echo,vec_scale,
- * reduce_sum}.h, which names its phase function with GYRE_HANDLER_PHASE), then this file.
+ * (gyre/port_opencl.h, gyre/handler.h), the handler, then this file. The handler is either
+ *   - a phase function (gyre/handler.h) the source names with
+ *     `#define GYRE_HANDLER_PHASE name`: the built-ins cuda/handlers/{echo,vec_scale,
+ *     reduce_sum}.h, or a user's (KernelSpec::opencl_handler / device_handler); or
+ *   - a user's `unsigned int gyre_handler(...)` (docs/opencl.md), called by every
+ *     work-item of the group once per request (gyre_user_phase below adapts it).
  * crates/gyre-opencl/src/program.rs concatenates them (inlining the gyre/ headers itself,
  * so no include path reaches the OpenCL compiler) and builds the result with -cl-std=CL3.0
  * and the -D options below.
@@ -35,7 +39,22 @@
 #include "gyre/handler.h"
 
 #ifndef GYRE_HANDLER_PHASE
-#error "no handler: the program must hold a built-in handler (cuda/handlers) before ring_kernel.cl"
+/** A user's gyre_handler as a phase function: one phase; every work-item calls it, work-item
+ *  0's status and reply length answer the request (docs/opencl.md). */
+static inline GYRE_DEVICE_FN uint32_t gyre_user_phase(uint32_t phase, const gyre_hcall *c,
+                                                      gyre_hlane *l, GYRE_SHARED gyre_hblock *b) {
+    unsigned int reply_len = 0u;
+    const unsigned int status = gyre_handler(c->msg_type, c->req, c->req_len, c->reply,
+                                             c->reply_cap, &reply_len, c->lane, c->lanes);
+    (void)phase;
+    (void)l;
+    if (c->lane == 0u) {
+        b->status = status;
+        b->reply_len = reply_len;
+    }
+    return GYRE_PHASE_DONE;
+}
+#define GYRE_HANDLER_PHASE gyre_user_phase
 #endif
 
 #include "gyre/block.h"

@@ -47,6 +47,8 @@ pub(crate) struct Inner {
     /// Whether the kernel's end was handled (a shutdown returned, or the unattended end
     /// ran): nothing is left to wait for.
     ended: AtomicBool,
+    /// The backend the kernel runs on (never `Auto`).
+    pub(crate) backend: crate::Backend,
 }
 
 impl Inner {
@@ -56,8 +58,10 @@ impl Inner {
         driver: Driver,
         polling: Polling,
         transfer: Option<Arc<BridgeAgent>>,
+        backend: crate::Backend,
     ) -> Self {
         Self {
+            backend,
             ch,
             instance,
             driver: Mutex::new(Some(driver)),

@@ -115,6 +115,7 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
         transfer: Option<Arc<BridgeAgent>>,
         export: Option<Arc<ExportWriter>>,
         spec: &KernelSpec<Req, Resp>,
+        backend: crate::Backend,
     ) -> Result<Self> {
         let mut ch = Channel::new(region, spec.name.clone()).with_timestamps(spec.timestamps);
         if let Some(t) = &transfer {
@@ -155,7 +156,7 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
         };
         let kernel = Self {
             keep: Arc::new(KeepAlive {
-                inner: Arc::new(Inner::new(ch, instance, driver, polling, transfer)),
+                inner: Arc::new(Inner::new(ch, instance, driver, polling, transfer, backend)),
             }),
             _types: PhantomData,
         };
@@ -211,6 +212,30 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
     /// ```
     pub fn name(&self) -> &str {
         self.inner().ch.name()
+    }
+
+    /// The backend this kernel runs on (never [`Backend::Auto`](crate::Backend::Auto)).
+    /// Under `Auto` it is decided per kernel at launch: the GPU backend the runtime found
+    /// for built-ins and specs with device code for it, the CPU backend for Rust
+    /// handlers (see [`Runtime::backend_for`](crate::Runtime::backend_for)).
+    ///
+    /// # Errors
+    ///
+    /// None: it is fixed at launch.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gyre::{Backend, KernelSpec, Runtime};
+    /// let rt = Runtime::builder().backend(Backend::Auto).build()?;
+    /// let k = rt.launch(KernelSpec::from_fn("double", |x: u32| x * 2))?;
+    /// assert_eq!(k.backend(), Backend::Cpu);
+    /// let e = rt.launch(KernelSpec::<u32, u32>::echo())?;
+    /// assert_eq!(e.backend(), rt.backend());
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
+    pub fn backend(&self) -> crate::Backend {
+        self.inner().backend
     }
 
     /// Slots per ring: at most this many requests are in flight (queued, being

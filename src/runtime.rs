@@ -13,29 +13,52 @@ use gyre_core::{Cause, Error, LaunchSpec, Result, SharedRegion};
 use crate::features::not_built;
 use crate::kernel::Kernel;
 use crate::opencl;
-use crate::spec::KernelSpec;
+use crate::spec::{Device, KernelSpec};
 
 /// Where ring kernels run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Backend {
-    /// The best backend present: CUDA where a driver, a device and a context are
-    /// available (and the `cuda` feature is on), else the first OpenCL **GPU** that offers
-    /// fine-grained SVM with atomics (the `opencl` feature; never an OpenCL CPU device,
-    /// which would only be a slower [`Backend::Cpu`]), otherwise [`Backend::Cpu`]; the
-    /// reasons are logged with `tracing`.
+    /// Decided per kernel, at launch. The runtime looks for a GPU when it is built: CUDA
+    /// where a driver, a device and a context are available (and the `cuda` feature is
+    /// on), else the first OpenCL **GPU** that offers fine-grained SVM with atomics (the
+    /// `opencl` feature; never an OpenCL CPU device, which would only be a slower
+    /// [`Backend::Cpu`]); the reasons are logged with `tracing`. Each launch then picks
+    /// the best backend that can run that spec: the GPU for built-ins and for specs with
+    /// device code for it ([`KernelSpec::cuda_handler`], [`KernelSpec::opencl_handler`],
+    /// [`KernelSpec::device_handler`]), the CPU backend for Rust handlers
+    /// ([`KernelSpec::from_fn`], `try_from_fn`, `raw`) and everything when no GPU was
+    /// found. [`Kernel::backend`] says where a kernel went;
+    /// [`RuntimeBuilder::auto_device`] names the device backend instead of detecting one.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gyre::{Backend, KernelSpec, Runtime};
+    /// let rt = Runtime::builder().backend(Backend::Auto).build()?;
+    /// // A Rust closure runs on the CPU backend on every machine...
+    /// let k = rt.launch(KernelSpec::from_fn("inc", |x: u32| x + 1))?;
+    /// assert_eq!(k.backend(), Backend::Cpu);
+    /// // ...a built-in on the GPU when there is one.
+    /// let e = rt.launch(KernelSpec::<u32, u32>::echo())?;
+    /// assert_eq!(e.backend(), rt.backend());
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
     #[default]
     Auto,
-    /// A host thread per kernel (always available).
+    /// A host thread per kernel (always available); runs every [`KernelSpec`].
     Cpu,
     /// A persistent kernel on CUDA device 0 (the `cuda` feature). Building a runtime on a
     /// machine without a usable driver and device is [`Error::BackendUnavailable`] naming
-    /// what is missing.
+    /// what is missing. Runs built-ins and specs with a CUDA source; launching a Rust
+    /// handler without one is [`Error::HandlerUnsupported`].
     Cuda,
     /// A persistent work-group on OpenCL device `device` of platform `platform`, indices
     /// as `gyre doctor` lists them (the `opencl` feature). The rings live in fine-grained
     /// SVM with atomics. A missing OpenCL library, platform or device, or a device without
-    /// fine-grained SVM, is [`Error::BackendUnavailable`] naming what is missing.
+    /// fine-grained SVM, is [`Error::BackendUnavailable`] naming what is missing. Runs
+    /// built-ins and specs with an OpenCL C source; launching a Rust handler without one
+    /// is [`Error::HandlerUnsupported`].
     ///
     /// # Examples
     ///
@@ -54,6 +77,15 @@ pub enum Backend {
 }
 
 impl Backend {
+    /// The kind of device that runs this backend's handlers.
+    fn device(&self) -> Device {
+        match self {
+            Backend::Cuda => Device::Cuda,
+            Backend::OpenCl { .. } => Device::OpenCl,
+            Backend::Auto | Backend::Cpu => Device::Cpu,
+        }
+    }
+
     /// The name used on the command line and in logs (`opencl` for every OpenCL device;
     /// `Display` adds the indices).
     pub fn name(&self) -> &'static str {
@@ -313,6 +345,7 @@ mod cuda {
 #[derive(Debug, Clone, Default)]
 pub struct RuntimeBuilder {
     backend: Backend,
+    auto_device: Option<Backend>,
     memory: Overrides,
 }
 
@@ -320,6 +353,29 @@ impl RuntimeBuilder {
     /// Selects the backend (default [`Backend::Auto`]).
     pub fn backend(mut self, backend: Backend) -> Self {
         self.backend = backend;
+        self
+    }
+
+    /// Under [`Backend::Auto`], the device backend to use for kernels a device can run
+    /// ([`Backend::Cuda`] or [`Backend::OpenCl`], any OpenCL device, CPU devices included),
+    /// instead of detecting one. Kernels only the host can run still go to the CPU
+    /// backend. Ignored for any other backend.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use gyre::{Backend, KernelSpec, Runtime};
+    /// let rt = Runtime::builder()
+    ///     .backend(Backend::Auto)
+    ///     .auto_device(Backend::OpenCl { platform: 0, device: 0 })
+    ///     .build()?;
+    /// assert_eq!(rt.backend(), Backend::OpenCl { platform: 0, device: 0 });
+    /// let k = rt.launch(KernelSpec::from_fn("inc", |x: u32| x + 1))?;
+    /// assert_eq!(k.backend(), Backend::Cpu);
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
+    pub fn auto_device(mut self, device: Backend) -> Self {
+        self.auto_device = Some(device);
         self
     }
 
@@ -351,52 +407,109 @@ impl RuntimeBuilder {
     /// whose setting the builder leaves open (listing the valid values), an invalid poll
     /// interval, or a strategy the platform cannot honour (with the reason).
     pub fn build(self) -> Result<Runtime> {
-        let (resolved, imp): (Backend, Arc<dyn gyre_core::Backend>) = match self.backend {
-            Backend::Auto => match cuda::backend() {
-                Ok(b) => {
-                    tracing::info!(backend = "cuda", "Backend::Auto: using cuda");
-                    (Backend::Cuda, b)
+        let (resolved, imp): (Backend, Arc<dyn gyre_core::Backend>) =
+            match (self.backend, self.auto_device) {
+                (Backend::Auto, Some(Backend::Auto)) => {
+                    return Err(Error::InvalidArgument {
+                        name: "auto_device",
+                        value: "auto".into(),
+                        reason: "must be a backend: cpu, cuda or opencl[:P[:D]]",
+                    })
                 }
-                Err(no_cuda) => match opencl::auto_gpu() {
-                    Ok((platform, device, b)) => {
-                        tracing::info!(backend = "opencl", platform, device, cuda = %no_cuda, "Backend::Auto: cuda unavailable, using an OpenCL GPU");
-                        (Backend::OpenCl { platform, device }, b)
-                    }
-                    Err(no_gpu) => {
-                        tracing::info!(backend = "cpu", cuda = %no_cuda, opencl = %no_gpu, "Backend::Auto: no GPU backend, using cpu");
-                        (Backend::Cpu, Arc::new(gyre_cpu::CpuBackend::new()))
-                    }
-                },
-            },
-            Backend::Cpu => (Backend::Cpu, Arc::new(gyre_cpu::CpuBackend::new())),
-            Backend::Cuda => (
-                Backend::Cuda,
-                cuda::backend().map_err(|source| Error::BackendUnavailable {
-                    backend: "cuda",
-                    source,
-                })?,
-            ),
-            Backend::OpenCl { platform, device } => (
-                self.backend,
-                opencl::backend(platform, device).map_err(|source| Error::BackendUnavailable {
-                    backend: "opencl",
-                    source,
-                })?,
-            ),
+                (Backend::Auto, Some(device)) => (device, open(device)?),
+                (Backend::Auto, None) => detect_device(),
+                (explicit, _) => (explicit, open(explicit)?),
+            };
+        // Builder > environment: a variable whose setting the builder decides is not even
+        // read, so an invalid value there cannot fail this build.
+        let env = Overrides::from_env_beneath(&self.memory)?;
+        let primary = Target::new(resolved, imp, &env, &self.memory)?;
+        // Under Auto with a device backend, the host runs what the device cannot.
+        let host = if self.backend == Backend::Auto && resolved != Backend::Cpu {
+            Some(Target::new(
+                Backend::Cpu,
+                Arc::new(gyre_cpu::CpuBackend::new()),
+                &env,
+                &self.memory,
+            )?)
+        } else {
+            None
         };
+        Ok(Runtime {
+            requested: self.backend,
+            primary,
+            host,
+        })
+    }
+}
+
+/// Opens an explicitly named backend.
+fn open(backend: Backend) -> Result<Arc<dyn gyre_core::Backend>> {
+    Ok(match backend {
+        Backend::Auto => return Ok(detect_device().1),
+        Backend::Cpu => Arc::new(gyre_cpu::CpuBackend::new()),
+        Backend::Cuda => cuda::backend().map_err(|source| Error::BackendUnavailable {
+            backend: "cuda",
+            source,
+        })?,
+        Backend::OpenCl { platform, device } => {
+            opencl::backend(platform, device).map_err(|source| Error::BackendUnavailable {
+                backend: "opencl",
+                source,
+            })?
+        }
+    })
+}
+
+/// Auto's device backend: CUDA, else an OpenCL GPU, else the CPU backend.
+fn detect_device() -> (Backend, Arc<dyn gyre_core::Backend>) {
+    match cuda::backend() {
+        Ok(b) => {
+            tracing::info!(
+                backend = "cuda",
+                "Backend::Auto: device kernels run on cuda"
+            );
+            (Backend::Cuda, b)
+        }
+        Err(no_cuda) => match opencl::auto_gpu() {
+            Ok((platform, device, b)) => {
+                tracing::info!(backend = "opencl", platform, device, cuda = %no_cuda, "Backend::Auto: cuda unavailable, device kernels run on an OpenCL GPU");
+                (Backend::OpenCl { platform, device }, b)
+            }
+            Err(no_gpu) => {
+                tracing::info!(backend = "cpu", cuda = %no_cuda, opencl = %no_gpu, "Backend::Auto: no GPU backend, every kernel runs on cpu");
+                (Backend::Cpu, Arc::new(gyre_cpu::CpuBackend::new()))
+            }
+        },
+    }
+}
+
+/// One backend a runtime launches on, with its memory plan.
+#[derive(Clone)]
+struct Target {
+    backend: Backend,
+    imp: Arc<dyn gyre_core::Backend>,
+    plan: Arc<MemoryPlan>,
+}
+
+impl Target {
+    /// Resolves the memory plan of `backend` (builder > environment > detection).
+    fn new(
+        backend: Backend,
+        imp: Arc<dyn gyre_core::Backend>,
+        env: &Overrides,
+        builder: &Overrides,
+    ) -> Result<Self> {
         let mut probe = PlatformProbe::from_host();
-        match resolved {
+        match backend {
             Backend::Cuda => probe.device = cuda::device_attributes(),
             Backend::OpenCl { platform, device } => {
                 probe.device = opencl::device_attributes(platform, device);
             }
             _ => {}
         }
-        // Builder > environment: a variable whose setting the builder decides is not even
-        // read, so an invalid value there cannot fail this build.
-        let env = Overrides::from_env_beneath(&self.memory)?;
-        let mut plan = plan::plan(probe, &env, &self.memory)?;
-        if resolved != Backend::Cpu && plan.needs_confirmation() {
+        let mut plan = plan::plan(probe, env, builder)?;
+        if backend != Backend::Cpu && plan.needs_confirmation() {
             // Device attributes claim coherent mapped memory: confirm it with a running
             // kernel before trusting it with zero-copy rings (WSL2-like setups fail here).
             plan = match imp.confirm_system_scope(VISIBILITY_CHECK_TIMEOUT) {
@@ -417,7 +530,7 @@ impl RuntimeBuilder {
             };
         }
         tracing::info!(
-            backend = resolved.name(),
+            backend = backend.name(),
             visibility = %plan.visibility,
             visibility_source = %plan.visibility_source,
             strategy = %format_args!("{:#}", plan.strategy),
@@ -425,9 +538,8 @@ impl RuntimeBuilder {
             reasons = ?plan.reasons,
             "memory plan"
         );
-        Ok(Runtime {
-            requested: self.backend,
-            resolved,
+        Ok(Self {
+            backend,
             imp,
             plan: Arc::new(plan),
         })
@@ -449,18 +561,20 @@ const VISIBILITY_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_
 #[derive(Clone)]
 pub struct Runtime {
     requested: Backend,
-    resolved: Backend,
-    imp: Arc<dyn gyre_core::Backend>,
-    plan: Arc<MemoryPlan>,
+    /// The explicit backend, or Auto's device backend (the CPU one when none was found).
+    primary: Target,
+    /// Under Auto with a device backend: the CPU backend, for kernels only it can run.
+    host: Option<Target>,
 }
 
 impl core::fmt::Debug for Runtime {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Runtime")
             .field("requested", &self.requested)
-            .field("resolved", &self.resolved)
-            .field("visibility", &self.plan.visibility)
-            .field("strategy", &self.plan.strategy)
+            .field("resolved", &self.primary.backend)
+            .field("host", &self.host.as_ref().map(|h| h.backend))
+            .field("visibility", &self.primary.plan.visibility)
+            .field("strategy", &self.primary.plan.strategy)
             .finish()
     }
 }
@@ -471,14 +585,48 @@ impl Runtime {
         RuntimeBuilder::default()
     }
 
-    /// The backend in use (never `Auto`).
+    /// The backend in use (never `Auto`): the explicit one, or under [`Backend::Auto`]
+    /// the device backend found (the CPU backend when there is none). Under Auto a kernel
+    /// with a Rust handler runs on the CPU backend even when this is a GPU: see
+    /// [`Runtime::backend_for`] and [`Kernel::backend`].
     pub fn backend(&self) -> Backend {
-        self.resolved
+        self.primary.backend
     }
 
-    /// Name of the backend in use.
+    /// Name of the backend in use ([`Runtime::backend`]).
     pub fn backend_name(&self) -> &'static str {
-        self.imp.name()
+        self.primary.imp.name()
+    }
+
+    /// The backend [`Runtime::launch`] would run `spec` on: under [`Backend::Auto`] the
+    /// device backend found if it can run the spec's handler, else the CPU backend; with
+    /// an explicit backend, that backend.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::HandlerUnsupported`] when the explicit backend cannot run the spec's
+    /// handler (a Rust handler on CUDA or OpenCL without device code for it), naming the
+    /// kernel, the backend and the constructors that would run it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gyre::{Backend, KernelSpec, Runtime};
+    /// let rt = Runtime::builder().backend(Backend::Auto).build()?;
+    /// assert_eq!(rt.backend_for(&KernelSpec::from_fn("inc", |x: u8| x + 1))?, Backend::Cpu);
+    /// assert_eq!(rt.backend_for(&KernelSpec::<u8, u8>::echo())?, rt.backend());
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
+    pub fn backend_for<Req, Resp>(&self, spec: &KernelSpec<Req, Resp>) -> Result<Backend> {
+        self.target_for(spec).map(|t| t.backend)
+    }
+
+    fn target_for<Req, Resp>(&self, spec: &KernelSpec<Req, Resp>) -> Result<&Target> {
+        match (spec.runs_on(self.primary.backend.device()), &self.host) {
+            (Ok(()), _) => Ok(&self.primary),
+            (Err(_), Some(host)) => Ok(host),
+            (Err(e), None) => Err(e),
+        }
     }
 
     /// The memory visibility and transfer strategy chosen at build, what detection looked
@@ -500,7 +648,7 @@ impl Runtime {
     /// # Ok::<(), gyre::Error>(())
     /// ```
     pub fn memory_plan(&self) -> &MemoryPlan {
-        &self.plan
+        &self.primary.plan
     }
 
     /// Validates `spec`, allocates its shared region, launches the kernel and starts its
@@ -508,7 +656,9 @@ impl Runtime {
     ///
     /// # Errors
     ///
-    /// Each names the bad value: [`Error::InvalidCapacity`], [`Error::InvalidSlotSize`],
+    /// [`Error::HandlerUnsupported`] when the backend cannot run the spec's handler (see
+    /// [`Runtime::backend_for`]). Each of the others names the bad value:
+    /// [`Error::InvalidCapacity`], [`Error::InvalidSlotSize`],
     /// [`Error::InvalidBatchSize`], [`Error::TypeTooLarge`] (a message type larger than
     /// the payload), [`Error::InvalidArgument`] (an idle duration, `async_spin`,
     /// `host_timeout`, `watchdog`, `export_interval`), or what the backend could not do
@@ -528,6 +678,7 @@ impl Runtime {
         &self,
         spec: KernelSpec<Req, Resp>,
     ) -> Result<Kernel<Req, Resp>> {
+        let target = self.target_for(&spec)?;
         let ring_value = |name: &'static str, v: usize| {
             u32::try_from(v).map_err(|_| Error::InvalidArgument {
                 name,
@@ -586,11 +737,12 @@ impl Runtime {
                 value: format!("{:?}", spec.host_timeout),
                 reason: "must be below 2^32 ms",
             })?;
-        let strategy = self.plan.strategy;
+        let strategy = target.plan.strategy;
+        let imp = &target.imp;
         let _span = tracing::info_span!(
             "gyre_launch",
             kernel = %spec.name,
-            backend = self.imp.name(),
+            backend = imp.name(),
             strategy = strategy.name()
         )
         .entered();
@@ -601,20 +753,21 @@ impl Runtime {
             idle: spec.idle,
             telemetry: spec.telemetry,
             cuda_source: spec.cuda_source.clone(),
+            opencl_source: spec.opencl_source.clone(),
             export: spec.export_writer()?,
         };
         // The host's rings: shared with the kernel (zero copy), or the mirror of its
         // device-resident rings that the bridge keeps in step.
-        let mem = self.imp.alloc_region(SharedRegion::bytes_for(&g))?;
+        let mem = imp.alloc_region(SharedRegion::bytes_for(&g))?;
         let region = Arc::new(SharedRegion::new(mem, g, host_timeout_ms)?);
         let (instance, transfer) = if strategy.copies() {
-            let device = self.imp.alloc_resident(&g, host_timeout_ms)?;
+            let device = imp.alloc_resident(&g, host_timeout_ms)?;
             let bridge = Arc::new(RingBufferBridge::new(region.clone(), device.clone())?);
             // Starting the agent writes the device's control block (the first push).
             let agent = BridgeAgent::start(bridge, strategy, &spec.name)?;
-            (self.imp.launch_resident(device, &launch)?, Some(agent))
+            (imp.launch_resident(device, &launch)?, Some(agent))
         } else {
-            (self.imp.launch(region.clone(), &launch)?, None)
+            (imp.launch(region.clone(), &launch)?, None)
         };
         tracing::info!(
             capacity = g.capacity(),
@@ -622,7 +775,14 @@ impl Runtime {
             batch = g.batch(),
             "kernel launched"
         );
-        Kernel::start(region, instance, transfer, launch.export.clone(), &spec)
+        Kernel::start(
+            region,
+            instance,
+            transfer,
+            launch.export.clone(),
+            &spec,
+            target.backend,
+        )
     }
 }
 

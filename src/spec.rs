@@ -52,6 +52,7 @@ pub struct KernelSpec<Req, Resp> {
     pub(crate) export: Option<ExportTarget>,
     pub(crate) export_interval: Duration,
     pub(crate) cuda_source: Option<Arc<gyre_core::DeviceSource>>,
+    pub(crate) opencl_source: Option<Arc<gyre_core::DeviceSource>>,
     _types: PhantomData<fn(Req) -> Resp>,
 }
 
@@ -62,6 +63,7 @@ impl<Req, Resp> Clone for KernelSpec<Req, Resp> {
             handler: self.handler.clone(),
             export: self.export.clone(),
             cuda_source: self.cuda_source.clone(),
+            opencl_source: self.opencl_source.clone(),
             _types: PhantomData,
             ..*self
         }
@@ -81,6 +83,11 @@ impl<Req, Resp> core::fmt::Debug for KernelSpec<Req, Resp> {
             .field("host_timeout", &self.host_timeout)
             .field("watchdog", &self.watchdog)
             .field("builtin", &self.builtin)
+            .field("cuda_source", &self.cuda_source.as_ref().map(|s| &s.name))
+            .field(
+                "opencl_source",
+                &self.opencl_source.as_ref().map(|s| &s.name),
+            )
             .field("telemetry", &self.telemetry)
             .field("export", &self.export)
             .finish_non_exhaustive()
@@ -89,11 +96,34 @@ impl<Req, Resp> core::fmt::Debug for KernelSpec<Req, Resp> {
 
 impl<Req: Pod, Resp: Pod> KernelSpec<Req, Resp> {
     /// A kernel running `handler` on raw payload bytes (see [`Handler`]).
+    ///
+    /// **Where it runs:** the CPU backend only ([`Backend::Auto`](crate::Backend::Auto)
+    /// launches it there), unless device code is added with [`KernelSpec::cuda_handler`],
+    /// [`KernelSpec::opencl_handler`] or [`KernelSpec::device_handler`]. An explicit
+    /// device backend refuses it with
+    /// [`Error::HandlerUnsupported`](crate::Error::HandlerUnsupported).
     pub fn raw(name: impl Into<String>, handler: impl Handler) -> Self {
         Self::with_handler(name.into(), Arc::new(handler), None, 0)
     }
 
     /// A kernel answering each request with `f(request)`.
+    ///
+    /// **Where it runs:** the CPU backend only ([`Backend::Auto`](crate::Backend::Auto)
+    /// launches it there, even on a machine with a GPU), unless device code is added
+    /// with [`KernelSpec::cuda_handler`], [`KernelSpec::opencl_handler`] or
+    /// [`KernelSpec::device_handler`]. An explicit device backend refuses it with
+    /// [`Error::HandlerUnsupported`](crate::Error::HandlerUnsupported).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gyre::{Backend, KernelSpec, Runtime};
+    /// let rt = Runtime::builder().backend(Backend::Auto).build()?;
+    /// let k = rt.launch(KernelSpec::from_fn("double", |x: u64| x * 2))?;
+    /// assert_eq!(k.backend(), Backend::Cpu);
+    /// assert_eq!(k.call_blocking(21)?, 42);
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
     pub fn from_fn<F>(name: impl Into<String>, f: F) -> Self
     where
         F: Fn(Req) -> Resp + Send + Sync + 'static,
@@ -103,7 +133,7 @@ impl<Req: Pod, Resp: Pod> KernelSpec<Req, Resp> {
 
     /// A kernel answering each request with `f(request)`; `Err(status)` is returned to
     /// the caller as [`Error::Handler`](crate::Error::Handler) and the kernel keeps
-    /// serving.
+    /// serving. Runs where [`KernelSpec::from_fn`] runs.
     ///
     /// Use your own codes from [`codes::USER_BASE`](crate::codes::USER_BASE) up
     /// (`USER_BASE + n`). The codes below it are gyre's: a status below `USER_BASE` other
@@ -178,6 +208,7 @@ impl<Req: Pod, Resp: Pod> KernelSpec<Req, Resp> {
             export: None,
             export_interval: gyre_core::shm::DEFAULT_INTERVAL,
             cuda_source: None,
+            opencl_source: None,
             _types: PhantomData,
         }
     }
@@ -301,6 +332,10 @@ impl<Req: Pod, Resp: Pod> KernelSpec<Req, Resp> {
     /// with NVRTC's log. The CPU backend keeps running this spec's Rust handler, so give
     /// both the same meaning. `name` labels compiler messages.
     ///
+    /// **Where it runs:** with a CUDA source the spec runs on CUDA (where
+    /// [`Backend::Auto`](crate::Backend::Auto) found it, Auto launches it there) and, with
+    /// its Rust handler, on the CPU backend.
+    ///
     /// # Examples
     ///
     /// ```
@@ -328,6 +363,85 @@ impl<Req: Pod, Resp: Pod> KernelSpec<Req, Resp> {
             source: source.into(),
         }));
         self
+    }
+
+    /// The handler's OpenCL C source, for the OpenCL backend: a phase function over
+    /// `gyre/handler.h` named by `#define GYRE_HANDLER_PHASE` (the form of the built-ins,
+    /// `cuda/handlers/*.h`), or `unsigned int gyre_handler(unsigned int msg_type,
+    /// const __global unsigned char *req, unsigned int req_len, __global unsigned char
+    /// *reply, unsigned int reply_cap, unsigned int *reply_len, unsigned int lane,
+    /// unsigned int lanes)`, called by every work-item of the group (both in
+    /// `docs/opencl.md`; the port and handler headers come before it, and `#include
+    /// "gyre/..."` lines are resolved in memory). It is built into the ring kernel at
+    /// launch with `-cl-std=CL3.0` and cached per device and source; a build error fails
+    /// the launch with [`Error::Launch`](crate::Error::Launch), whose source is the
+    /// compiler's log. The CPU backend keeps running this spec's Rust handler, so give
+    /// both the same meaning. `name` labels the build log.
+    ///
+    /// **Where it runs:** with an OpenCL source the spec runs on OpenCL (where
+    /// [`Backend::Auto`](crate::Backend::Auto) found an OpenCL GPU, or was given one by
+    /// [`RuntimeBuilder::auto_device`](crate::RuntimeBuilder::auto_device), Auto launches
+    /// it there) and, with its Rust handler, on the CPU backend.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gyre::{Backend, KernelSpec, Runtime};
+    ///
+    /// const NEGATE: &str = r#"
+    /// unsigned int gyre_handler(unsigned int t, const __global unsigned char *req,
+    ///     unsigned int len, __global unsigned char *reply, unsigned int cap,
+    ///     unsigned int *out, unsigned int lane, unsigned int lanes) {
+    ///     for (unsigned int i = lane; i < len && i < cap; i += lanes) reply[i] = ~req[i];
+    ///     *out = len <= cap ? len : 0u;
+    ///     return GYRE_ERR_NONE;
+    /// }"#;
+    /// let spec = KernelSpec::<[u8; 8], [u8; 8]>::from_fn("negate", |r: [u8; 8]| r.map(|b| !b))
+    ///     .opencl_handler("negate.cl", NEGATE);
+    /// let k = Runtime::builder().backend(Backend::Cpu).build()?.launch(spec)?;
+    /// assert_eq!(k.call_blocking([0u8; 8])?, [0xff; 8]);
+    /// k.shutdown_blocking()?;
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
+    pub fn opencl_handler(mut self, name: impl Into<String>, source: impl Into<String>) -> Self {
+        self.opencl_source = Some(Arc::new(gyre_core::DeviceSource {
+            name: name.into(),
+            source: source.into(),
+        }));
+        self
+    }
+
+    /// One handler source for every device backend: a phase function over
+    /// `gyre/handler.h`, written with the port macros (`GYRE_DEVICE_FN`, `GYRE_GLOBAL`,
+    /// `GYRE_SHARED`) as the built-ins in `cuda/handlers/` are, so that it compiles as
+    /// CUDA C++ and as OpenCL C. The same as [`KernelSpec::cuda_handler`] and
+    /// [`KernelSpec::opencl_handler`] with this source.
+    ///
+    /// **Where it runs:** CUDA, OpenCL, and (its Rust handler) the CPU backend.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gyre::{Backend, KernelSpec, Runtime};
+    ///
+    /// const NEGATE: &str = r#"
+    /// static inline GYRE_DEVICE_FN uint32_t negate(uint32_t phase, const gyre_hcall *c,
+    ///                                              gyre_hlane *l, GYRE_SHARED gyre_hblock *b) {
+    ///     for (uint32_t i = c->lane; i < c->req_len; i += c->lanes) c->reply[i] = ~c->req[i];
+    ///     if (c->lane == 0u) { b->status = GYRE_ERR_NONE; b->reply_len = c->req_len; }
+    ///     return GYRE_PHASE_DONE;
+    /// }
+    /// #define GYRE_HANDLER_PHASE negate"#;
+    /// let spec = KernelSpec::<[u8; 8], [u8; 8]>::from_fn("negate", |r: [u8; 8]| r.map(|b| !b))
+    ///     .device_handler("negate.h", NEGATE);
+    /// let k = Runtime::builder().backend(Backend::Auto).build()?.launch(spec)?;
+    /// assert_eq!(k.call_blocking([0u8; 8])?, [0xff; 8]);
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
+    pub fn device_handler(self, name: impl Into<String>, source: impl Into<String>) -> Self {
+        let (name, source) = (name.into(), source.into());
+        self.cuda_handler(name.clone(), source.clone())
+            .opencl_handler(name, source)
     }
 
     /// Runs a host-side watchdog (default off): when the kernel shows no sign of life —
@@ -415,6 +529,9 @@ impl<Req, Resp> KernelSpec<Req, Resp> {
 
 impl<T: Pod> KernelSpec<T, T> {
     /// The built-in echo kernel: each reply is its request.
+    ///
+    /// **Where it runs:** every backend, from one device source (`cuda/handlers/`);
+    /// [`Backend::Auto`](crate::Backend::Auto) launches it on the GPU it found.
     pub fn echo() -> Self {
         Self::with_handler(
             "echo".into(),
@@ -427,6 +544,9 @@ impl<T: Pod> KernelSpec<T, T> {
 
 impl<const N: usize> KernelSpec<VecScale<N>, VecF32<N>> {
     /// The built-in vector-scale kernel (see [`gyre_core::kernels`]).
+    ///
+    /// **Where it runs:** every backend, from one device source (`cuda/handlers/`);
+    /// [`Backend::Auto`](crate::Backend::Auto) launches it on the GPU it found.
     pub fn vec_scale() -> Self {
         Self::with_handler(
             "vec_scale".into(),
@@ -439,6 +559,9 @@ impl<const N: usize> KernelSpec<VecScale<N>, VecF32<N>> {
 
 impl<const N: usize> KernelSpec<ReduceSum<N>, Sum> {
     /// The built-in reduce-sum kernel (see [`gyre_core::kernels`]).
+    ///
+    /// **Where it runs:** every backend, from one device source (`cuda/handlers/`);
+    /// [`Backend::Auto`](crate::Backend::Auto) launches it on the GPU it found.
     pub fn reduce_sum() -> Self {
         Self::with_handler(
             "reduce_sum".into(),
@@ -446,5 +569,90 @@ impl<const N: usize> KernelSpec<ReduceSum<N>, Sum> {
             Some(ids::REDUCE_SUM),
             ids::REDUCE_SUM,
         )
+    }
+}
+
+/// Which kind of device a backend runs handlers on, for [`KernelSpec::runs_on`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Device {
+    /// Host code: runs every spec (Rust handlers; the built-ins through the C11 loop).
+    Cpu,
+    /// CUDA: built-ins and CUDA sources.
+    Cuda,
+    /// OpenCL: built-ins and OpenCL C sources.
+    OpenCl,
+}
+
+impl<Req, Resp> KernelSpec<Req, Resp> {
+    /// Whether a backend of kind `device` can run this spec's handler; if not, the error
+    /// to return, naming the kernel, the handler and what would run it.
+    pub(crate) fn runs_on(&self, device: Device) -> Result<(), gyre_core::Error> {
+        let (backend, source, handler, remedy) = match device {
+            Device::Cpu => return Ok(()),
+            Device::Cuda => (
+                "cuda",
+                &self.cuda_source,
+                "a Rust handler (KernelSpec::from_fn, try_from_fn or raw) with no CUDA source",
+                "add KernelSpec::cuda_handler or device_handler, use a built-in \
+                 (KernelSpec::echo, vec_scale, reduce_sum), or launch it with Backend::Cpu \
+                 or Backend::Auto (which runs it on the CPU backend)",
+            ),
+            Device::OpenCl => (
+                "opencl",
+                &self.opencl_source,
+                "a Rust handler (KernelSpec::from_fn, try_from_fn or raw) with no OpenCL C \
+                 source",
+                "add KernelSpec::opencl_handler or device_handler, use a built-in \
+                 (KernelSpec::echo, vec_scale, reduce_sum), or launch it with Backend::Cpu \
+                 or Backend::Auto (which runs it on the CPU backend)",
+            ),
+        };
+        if self.builtin.is_some() || source.is_some() {
+            return Ok(());
+        }
+        Err(gyre_core::Error::HandlerUnsupported {
+            kernel: self.name.clone(),
+            backend,
+            handler,
+            remedy,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_backends_run_builtins_and_their_own_sources_only() {
+        let closure = KernelSpec::from_fn("c", |x: u32| x);
+        assert!(closure.runs_on(Device::Cpu).is_ok());
+        for (d, name) in [(Device::Cuda, "cuda"), (Device::OpenCl, "opencl")] {
+            match closure.runs_on(d) {
+                Err(gyre_core::Error::HandlerUnsupported {
+                    kernel,
+                    backend,
+                    handler,
+                    remedy,
+                }) => {
+                    assert_eq!((kernel.as_str(), backend), ("c", name));
+                    assert!(handler.contains("KernelSpec::from_fn"), "{handler}");
+                    assert!(remedy.contains("Backend::Cpu"), "{remedy}");
+                }
+                other => panic!("{name}: {other:?}"),
+            }
+        }
+        let echo = KernelSpec::<u32, u32>::echo();
+        for d in [Device::Cpu, Device::Cuda, Device::OpenCl] {
+            assert!(echo.runs_on(d).is_ok(), "{d:?}");
+        }
+        let cu = closure.clone().cuda_handler("x.cu", "");
+        assert!(cu.runs_on(Device::Cuda).is_ok());
+        assert!(cu.runs_on(Device::OpenCl).is_err());
+        let cl = closure.clone().opencl_handler("x.cl", "");
+        assert!(cl.runs_on(Device::OpenCl).is_ok());
+        assert!(cl.runs_on(Device::Cuda).is_err());
+        let both = closure.device_handler("x.h", "");
+        assert!(both.runs_on(Device::Cuda).is_ok() && both.runs_on(Device::OpenCl).is_ok());
     }
 }

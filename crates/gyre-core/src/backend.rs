@@ -29,6 +29,10 @@ pub struct LaunchSpec {
     /// A user's CUDA C++ handler source (defining `gyre_handler`, see `docs/cuda.md`),
     /// compiled into the ring kernel by the CUDA backend; the CPU backend runs `handler`.
     pub cuda_source: Option<Arc<DeviceSource>>,
+    /// A user's OpenCL C handler source (a phase function over `gyre/handler.h`, or
+    /// `gyre_handler`, see `docs/opencl.md`), built into the ring kernel by the OpenCL
+    /// backend; the CPU backend runs `handler`.
+    pub opencl_source: Option<Arc<DeviceSource>>,
     /// The kernel's telemetry export file, when the spec exports one. A backend whose
     /// kernel can write the file's telemetry line itself (CUDA: registered host memory)
     /// does so and says so through [`KernelInstance::writes_export_telemetry`]; the file
@@ -53,6 +57,10 @@ impl core::fmt::Debug for LaunchSpec {
             .field("idle", &self.idle)
             .field("telemetry", &self.telemetry)
             .field("cuda_source", &self.cuda_source.as_ref().map(|s| &s.name))
+            .field(
+                "opencl_source",
+                &self.opencl_source.as_ref().map(|s| &s.name),
+            )
             .finish_non_exhaustive()
     }
 }

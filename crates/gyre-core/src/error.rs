@@ -224,6 +224,22 @@ pub enum Error {
         #[source]
         source: crate::Cause,
     },
+    /// The backend cannot run the kernel's handler: a Rust closure on a device backend,
+    /// or a device backend without device code for it. Nothing was allocated or launched.
+    #[error(
+        "kernel '{kernel}' cannot run on the {backend} backend: its handler is {handler}; \
+         {remedy}"
+    )]
+    HandlerUnsupported {
+        /// Kernel name.
+        kernel: String,
+        /// Backend name (`cuda`, `opencl`).
+        backend: &'static str,
+        /// What the spec's handler is (and how it was made).
+        handler: &'static str,
+        /// The constructors or backends that would run it.
+        remedy: &'static str,
+    },
     /// The backend cannot place a kernel's rings the way a transfer strategy needs.
     #[error("{backend} backend cannot run the {strategy} transfer strategy: {reason}")]
     StrategyUnsupported {

@@ -26,6 +26,7 @@
 //!     idle: IdleStrategy::default(),
 //!     telemetry: true,
 //!     cuda_source: None,
+//!     opencl_source: None,
 //!     export: None,
 //! };
 //! let kernel = backend.launch(region.clone(), &spec)?;

@@ -42,6 +42,7 @@ fn producers_receiver_driver_and_kernel_threads_count_every_message() {
         idle: IdleStrategy::default(),
         telemetry: true,
         cuda_source: None,
+        opencl_source: None,
         export: None,
     };
     let kernel = gyre_cpu::CpuBackend::new()

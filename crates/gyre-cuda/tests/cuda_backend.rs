@@ -75,6 +75,7 @@ fn spec(name: &str, builtin: Option<u32>, source: Option<&str>) -> LaunchSpec {
                 source: s.into(),
             })
         }),
+        opencl_source: None,
         export: None,
     }
 }

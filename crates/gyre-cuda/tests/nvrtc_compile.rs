@@ -450,6 +450,21 @@ static __device__ uint32_t count_zeros(uint32_t phase, const gyre_hcall *c, gyre
         .unwrap()
         .contains(&format!(".entry {RING_KERNEL_ENTRY}(")));
 
+    // A portable phase function (the port macros, `#include "gyre/handler.h"`): the same
+    // file the OpenCL tests run through `KernelSpec::device_handler`.
+    let portable = Handler::Custom {
+        name: "negate_phase.h",
+        source: include_str!("../../../tests/support/negate_phase.h"),
+    };
+    let ptx = env
+        .nvrtc
+        .compile_ring_kernel(&portable, &opts)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(ptx
+        .ptx()
+        .unwrap()
+        .contains(&format!(".entry {RING_KERNEL_ENTRY}(")));
+
     // No handler: a clear error naming gyre_handler in ring_kernel.cu.
     let none = Handler::Custom {
         name: "empty.cu",

@@ -53,7 +53,8 @@ struct DeviceState {
     ctx: Arc<Context>,
     registry: Arc<SvmRegistry>,
     options: BuildOptions,
-    programs: Mutex<HashMap<Handler, Arc<Program>>>,
+    /// Built ring kernels, by handler name and source.
+    programs: Mutex<HashMap<(String, String), Arc<Program>>>,
     running: AtomicUsize,
 }
 
@@ -111,9 +112,10 @@ impl DeviceState {
     }
 
     /// The ring kernel program with `handler`, built once.
-    fn program(&self, handler: Handler) -> Result<Arc<Program>> {
+    fn program(&self, handler: Handler<'_>) -> Result<Arc<Program>> {
+        let key = (handler.name().to_owned(), handler.source().to_owned());
         let mut programs = self.programs.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(p) = programs.get(&handler) {
+        if let Some(p) = programs.get(&key) {
             return Ok(p.clone());
         }
         let p = Arc::new(prog::build(
@@ -123,7 +125,7 @@ impl DeviceState {
             &prog::ring_kernel_source(handler),
             &self.options.to_cl_options(),
         )?);
-        programs.insert(handler, p.clone());
+        programs.insert(key, p.clone());
         Ok(p)
     }
 }
@@ -187,17 +189,27 @@ impl OpenClBackend {
 
     /// Builds the ring kernel with `handler` (or returns the cached build): a compile
     /// check that needs no region.
-    pub fn build(&self, handler: Handler) -> Result<()> {
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Build`] with the compiler's log; [`Error::Cl`].
+    pub fn build(&self, handler: Handler<'_>) -> Result<()> {
         self.dev.program(handler).map(|_| ())
     }
 
     fn launch_inner(&self, region: &Arc<SharedRegion>, spec: &LaunchSpec) -> Result<OpenClKernel> {
-        let handler =
-            spec.builtin
-                .and_then(Handler::builtin)
-                .ok_or_else(|| Error::NeedsDeviceHandler {
-                    kernel: spec.name.clone(),
-                })?;
+        // A user's OpenCL C source wins over a built-in id (a spec names one or the other).
+        let handler = spec
+            .opencl_source
+            .as_deref()
+            .map(|s| Handler::Custom {
+                name: &s.name,
+                source: &s.source,
+            })
+            .or_else(|| spec.builtin.and_then(Handler::builtin))
+            .ok_or_else(|| Error::NeedsDeviceHandler {
+                kernel: spec.name.clone(),
+            })?;
         let base = region.base().as_ptr();
         if !self.dev.registry.contains(base as usize) {
             return Err(Error::Unsupported {

@@ -93,8 +93,9 @@ pub enum Error {
     },
     /// A kernel was launched with a host (closure) handler.
     #[error(
-        "OpenCL kernels need a device handler: kernel '{kernel}' has a CPU closure handler; \
-         use a built-in kernel (echo, vec_scale, reduce_sum) or the CPU backend"
+        "OpenCL kernels need a device handler: kernel '{kernel}' has a Rust closure handler; \
+         use a built-in kernel (echo, vec_scale, reduce_sum), KernelSpec::opencl_handler, or \
+         the cpu backend"
     )]
     NeedsDeviceHandler {
         /// The kernel's name.

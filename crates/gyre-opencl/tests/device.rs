@@ -37,6 +37,7 @@ fn spec(builtin: Option<u32>) -> LaunchSpec {
         idle: IdleStrategy::BusySpin,
         telemetry: true,
         cuda_source: None,
+        opencl_source: None,
         export: None,
     }
 }
@@ -94,14 +95,11 @@ fn device_compiles_in_child() {
         return;
     };
     let b = OpenClBackend::new(p, d).unwrap_or_else(|e| panic!("{e}"));
-    for h in Handler::BUILTIN {
+    use gyre_core::kernels::ids;
+    for id in [ids::ECHO, ids::VEC_SCALE, ids::REDUCE_SUM] {
+        let h = Handler::builtin(id).expect("a built-in id");
         b.build(h).unwrap_or_else(|e| panic!("{e}"));
         let r = region(&b, 4, 0);
-        let id = match h {
-            Handler::Echo => gyre_core::kernels::ids::ECHO,
-            Handler::VecScale => gyre_core::kernels::ids::VEC_SCALE,
-            Handler::ReduceSum => gyre_core::kernels::ids::REDUCE_SUM,
-        };
         let k = b
             .launch(r.clone(), &spec(Some(id)))
             .unwrap_or_else(|e| panic!("{e}"));
