@@ -106,6 +106,8 @@ rm -rf "$cuda13_home" && mkdir -p "$cuda13_home"
 ln -s "$cuda13_sp/nvidia/cu13/lib" "$cuda13_home/lib64"
 ln -s "$cuda13_sp/nvidia/cu13/bin" "$cuda13_home/bin"
 env -u GYRE_CUDA_VENV CUDA_HOME="$PWD/$cuda13_home" cargo test -p gyre-cuda --test nvrtc_compile
+# ... and the handlers #[gyre::handler] generates (tests/portable_nvrtc.rs).
+env -u GYRE_CUDA_VENV CUDA_HOME="$PWD/$cuda13_home" cargo test -p gyre --test portable_nvrtc
 
 # loom explores every interleaving of the host-side protocol under a bounded number of
 # preemptions: claim/publish (loom_ring), shutdown and drain (loom_shutdown), the

@@ -45,6 +45,7 @@ mod kernel;
 #[cfg(feature = "metrics")]
 mod metrics_export;
 mod opencl;
+pub mod portable;
 mod runtime;
 mod spec;
 mod state;
@@ -61,7 +62,10 @@ pub use gyre_core::strategy::TransferStrategy;
 pub use gyre_core::telemetry::{rates, Rates};
 pub use gyre_core::visibility::MemoryVisibility;
 pub use gyre_core::{Cause, Error, Handler, IdleStrategy, Result, TrySendError};
+/// Handlers written once in Rust and run on every backend (`docs/handlers.md`).
+pub use gyre_macros::{handler, handler_fn, DeviceType};
 pub use kernel::Kernel;
+pub use portable::{DeviceType, Portable};
 pub use runtime::{
     backends, prepare_cuda_environment, Backend, BackendInfo, Runtime, RuntimeBuilder,
 };
@@ -118,3 +122,8 @@ pub use bytemuck::{self, Pod, Zeroable};
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The example of `docs/handlers.md`, compiled and run as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/handlers.md")]
+pub struct HandlersDoctests;

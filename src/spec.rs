@@ -527,6 +527,38 @@ impl<Req, Resp> KernelSpec<Req, Resp> {
     }
 }
 
+impl<Req: Pod + crate::DeviceType, Resp: Pod + crate::DeviceType> KernelSpec<Req, Resp> {
+    /// A kernel running a handler written once in Rust with `#[gyre::handler]`
+    /// (`docs/handlers.md`): natively on the CPU backend, and as the C the macro
+    /// generated on OpenCL (built at launch) and CUDA (compiled by NVRTC, cached). The
+    /// kernel is named after the function.
+    ///
+    /// **Where it runs:** every backend; [`Backend::Auto`](crate::Backend::Auto) launches
+    /// it on the GPU it found, else on the CPU backend.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gyre::{Backend, KernelSpec, Runtime};
+    ///
+    /// #[gyre::handler]
+    /// fn collatz(x: u64) -> u64 {
+    ///     if x % 2 == 0 { x / 2 } else { 3 * x + 1 }
+    /// }
+    ///
+    /// let rt = Runtime::builder().backend(Backend::Auto).build()?;
+    /// let k = rt.launch(KernelSpec::portable(collatz))?;
+    /// assert_eq!(k.call_blocking(7)?, 22);
+    /// assert_eq!(collatz(22), 11); // still a Rust function
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
+    pub fn portable(handler: crate::Portable<Req, Resp>) -> Self {
+        let name = handler.name();
+        Self::from_fn(name, handler.function())
+            .device_handler(format!("{name}.rs.h"), handler.c_source())
+    }
+}
+
 impl<T: Pod> KernelSpec<T, T> {
     /// The built-in echo kernel: each reply is its request.
     ///

@@ -36,6 +36,7 @@ mod module;
 pub mod nvrtc;
 pub mod peer;
 pub mod probe;
+pub mod ptxas;
 mod registry;
 pub mod result;
 pub mod source;

@@ -22,10 +22,10 @@
 //! they show in a plain `cargo test` run.
 
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 
 use gyre_cuda::nvrtc::Target;
+use gyre_cuda::ptxas::{parse as parse_ptxas, run as ptxas, Resources};
 use gyre_cuda::{CompileOptions, Error, Handler, Nvrtc, Toolchain, RING_KERNEL_ENTRY};
 
 /// Writes a line to stderr, bypassing the harness's output capture.
@@ -85,83 +85,6 @@ fn ptx_of(env: &Env, name: &str, source: &str, arch: u32) -> String {
         .compile(name, source, &CompileOptions::new(Target::Ptx(arch)))
         .unwrap_or_else(|e| panic!("sm_{arch}: {e}"));
     c.ptx().expect("PTX text").to_owned()
-}
-
-/// `ptxas -v` resources of one function.
-#[derive(Debug, Default, Clone, PartialEq)]
-struct Resources {
-    function: String,
-    registers: u32,
-    stack: u32,
-    spill_stores: u32,
-    spill_loads: u32,
-    smem: u32,
-}
-
-/// Parses `ptxas -v` output: for each "Function properties for F" its next line
-/// ("N bytes stack frame, N bytes spill stores, N bytes spill loads") and, for entry
-/// functions, the "Used N registers, ..., N bytes smem" line.
-fn parse_ptxas(out: &str) -> Vec<Resources> {
-    let mut res: Vec<Resources> = Vec::new();
-    let mut lines = out.lines().peekable();
-    while let Some(l) = lines.next() {
-        if let Some(f) = l.split("Function properties for ").nth(1) {
-            let mut r = Resources {
-                function: f.trim().to_owned(),
-                ..Default::default()
-            };
-            if let Some(props) = lines.next() {
-                r.stack = number_before(props, "bytes stack frame").unwrap_or(u32::MAX);
-                r.spill_stores = number_before(props, "bytes spill stores").unwrap_or(u32::MAX);
-                r.spill_loads = number_before(props, "bytes spill loads").unwrap_or(u32::MAX);
-            }
-            res.push(r);
-        } else if l.contains("Used ") && l.contains(" registers") {
-            if let Some(r) = res.last_mut() {
-                r.registers = number_before(l, "registers").unwrap_or(0);
-                r.smem = number_before(l, "bytes smem").unwrap_or(0);
-            }
-        }
-    }
-    res
-}
-
-/// The integer right before `what` in `line` ("..., 12 bytes smem" -> 12).
-fn number_before(line: &str, what: &str) -> Option<u32> {
-    let head = &line[..line.find(what)?];
-    head.split(|c: char| !c.is_ascii_digit())
-        .rfind(|s| !s.is_empty())?
-        .parse()
-        .ok()
-}
-
-/// Assembles `ptx` for `sm_<arch>` with `ptxas -v`; returns its report.
-fn ptxas(ptxas: &Path, ptx: &str, arch: u32, stem: &str) -> Result<String, String> {
-    // The system temp dir, not a build-time path: the GPU kit runs this binary elsewhere.
-    let dir = std::env::temp_dir().join(format!("gyre-cuda-nvrtc-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let (src, bin) = (
-        dir.join(format!("{stem}.ptx")),
-        dir.join(format!("{stem}.cubin")),
-    );
-    std::fs::write(&src, ptx).map_err(|e| e.to_string())?;
-    let out = Command::new(ptxas)
-        .arg(format!("-arch=sm_{arch}"))
-        .args(["-v", "--warn-on-spills", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .output()
-        .map_err(|e| format!("running {}: {e}", ptxas.display()))?;
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    if out.status.success() {
-        Ok(text)
-    } else {
-        Err(format!("ptxas failed ({}):\n{text}", out.status))
-    }
 }
 
 #[test]

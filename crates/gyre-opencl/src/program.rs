@@ -24,6 +24,7 @@ const RING_H: &str = include_str!("../../../cuda/include/gyre/ring.h");
 const PORT_OPENCL_H: &str = include_str!("../../../cuda/include/gyre/port_opencl.h");
 const HANDLER_H: &str = include_str!("../../../cuda/include/gyre/handler.h");
 const BLOCK_H: &str = include_str!("../../../cuda/include/gyre/block.h");
+const PORTABLE_H: &str = include_str!("../../../cuda/include/gyre/portable.h");
 const ECHO_H: &str = include_str!("../../../cuda/handlers/echo.h");
 const VEC_SCALE_H: &str = include_str!("../../../cuda/handlers/vec_scale.h");
 const REDUCE_SUM_H: &str = include_str!("../../../cuda/handlers/reduce_sum.h");
@@ -111,6 +112,7 @@ fn header(name: &str) -> Option<(&'static str, &'static str)> {
         "gyre/port_opencl.h" | "port_opencl.h" => Some(("gyre/port_opencl.h", PORT_OPENCL_H)),
         "gyre/handler.h" | "handler.h" => Some(("gyre/handler.h", HANDLER_H)),
         "gyre/block.h" | "block.h" => Some(("gyre/block.h", BLOCK_H)),
+        "gyre/portable.h" | "portable.h" => Some(("gyre/portable.h", PORTABLE_H)),
         _ => None,
     }
 }

@@ -1,0 +1,166 @@
+//! gyre's procedural macros, re-exported by `gyre`: write a handler once, in Rust, and
+//! run it natively on the CPU backend and as generated C on CUDA and OpenCL.
+//!
+//! - `#[gyre::handler]` on `fn name(req: Req) -> Resp` keeps the function callable from
+//!   Rust (as `name(req)`) and turns `name` into a `gyre::portable::Portable<Req, Resp>`
+//!   constant that `KernelSpec::portable(name)` launches. It carries the C translation of
+//!   the body over `gyre/portable.h`.
+//! - `#[gyre::handler_fn]` on a helper `fn` makes it callable from handlers (its C comes
+//!   along).
+//! - `#[derive(gyre::DeviceType)]` on a `#[repr(C)]` struct of device types gives it a C
+//!   declaration, with the Rust layout checked by the device compiler.
+//!
+//! The subset and its semantics are in `docs/handlers.md`; anything outside it is a
+//! compile error at its span naming what is allowed.
+
+use proc_macro::TokenStream;
+use proc_macro2::{Span, TokenStream as TokenStream2};
+use quote::{format_ident, quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::visit_mut::VisitMut;
+use syn::{parse_macro_input, DeriveInput, ItemFn, Path};
+
+mod derive;
+mod literal;
+mod rewrite;
+mod translate;
+
+/// A handler for every backend: see the crate docs and `docs/handlers.md`.
+#[proc_macro_attribute]
+pub fn handler(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let f = parse_macro_input!(item as ItemFn);
+    expand(attr.into(), f, Kind::Handler)
+        .unwrap_or_else(syn::Error::into_compile_error)
+        .into()
+}
+
+/// A helper that handlers may call: see the crate docs and `docs/handlers.md`.
+#[proc_macro_attribute]
+pub fn handler_fn(attr: TokenStream, item: TokenStream) -> TokenStream {
+    let f = parse_macro_input!(item as ItemFn);
+    expand(attr.into(), f, Kind::Helper)
+        .unwrap_or_else(syn::Error::into_compile_error)
+        .into()
+}
+
+/// The C declaration of a `#[repr(C)]` struct: see the crate docs.
+#[proc_macro_derive(DeviceType)]
+pub fn derive_device_type(item: TokenStream) -> TokenStream {
+    let d = parse_macro_input!(item as DeriveInput);
+    derive::device_type(&d)
+        .unwrap_or_else(syn::Error::into_compile_error)
+        .into()
+}
+
+#[derive(PartialEq)]
+enum Kind {
+    Handler,
+    Helper,
+}
+
+/// The companion constant of helper `f` (`a::b::f` -> `a::b::__gyre_fn_f`), spanned at
+/// the call so a missing `#[gyre::handler_fn]` is reported there.
+fn companion(p: &Path) -> Path {
+    let mut p = p.clone();
+    if let Some(last) = p.segments.last_mut() {
+        last.ident = format_ident!("__gyre_fn_{}", last.ident, span = last.ident.span());
+    }
+    p
+}
+
+fn expand(attr: TokenStream2, mut f: ItemFn, kind: Kind) -> syn::Result<TokenStream2> {
+    if !attr.is_empty() {
+        return Err(syn::Error::new(
+            attr.span(),
+            "this attribute takes no arguments",
+        ));
+    }
+    let name = f.sig.ident.clone();
+    let mut tr = translate::Translator::new(&name.to_string());
+    let c_name = match kind {
+        Kind::Handler => "gyre_h".to_owned(),
+        Kind::Helper => "\u{1}S\u{2}".to_owned(),
+    };
+    let c = tr.function(&c_name, &f)?;
+    let (req, resp) = match kind {
+        Kind::Handler => {
+            if f.sig.inputs.len() != 1 {
+                return Err(syn::Error::new(
+                    f.sig.inputs.span(),
+                    "a handler takes one parameter, the request",
+                ));
+            }
+            let Some(syn::FnArg::Typed(pt)) = f.sig.inputs.first() else {
+                return Err(syn::Error::new(f.sig.span(), "a handler takes the request"));
+            };
+            let syn::ReturnType::Type(_, resp) = &f.sig.output else {
+                return Err(syn::Error::new(f.sig.span(), "a handler returns the reply"));
+            };
+            (Some((*pt.ty).clone()), Some((**resp).clone()))
+        }
+        Kind::Helper => (None, None),
+    };
+    rewrite::Rewrite.visit_block_mut(&mut f.block);
+
+    let types = tr.types.iter().map(|t| {
+        quote_spanned! {t.span()=>
+            ::gyre::portable::TypeRef {
+                c_name: <#t as ::gyre::portable::DeviceType>::c_name,
+                declare: <#t as ::gyre::portable::DeviceType>::declare,
+            }
+        }
+    });
+    let fns = tr.fns.iter().map(|p| {
+        let c = companion(p);
+        quote_spanned! {p.span()=> &#c }
+    });
+    let name_str = name.to_string();
+    let source = quote! {
+        ::gyre::portable::Source {
+            name: #name_str,
+            module: ::core::module_path!(),
+            c: #c,
+            types: &[#(#types),*],
+            fns: &[#(#fns),*],
+        }
+    };
+    let vis = &f.vis;
+    Ok(match kind {
+        Kind::Handler => {
+            let imp = format_ident!("__gyre_handler_{}", name);
+            let attrs = &f.attrs;
+            let sig = {
+                let mut s = f.sig.clone();
+                s.ident = imp.clone();
+                s
+            };
+            let block = &f.block;
+            let (req, resp) = (req, resp);
+            quote! {
+                #[doc(hidden)]
+                #[allow(non_snake_case, clippy::all)]
+                #vis #sig #block
+
+                #(#attrs)*
+                #[allow(non_upper_case_globals)]
+                #vis const #name: ::gyre::portable::Portable<#req, #resp> =
+                    ::gyre::portable::Portable::__new(#imp, #source);
+            }
+        }
+        Kind::Helper => {
+            let comp = format_ident!("__gyre_fn_{}", name);
+            quote! {
+                #f
+
+                #[doc(hidden)]
+                #[allow(non_upper_case_globals)]
+                #vis const #comp: ::gyre::portable::Source = #source;
+            }
+        }
+    })
+}
+
+#[allow(dead_code)]
+fn call_site() -> Span {
+    Span::call_site()
+}

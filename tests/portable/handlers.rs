@@ -1,0 +1,446 @@
+//! The handlers of the differential suite (`tests/portable_handlers.rs`), written once in
+//! Rust with `#[gyre::handler]`: every scalar type's arithmetic, casts, loops, `match`,
+//! structs, arrays, helpers, math functions, runtime panics, and the three built-ins
+//! re-expressed.
+
+#![allow(clippy::all)]
+
+use gyre::{DeviceType, Pod, Zeroable};
+
+// --- integer arithmetic, one handler per type ---------------------------------------------
+
+macro_rules! int_arith {
+    ($name:ident, $t:ident) => {
+        /// Every integer operator, wrapping, with shifts masked and a divisor made
+        /// non-zero (and never `MIN / -1`).
+        #[gyre::handler]
+        pub fn $name(x: [$t; 2]) -> [$t; 16] {
+            let a: $t = x[0];
+            let b: $t = x[1];
+            let m1: $t = (0 as $t).wrapping_sub(1);
+            let mut d: $t = b;
+            if d == 0 {
+                d = 1;
+            }
+            if a == $t::MIN && d == m1 {
+                d = 2;
+            }
+            let r: [$t; 16] = [
+                a + b,
+                a - b,
+                a * b,
+                a / d,
+                a % d,
+                a << (b as u32),
+                a >> (b as u32),
+                a & b,
+                a | b,
+                a ^ b,
+                !a,
+                a.wrapping_neg(),
+                a.min(b),
+                a.max(b),
+                if a < b { a } else { b + 1 },
+                ((a as i64) * 3 + (b as i64)) as $t,
+            ];
+            r
+        }
+    };
+}
+int_arith!(arith_u8, u8);
+int_arith!(arith_u16, u16);
+int_arith!(arith_u32, u32);
+int_arith!(arith_u64, u64);
+int_arith!(arith_i8, i8);
+int_arith!(arith_i16, i16);
+int_arith!(arith_i32, i32);
+int_arith!(arith_i64, i64);
+
+/// Signed-only operators: negation, `abs` (wrapping at MIN), arithmetic `>>`, compound
+/// assignment.
+#[gyre::handler]
+pub fn signed_ops(x: [i32; 2]) -> [i32; 6] {
+    let a: i32 = x[0];
+    let b: i32 = x[1];
+    let mut acc: i32 = a;
+    acc += b;
+    acc *= 3;
+    acc -= -7;
+    acc <<= 2;
+    acc >>= 1;
+    let r: [i32; 6] = [-a, a.abs(), a >> 5, acc, i32::MAX + b, -(b - a)];
+    r
+}
+
+// --- floats --------------------------------------------------------------------------------
+
+macro_rules! float_arith {
+    ($name:ident, $t:ident) => {
+        /// IEEE arithmetic and the exactly rounded functions.
+        #[gyre::handler]
+        pub fn $name(x: [$t; 3]) -> [$t; 16] {
+            let a: $t = x[0];
+            let b: $t = x[1];
+            let c: $t = x[2];
+            let r: [$t; 16] = [
+                a + b,
+                a - b,
+                a * b,
+                a / b,
+                a % b,
+                -a,
+                a.mul_add(b, c),
+                a * b + c,
+                a.sqrt(),
+                a.abs(),
+                a.floor(),
+                a.ceil(),
+                a.trunc(),
+                a.round(),
+                a.min(b),
+                (a + 0.1) * 2.5,
+            ];
+            r
+        }
+    };
+}
+float_arith!(arith_f32, f32);
+float_arith!(arith_f64, f64);
+
+macro_rules! float_math {
+    ($name:ident, $t:ident) => {
+        /// The transcendental functions: within the bound of docs/handlers.md.
+        #[gyre::handler]
+        pub fn $name(x: [$t; 2]) -> [$t; 10] {
+            let a: $t = x[0];
+            let b: $t = x[1];
+            let r: [$t; 10] = [
+                a.exp(),
+                a.exp2(),
+                b.ln(),
+                b.log2(),
+                b.log10(),
+                a.sin(),
+                a.cos(),
+                a.tan(),
+                a.tanh(),
+                b.powf(a),
+            ];
+            r
+        }
+    };
+}
+float_math!(math_f32, f32);
+float_math!(math_f64, f64);
+
+// --- casts ---------------------------------------------------------------------------------
+
+/// One value in every integer type (no padding, so it is `Pod`).
+#[derive(Clone, Copy, Debug, PartialEq, Pod, Zeroable, DeviceType)]
+#[bytemuck(crate = "gyre::bytemuck")]
+#[repr(C)]
+pub struct Ints {
+    pub u64_: u64,
+    pub i64_: i64,
+    pub u32_: u32,
+    pub i32_: i32,
+    pub u16_: u16,
+    pub i16_: i16,
+    pub u8_: u8,
+    pub i8_: i8,
+    pub pad: [u8; 2],
+}
+
+macro_rules! to_ints {
+    ($name:ident, $t:ident) => {
+        /// `as` to every integer type: saturating from floats (NaN to 0), wrapping from
+        /// integers.
+        #[gyre::handler]
+        pub fn $name(x: $t) -> Ints {
+            Ints {
+                u64_: x as u64,
+                i64_: x as i64,
+                u32_: x as u32,
+                i32_: x as i32,
+                u16_: x as u16,
+                i16_: x as i16,
+                u8_: x as u8,
+                i8_: x as i8,
+                pad: [0u8; 2],
+            }
+        }
+    };
+}
+to_ints!(f32_to_ints, f32);
+to_ints!(f64_to_ints, f64);
+to_ints!(i64_to_ints, i64);
+
+/// Floats from integers and from each other (round to nearest).
+#[derive(Clone, Copy, Debug, PartialEq, Pod, Zeroable, DeviceType)]
+#[bytemuck(crate = "gyre::bytemuck")]
+#[repr(C)]
+pub struct Floats {
+    pub from_u64: f64,
+    pub from_i64: f64,
+    pub f64_from_f32: f64,
+    pub f32_from_u64: f32,
+    pub f32_from_i64: f32,
+    pub f32_from_f64: f32,
+    pub f32_from_u32: f32,
+}
+
+/// Integer and float conversions to floats.
+#[gyre::handler]
+pub fn to_floats(x: [u64; 2]) -> Floats {
+    let s: i64 = x[1] as i64;
+    let f: f64 = (x[0] as f64) / 3.0;
+    Floats {
+        from_u64: x[0] as f64,
+        from_i64: s as f64,
+        f64_from_f32: ((x[1] as u32) as f32) as f64,
+        f32_from_u64: x[0] as f32,
+        f32_from_i64: s as f32,
+        f32_from_f64: f as f32,
+        f32_from_u32: (x[0] as u32) as f32,
+    }
+}
+
+// --- control flow --------------------------------------------------------------------------
+
+/// `for` over ranges (exclusive, inclusive up to the type's MAX), `continue`, `while`,
+/// `loop` with `break`.
+#[gyre::handler]
+pub fn loops(x: [u32; 2]) -> [u32; 5] {
+    let n: u32 = x[0] % 100;
+    let mut s: u32 = 0;
+    for i in 0..n {
+        if i % 3 == 0 {
+            continue;
+        }
+        s += i * x[1];
+    }
+    let mut c: u32 = 0;
+    for b in 250u8..=255 {
+        c += b as u32;
+    }
+    let mut w: u32 = x[1] % 1000 + 1;
+    let mut steps: u32 = 0;
+    while w != 1 && steps < 300 {
+        if w % 2 == 0 {
+            w /= 2;
+        } else {
+            w = 3 * w + 1;
+        }
+        steps += 1;
+    }
+    let mut k: u32 = 0;
+    loop {
+        k += 7;
+        if k > n {
+            break;
+        }
+    }
+    let mut down: u32 = 0;
+    for j in (n / 2)..=n {
+        down = down * 31 + j;
+    }
+    [s, c, steps, k, down]
+}
+
+/// `match` on integers: literals, negative literals, ranges, or-patterns, a binding, and
+/// `match` as a value.
+#[gyre::handler]
+pub fn classify(x: i32) -> [i32; 2] {
+    let kind: i32 = match x {
+        0 => 100,
+        -1 | 1 => 101,
+        2..=9 => 102,
+        -9..=-2 => 103,
+        i32::MIN..=-10 => 104,
+        big => big % 1000,
+    };
+    let mut bucket: i32 = 0;
+    match x % 4 {
+        0 => bucket = 10,
+        1 | -1 => {
+            bucket = 11;
+        }
+        _ => {}
+    }
+    [kind, bucket]
+}
+
+// --- structs, arrays, helpers ----------------------------------------------------------------
+
+/// A particle with a nested array field.
+#[derive(Clone, Copy, Debug, PartialEq, Pod, Zeroable, DeviceType)]
+#[bytemuck(crate = "gyre::bytemuck")]
+#[repr(C)]
+pub struct Particle {
+    pub pos: [f32; 3],
+    pub vel: [f32; 3],
+    pub mass: f32,
+    pub steps: u32,
+}
+
+/// `a + (b - a) * t`.
+#[gyre::handler_fn]
+pub fn lerp(a: f32, b: f32, t: f32) -> f32 {
+    a + (b - a) * t
+}
+
+/// Clamped to `[0, 1]`, through another helper.
+#[gyre::handler_fn]
+pub fn clamp01(x: f32) -> f32 {
+    let lo: f32 = lerp(x, 0.0f32, 0.0f32).max(0.0);
+    lo.min(1.0)
+}
+
+/// Struct literals, field and index assignment, `for` over an array, helpers calling
+/// helpers.
+#[gyre::handler]
+pub fn step(p: Particle) -> Particle {
+    let mut q: Particle = p;
+    let dt: f32 = 0.01;
+    for i in 0..3usize {
+        q.pos[i] = q.pos[i] + q.vel[i] * dt;
+        q.vel[i] = lerp(q.vel[i], 0.0f32, clamp01(p.mass));
+    }
+    let mut speed2: f32 = 0.0;
+    for v in q.vel {
+        speed2 += v * v;
+    }
+    q.mass = speed2.sqrt();
+    q.steps = p.steps + 1;
+    q
+}
+
+/// A dot product in index order (no FMA: identical on every backend).
+#[gyre::handler]
+pub fn dot(x: [f32; 16]) -> f32 {
+    let mut s: f32 = 0.0;
+    for i in 0..8usize {
+        s += x[i] * x[i + 8];
+    }
+    s
+}
+
+/// Swaps two fields through a struct literal that reads the old value.
+#[derive(Clone, Copy, Debug, PartialEq, Pod, Zeroable, DeviceType)]
+#[bytemuck(crate = "gyre::bytemuck")]
+#[repr(C)]
+pub struct Pair {
+    pub a: u64,
+    pub b: u64,
+}
+
+/// `p = Pair { a: p.b, b: p.a }` evaluates the whole literal first, as Rust does.
+#[gyre::handler]
+pub fn swap(p: Pair) -> Pair {
+    let mut q: Pair = p;
+    q = Pair { a: q.b, b: q.a };
+    let x: u64 = q.a;
+    let x = x.wrapping_mul(3);
+    Pair { a: x, b: q.b }
+}
+
+// --- runtime panics ------------------------------------------------------------------------
+
+/// Divides: a zero divisor panics (the kernel faults with HANDLER_PANIC).
+#[gyre::handler]
+pub fn divide(x: [u32; 2]) -> u32 {
+    x[0] / x[1]
+}
+
+/// Indexes: past the end panics.
+#[gyre::handler]
+pub fn lookup(i: u32) -> u32 {
+    let t: [u32; 4] = [10, 20, 30, 40];
+    t[i as usize]
+}
+
+// --- the built-ins, re-expressed ------------------------------------------------------------
+
+/// `gyre_core::kernels::echo` on 64 bytes.
+#[gyre::handler]
+pub fn echo64(x: [u8; 64]) -> [u8; 64] {
+    x
+}
+
+/// `gyre_core::kernels::vec_scale` for up to 14 values (`count` beyond is clamped).
+#[derive(Clone, Copy, Debug, PartialEq, Pod, Zeroable, DeviceType)]
+#[bytemuck(crate = "gyre::bytemuck")]
+#[repr(C)]
+pub struct Scale14 {
+    pub scale: f32,
+    pub count: u32,
+    pub data: [f32; 14],
+}
+
+/// The scaled values, the rest zero.
+#[gyre::handler]
+pub fn vec_scale14(v: Scale14) -> [f32; 14] {
+    let mut out: [f32; 14] = [0.0; 14];
+    let n: u32 = v.count.min(14);
+    for i in 0..n {
+        out[i as usize] = v.data[i as usize] * v.scale;
+    }
+    out
+}
+
+/// `gyre_core::kernels::reduce_sum`'s sum and count in index order, from `-0.0`.
+#[derive(Clone, Copy, Debug, PartialEq, Pod, Zeroable, DeviceType)]
+#[bytemuck(crate = "gyre::bytemuck")]
+#[repr(C)]
+pub struct Sum14 {
+    pub count: u32,
+    pub data: [f32; 14],
+}
+
+/// `(sum, count)` as two words.
+#[gyre::handler]
+pub fn reduce_sum14(v: Sum14) -> [f32; 2] {
+    let n: u32 = v.count.min(14);
+    let mut s: f32 = -0.0;
+    for i in 0..n {
+        s += v.data[i as usize];
+    }
+    [s, n as f32]
+}
+
+/// Every handler's name and generated device source (for the NVRTC compile check).
+#[allow(dead_code)]
+pub fn all_sources() -> Vec<(&'static str, String)> {
+    macro_rules! list {
+        ($($h:ident),*) => { vec![$(($h.name(), $h.c_source())),*] };
+    }
+    list!(
+        arith_u8,
+        arith_u16,
+        arith_u32,
+        arith_u64,
+        arith_i8,
+        arith_i16,
+        arith_i32,
+        arith_i64,
+        signed_ops,
+        arith_f32,
+        arith_f64,
+        math_f32,
+        math_f64,
+        f32_to_ints,
+        f64_to_ints,
+        i64_to_ints,
+        to_floats,
+        loops,
+        classify,
+        step,
+        dot,
+        swap,
+        divide,
+        lookup,
+        echo64,
+        vec_scale14,
+        reduce_sum14
+    )
+}

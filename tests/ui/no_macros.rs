@@ -1,0 +1,6 @@
+#[gyre::handler]
+fn h(x: u32) -> u32 {
+    println!("{x}");
+    x
+}
+fn main() {}

@@ -1,0 +1,5 @@
+#[gyre::handler]
+fn h(x: (u32, u32)) -> u32 {
+    x.0
+}
+fn main() {}

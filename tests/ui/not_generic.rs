@@ -1,0 +1,5 @@
+#[gyre::handler]
+fn h<T: Copy>(x: T) -> T {
+    x
+}
+fn main() {}
