@@ -65,7 +65,7 @@ pub use gyre_core::{Cause, Error, Handler, IdleStrategy, Result, TrySendError};
 /// Handlers written once in Rust and run on every backend (`docs/handlers.md`).
 pub use gyre_macros::{handler, handler_fn, DeviceType};
 pub use kernel::Kernel;
-pub use portable::{DeviceType, Portable};
+pub use portable::{DeviceType, Lane, Portable, PortableLanes};
 pub use runtime::{
     backends, prepare_cuda_environment, Backend, BackendInfo, Runtime, RuntimeBuilder,
 };

@@ -346,6 +346,7 @@ mod cuda {
 pub struct RuntimeBuilder {
     backend: Backend,
     auto_device: Option<Backend>,
+    cpu_lanes: Option<u32>,
     memory: Overrides,
 }
 
@@ -376,6 +377,25 @@ impl RuntimeBuilder {
     /// ```
     pub fn auto_device(mut self, device: Backend) -> Self {
         self.auto_device = Some(device);
+        self
+    }
+
+    /// The lanes the CPU backend emulates for built-in kernels and lane-parallel portable
+    /// handlers (`#[gyre::handler(lanes)]`), 1..=256 (default: `GYRE_CPU_LANES`, else 1).
+    /// Every multi-lane path then runs on the CPU, each phase lane by lane; one lane is
+    /// the fastest. An invalid value fails [`Self::build`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let rt = gyre::Runtime::builder().backend(gyre::Backend::Cpu).cpu_lanes(32).build()?;
+    /// let k = rt.launch(gyre::KernelSpec::<u64, u64>::echo())?;
+    /// assert_eq!(k.call_blocking(7)?, 7);
+    /// assert!(gyre::Runtime::builder().cpu_lanes(0).build().is_err());
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
+    pub fn cpu_lanes(mut self, lanes: u32) -> Self {
+        self.cpu_lanes = Some(lanes);
         self
     }
 
@@ -416,9 +436,9 @@ impl RuntimeBuilder {
                         reason: "must be a backend: cpu, cuda or opencl[:P[:D]]",
                     })
                 }
-                (Backend::Auto, Some(device)) => (device, open(device)?),
-                (Backend::Auto, None) => detect_device(),
-                (explicit, _) => (explicit, open(explicit)?),
+                (Backend::Auto, Some(device)) => (device, open(device, self.cpu_lanes)?),
+                (Backend::Auto, None) => detect_device(cpu(self.cpu_lanes)?),
+                (explicit, _) => (explicit, open(explicit, self.cpu_lanes)?),
             };
         // Builder > environment: a variable whose setting the builder decides is not even
         // read, so an invalid value there cannot fail this build.
@@ -428,7 +448,7 @@ impl RuntimeBuilder {
         let host = if self.backend == Backend::Auto && resolved != Backend::Cpu {
             Some(Target::new(
                 Backend::Cpu,
-                Arc::new(gyre_cpu::CpuBackend::new()),
+                cpu(self.cpu_lanes)?,
                 &env,
                 &self.memory,
             )?)
@@ -443,11 +463,19 @@ impl RuntimeBuilder {
     }
 }
 
+/// The CPU backend, with `lanes` emulated lanes if given.
+fn cpu(lanes: Option<u32>) -> Result<Arc<dyn gyre_core::Backend>> {
+    Ok(match lanes {
+        Some(l) => Arc::new(gyre_cpu::CpuBackend::with_lanes(l)?),
+        None => Arc::new(gyre_cpu::CpuBackend::new()),
+    })
+}
+
 /// Opens an explicitly named backend.
-fn open(backend: Backend) -> Result<Arc<dyn gyre_core::Backend>> {
+fn open(backend: Backend, lanes: Option<u32>) -> Result<Arc<dyn gyre_core::Backend>> {
     Ok(match backend {
-        Backend::Auto => return Ok(detect_device().1),
-        Backend::Cpu => Arc::new(gyre_cpu::CpuBackend::new()),
+        Backend::Auto => return Ok(detect_device(cpu(lanes)?).1),
+        Backend::Cpu => cpu(lanes)?,
         Backend::Cuda => cuda::backend().map_err(|source| Error::BackendUnavailable {
             backend: "cuda",
             source,
@@ -461,8 +489,8 @@ fn open(backend: Backend) -> Result<Arc<dyn gyre_core::Backend>> {
     })
 }
 
-/// Auto's device backend: CUDA, else an OpenCL GPU, else the CPU backend.
-fn detect_device() -> (Backend, Arc<dyn gyre_core::Backend>) {
+/// Auto's device backend: CUDA, else an OpenCL GPU, else `cpu`.
+fn detect_device(cpu: Arc<dyn gyre_core::Backend>) -> (Backend, Arc<dyn gyre_core::Backend>) {
     match cuda::backend() {
         Ok(b) => {
             tracing::info!(
@@ -478,7 +506,7 @@ fn detect_device() -> (Backend, Arc<dyn gyre_core::Backend>) {
             }
             Err(no_gpu) => {
                 tracing::info!(backend = "cpu", cuda = %no_cuda, opencl = %no_gpu, "Backend::Auto: no GPU backend, every kernel runs on cpu");
-                (Backend::Cpu, Arc::new(gyre_cpu::CpuBackend::new()))
+                (Backend::Cpu, cpu)
             }
         },
     }
@@ -754,6 +782,7 @@ impl Runtime {
             telemetry: spec.telemetry,
             cuda_source: spec.cuda_source.clone(),
             opencl_source: spec.opencl_source.clone(),
+            lane_handler: spec.lane_handler.clone(),
             export: spec.export_writer()?,
         };
         // The host's rings: shared with the kernel (zero copy), or the mirror of its

@@ -53,6 +53,7 @@ pub struct KernelSpec<Req, Resp> {
     pub(crate) export_interval: Duration,
     pub(crate) cuda_source: Option<Arc<gyre_core::DeviceSource>>,
     pub(crate) opencl_source: Option<Arc<gyre_core::DeviceSource>>,
+    pub(crate) lane_handler: Option<Arc<dyn gyre_core::LaneHandler>>,
     _types: PhantomData<fn(Req) -> Resp>,
 }
 
@@ -64,6 +65,7 @@ impl<Req, Resp> Clone for KernelSpec<Req, Resp> {
             export: self.export.clone(),
             cuda_source: self.cuda_source.clone(),
             opencl_source: self.opencl_source.clone(),
+            lane_handler: self.lane_handler.clone(),
             _types: PhantomData,
             ..*self
         }
@@ -209,6 +211,7 @@ impl<Req: Pod, Resp: Pod> KernelSpec<Req, Resp> {
             export_interval: gyre_core::shm::DEFAULT_INTERVAL,
             cuda_source: None,
             opencl_source: None,
+            lane_handler: None,
             _types: PhantomData,
         }
     }
@@ -528,8 +531,9 @@ impl<Req, Resp> KernelSpec<Req, Resp> {
 }
 
 impl<Req: Pod + crate::DeviceType, Resp: Pod + crate::DeviceType> KernelSpec<Req, Resp> {
-    /// A kernel running a handler written once in Rust with `#[gyre::handler]`
-    /// (`docs/handlers.md`): natively on the CPU backend, and as the C the macro
+    /// A kernel running a handler written once in Rust with `#[gyre::handler]` or its
+    /// lane-parallel form `#[gyre::handler(lanes)]` (`docs/handlers.md`): natively on the
+    /// CPU backend (a lane-parallel one once per emulated lane), and as the C the macro
     /// generated on OpenCL (built at launch) and CUDA (compiled by NVRTC, cached). The
     /// kernel is named after the function.
     ///
@@ -552,10 +556,24 @@ impl<Req: Pod + crate::DeviceType, Resp: Pod + crate::DeviceType> KernelSpec<Req
     /// assert_eq!(collatz(22), 11); // still a Rust function
     /// # Ok::<(), gyre::Error>(())
     /// ```
-    pub fn portable(handler: crate::Portable<Req, Resp>) -> Self {
-        let name = handler.name();
-        Self::from_fn(name, handler.function())
-            .device_handler(format!("{name}.rs.h"), handler.c_source())
+    pub fn portable(handler: impl crate::portable::PortableHandler<Req, Resp>) -> Self {
+        let name = handler.handler_name();
+        let spec = match (handler.single(), handler.lanes()) {
+            (Some(f), _) => Self::from_fn(name, f),
+            (None, Some(lh)) => {
+                let mut s = Self::with_handler(name.into(), lh.for_lanes(1), None, 0);
+                s.lane_handler = Some(lh);
+                s
+            }
+            // A handler is one or the other (the trait is sealed).
+            (None, None) => Self::with_handler(
+                name.into(),
+                Arc::new(|_: u32, _: &[u8], _: &mut [u8]| Err(gyre_abi::error::HANDLER_REJECTED)),
+                None,
+                0,
+            ),
+        };
+        spec.device_handler(format!("{name}.rs.h"), handler.device_source())
     }
 }
 

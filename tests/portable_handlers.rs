@@ -18,7 +18,7 @@ mod handlers;
 #[path = "support/opencl.rs"]
 mod support;
 
-use gyre::{Backend, Error, KernelSpec, Portable, Runtime};
+use gyre::{Backend, Error, KernelSpec, Portable, PortableLanes, Runtime};
 use handlers::*;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -252,6 +252,196 @@ fn run_all(rt: &Runtime) {
     check(rt, reduce_sum14, &sample(sum, CASES), Eq::Floats(&[]), 4);
 }
 
+/// Runs lane-parallel `h` on `rt` and checks each reply against the Rust function run over
+/// `lanes` lanes (`PortableLanes::run`), bit for bit (any NaN equals any NaN).
+fn check_lanes<Req, Resp>(rt: &Runtime, h: PortableLanes<Req, Resp>, inputs: &[Req], lanes: u32)
+where
+    Req: gyre::Pod + gyre::DeviceType + std::fmt::Debug,
+    Resp: gyre::portable::Reducible + std::fmt::Debug,
+{
+    let k = rt
+        .launch(KernelSpec::portable(h).capacity(256))
+        .unwrap_or_else(|e| panic!("{}: launch: {e}", h.name()));
+    for &r in inputs {
+        let got = k
+            .call_blocking(r)
+            .unwrap_or_else(|e| panic!("{} on {:?}: {e}", h.name(), k.backend()));
+        let want = h.run(r, lanes);
+        let (g, w) = (bytemuck::bytes_of(&got), bytemuck::bytes_of(&want));
+        assert!(
+            g == w || floats_equal(g, w, 4, Eq::Floats(&[])),
+            "{} on {:?} with {lanes} lanes: request {r:?}\n  device: {got:?}\n  rust:   {want:?}",
+            h.name(),
+            k.backend()
+        );
+    }
+    k.shutdown_blocking().expect("shutdown");
+}
+
+/// Every lane-parallel handler on `rt`, whose backend runs `lanes` lanes.
+fn run_lanes(rt: &Runtime, lanes: u32) {
+    check_lanes(rt, sum_sq_lanes, &sample(any::<[u32; 16]>(), CASES), lanes);
+    check_lanes(
+        rt,
+        dot_lanes,
+        &sample(prop::array::uniform16(finite_f32()), CASES),
+        lanes,
+    );
+    check_lanes(rt, max_lanes, &sample(any::<[i32; 16]>(), CASES), lanes);
+    check_lanes(
+        rt,
+        min_lanes,
+        &sample(prop::array::uniform16(any_f32()), CASES),
+        lanes,
+    );
+    check_lanes(rt, lane_panics, &[lanes, lanes + 5, 300], lanes);
+}
+
+/// The lane-parallel handlers on the CPU backend with 1, 7 and 32 emulated lanes: the
+/// replies equal the Rust function run over as many lanes, and the integer reductions do
+/// not depend on the lane count.
+#[test]
+fn lane_parallel_handlers_on_the_cpu_backend() {
+    for lanes in [1, 7, 32] {
+        let rt = Runtime::builder()
+            .backend(Backend::Cpu)
+            .cpu_lanes(lanes)
+            .build()
+            .expect("cpu");
+        run_lanes(&rt, lanes);
+    }
+    for v in sample(any::<[u32; 16]>(), 50) {
+        let one = sum_sq_lanes.run(v, 1);
+        assert_eq!(sum_sq_lanes(v, gyre::Lane::single()), one);
+        for lanes in [2, 7, 32, 256] {
+            assert_eq!(sum_sq_lanes.run(v, lanes), one);
+        }
+    }
+    for v in sample(any::<[i32; 16]>(), 50) {
+        assert_eq!(max_lanes.run(v, 7), *v.iter().max().expect("16 values"));
+    }
+}
+
+/// A panic on any lane answers HANDLER_PANIC and faults the kernel.
+#[test]
+fn a_panic_on_one_lane_faults_the_kernel() {
+    let _g = support::guard(
+        "a_panic_on_one_lane_faults_the_kernel",
+        CHILD,
+        support::TEST_LIMIT,
+    );
+    let mut rts = vec![(
+        Runtime::builder()
+            .backend(Backend::Cpu)
+            .cpu_lanes(32)
+            .build()
+            .expect("cpu"),
+        32,
+    )];
+    if let Some((platform, device)) = support::device_or_skip(CHILD) {
+        let rt = Runtime::builder()
+            .backend(Backend::OpenCl { platform, device })
+            .build()
+            .expect("OpenCL runtime");
+        rts.push((rt, 1));
+    }
+    for (rt, lanes) in rts {
+        let b = rt.backend();
+        let k = rt
+            .launch(KernelSpec::portable(lane_panics))
+            .expect("launch");
+        assert_eq!(k.call_blocking(lanes).expect("no lane panics"), lanes);
+        match k.call_blocking(lanes - 1) {
+            Err(Error::Handler { status, .. }) => {
+                assert_eq!(status, gyre::codes::HANDLER_PANIC, "{b}")
+            }
+            other => panic!("{b}: lane {} past the end gave {other:?}", lanes - 1),
+        }
+        let _ = k.shutdown_blocking();
+    }
+}
+
+/// Runs the generated C of lane-parallel `h` over one OpenCL work-group of `lanes`
+/// work-items (`gyre_opencl::phase_check`: the phases of the block loop without the ring)
+/// and checks each reply against the Rust function run over as many lanes.
+fn phase_check_lanes<Req, Resp>(
+    b: &gyre_opencl::OpenClBackend,
+    h: PortableLanes<Req, Resp>,
+    inputs: &[Req],
+    lanes: u32,
+) where
+    Req: gyre::Pod + gyre::DeviceType + std::fmt::Debug,
+    Resp: gyre::portable::Reducible + std::fmt::Debug,
+{
+    let src = h.c_source();
+    let handler = gyre_opencl::Handler::Custom {
+        name: h.name(),
+        source: &src,
+    };
+    let reqs: Vec<Vec<u8>> = inputs
+        .iter()
+        .map(|r| bytemuck::bytes_of(r).to_vec())
+        .collect();
+    let answers = gyre_opencl::phase_check::run(b, handler, lanes, 0, &reqs, 64)
+        .unwrap_or_else(|e| panic!("{} over {lanes} work-items: {e}", h.name()));
+    for (r, a) in inputs.iter().zip(answers) {
+        let want = h.run(*r, lanes);
+        let w = bytemuck::bytes_of(&want);
+        assert!(
+            !a.panicked
+                && a.status == 0
+                && (a.reply == w || floats_equal(&a.reply, w, 4, Eq::Floats(&[]))),
+            "{} over {lanes} work-items: request {r:?}: device {a:?}, rust {want:?}",
+            h.name()
+        );
+    }
+}
+
+/// The lane-parallel handlers' generated C over OpenCL work-groups of 1, 7 and 32
+/// work-items: the multi-lane phases (every lane's part, the panic vote, the combine in
+/// lane order) on a real OpenCL implementation.
+#[test]
+fn lane_parallel_c_over_opencl_work_groups() {
+    let _g = support::guard(
+        "lane_parallel_c_over_opencl_work_groups",
+        CHILD,
+        support::TEST_LIMIT,
+    );
+    let Some((platform, device)) = support::device_or_skip(CHILD) else {
+        return;
+    };
+    let b = gyre_opencl::OpenClBackend::new(platform, device).expect("OpenCL backend");
+    for lanes in [1, 7, 32] {
+        phase_check_lanes(&b, sum_sq_lanes, &sample(any::<[u32; 16]>(), 50), lanes);
+        phase_check_lanes(
+            &b,
+            dot_lanes,
+            &sample(prop::array::uniform16(finite_f32()), 50),
+            lanes,
+        );
+        phase_check_lanes(&b, max_lanes, &sample(any::<[i32; 16]>(), 50), lanes);
+        phase_check_lanes(
+            &b,
+            min_lanes,
+            &sample(prop::array::uniform16(any_f32()), 50),
+            lanes,
+        );
+        phase_check_lanes(&b, lane_panics, &[lanes, 300], lanes);
+        // A panic on the lanes past `limit` only: every lane agrees, the request panics.
+        if lanes > 1 {
+            let src = lane_panics.c_source();
+            let h = gyre_opencl::Handler::Custom {
+                name: "lane_panics",
+                source: &src,
+            };
+            let a =
+                gyre_opencl::phase_check::run(&b, h, lanes, 0, &[1u32.to_le_bytes().to_vec()], 64)
+                    .expect("phase check");
+            assert!(a[0].panicked, "{lanes} work-items: {a:?}");
+        }
+    }
+}
+
 /// The re-expressed built-ins agree with `gyre_core::kernels`' references.
 #[test]
 fn builtins_reexpressed_match_the_references() {
@@ -374,6 +564,23 @@ fn run_one_each(rt: &Runtime) {
     );
     check(rt, divide, &[[7, 2]], Eq::Bits, 0);
     check(rt, lookup, &[2], Eq::Bits, 0);
+    check_lanes(rt, sum_sq_lanes, &[[1; 16]], 1);
+    check_lanes(rt, dot_lanes, &[[1.0; 16]], 1);
+    check_lanes(rt, max_lanes, &[[3; 16]], 1);
+    check_lanes(rt, min_lanes, &[[3.0; 16]], 1);
+    check_lanes(rt, lane_panics, &[1], 1);
+    let (platform, device) = match rt.backend() {
+        Backend::OpenCl { platform, device } => (platform, device),
+        _ => return,
+    };
+    let b = gyre_opencl::OpenClBackend::new(platform, device).expect("OpenCL backend");
+    for lanes in [1, 7, 32] {
+        phase_check_lanes(&b, sum_sq_lanes, &[[1; 16]], lanes);
+        phase_check_lanes(&b, dot_lanes, &[[1.0; 16]], lanes);
+        phase_check_lanes(&b, max_lanes, &[[3; 16]], lanes);
+        phase_check_lanes(&b, min_lanes, &[[3.0; 16]], lanes);
+        phase_check_lanes(&b, lane_panics, &[300], lanes);
+    }
 }
 
 /// Every handler on OpenCL: the generated C against the Rust function.
@@ -392,6 +599,8 @@ fn portable_handlers_on_opencl_match_rust() {
         .build()
         .expect("OpenCL runtime");
     run_all(&rt);
+    // PoCL runs one work-item per group (docs/opencl.md); a GPU runs its group size.
+    run_lanes(&rt, 1);
 }
 
 /// A runtime panic (a zero divisor, an index past the end) is answered HANDLER_PANIC and

@@ -5,7 +5,7 @@
 
 #![allow(clippy::all)]
 
-use gyre::{DeviceType, Pod, Zeroable};
+use gyre::{DeviceType, Lane, Pod, Zeroable};
 
 // --- integer arithmetic, one handler per type ---------------------------------------------
 
@@ -408,6 +408,67 @@ pub fn reduce_sum14(v: Sum14) -> [f32; 2] {
     [s, n as f32]
 }
 
+// --- lane-parallel handlers ----------------------------------------------------------------
+
+/// The sum of squares, each lane taking every `count()`th value: an integer sum, the same
+/// for every lane count.
+#[gyre::handler(lanes)]
+pub fn sum_sq_lanes(v: [u32; 16], lane: Lane) -> u32 {
+    let mut acc: u32 = 0;
+    let mut i: u32 = lane.id();
+    while i < 16 {
+        acc += v[i as usize] * v[i as usize];
+        i += lane.count();
+    }
+    lane.sum(acc)
+}
+
+/// A float dot product over lanes: the lanes' partial sums combined in lane order.
+#[gyre::handler(lanes)]
+pub fn dot_lanes(x: [f32; 16], lane: Lane) -> f32 {
+    let mut acc: f32 = 0.0;
+    for i in 0..8u32 {
+        if i % lane.count() == lane.id() {
+            acc += x[i as usize] * x[(i + 8) as usize];
+        }
+    }
+    lane.sum(acc)
+}
+
+/// The largest value, with contiguous chunks per lane.
+#[gyre::handler(lanes)]
+pub fn max_lanes(v: [i32; 16], lane: Lane) -> i32 {
+    let per: u32 = (16 + lane.count() - 1) / lane.count();
+    let mut best: i32 = i32::MIN;
+    for i in (lane.id() * per)..((lane.id() + 1) * per).min(16) {
+        best = best.max(v[i as usize]);
+    }
+    lane.max(best)
+}
+
+/// The smallest float (NaN-ignoring, as `f32::min`).
+#[gyre::handler(lanes)]
+pub fn min_lanes(v: [f32; 16], lane: Lane) -> f32 {
+    let mut m: f32 = f32::INFINITY;
+    let mut i: u32 = lane.id();
+    while i < 16 {
+        m = m.min(v[i as usize]);
+        i += lane.count();
+    }
+    lane.min(m)
+}
+
+/// Panics on lanes past the request's limit (an index past the end).
+#[gyre::handler(lanes)]
+pub fn lane_panics(limit: u32, lane: Lane) -> u32 {
+    let t: [u32; 4] = [1, 2, 3, 4];
+    let mut x: u32 = 0;
+    if lane.id() >= limit {
+        x = t[(lane.id() + 4) as usize];
+    }
+    lane.sum(x + 1)
+}
+
 /// Every handler's name and generated device source (for the NVRTC compile check).
 #[allow(dead_code)]
 pub fn all_sources() -> Vec<(&'static str, String)> {
@@ -441,6 +502,11 @@ pub fn all_sources() -> Vec<(&'static str, String)> {
         lookup,
         echo64,
         vec_scale14,
-        reduce_sum14
+        reduce_sum14,
+        sum_sq_lanes,
+        dot_lanes,
+        max_lanes,
+        min_lanes,
+        lane_panics
     )
 }

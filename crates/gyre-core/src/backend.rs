@@ -33,11 +33,22 @@ pub struct LaunchSpec {
     /// `gyre_handler`, see `docs/opencl.md`), built into the ring kernel by the OpenCL
     /// backend; the CPU backend runs `handler`.
     pub opencl_source: Option<Arc<DeviceSource>>,
+    /// A lane-parallel handler (`#[gyre::handler(lanes)]`): the CPU backend runs the
+    /// handler this gives for the lanes it emulates, instead of `handler` (which is the
+    /// one-lane form).
+    pub lane_handler: Option<Arc<dyn LaneHandler>>,
     /// The kernel's telemetry export file, when the spec exports one. A backend whose
     /// kernel can write the file's telemetry line itself (CUDA: registered host memory)
     /// does so and says so through [`KernelInstance::writes_export_telemetry`]; the file
     /// must then outlive the kernel (the instance keeps this `Arc`).
     pub export: Option<Arc<crate::shm::ExportWriter>>,
+}
+
+/// A handler whose work is split over the lanes of a block; the CPU backend emulates
+/// the lanes it is configured with (`gyre_cpu::CpuBackend::with_lanes`, `GYRE_CPU_LANES`).
+pub trait LaneHandler: Send + Sync + 'static {
+    /// The handler that runs the work of `lanes` lanes (1..=256) and combines it.
+    fn for_lanes(&self, lanes: u32) -> Arc<dyn Handler>;
 }
 
 /// Device-code source of a user handler, for a device backend to compile.

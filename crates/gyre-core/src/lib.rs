@@ -38,7 +38,7 @@ pub mod sync;
 pub mod telemetry;
 pub mod visibility;
 
-pub use backend::{Backend, DeviceSource, KernelInstance, LaunchSpec};
+pub use backend::{Backend, DeviceSource, KernelInstance, LaneHandler, LaunchSpec};
 pub use cause::Cause;
 pub use channel::{Channel, Kind, PublishError};
 pub use error::{Error, Result, TrySendError};

@@ -27,6 +27,7 @@
 //!     telemetry: true,
 //!     cuda_source: None,
 //!     opencl_source: None,
+//!     lane_handler: None,
 //!     export: None,
 //! };
 //! let kernel = backend.launch(region.clone(), &spec)?;
@@ -65,8 +66,9 @@ pub const LANES_ENV: &str = "GYRE_CPU_LANES";
 /// The CPU backend. Always available.
 ///
 /// A built-in kernel (`LaunchSpec::builtin`) runs its device code (`cuda/handlers/*.h`,
-/// the source the CUDA and OpenCL kernels are built with) over emulated lanes; any other
-/// kernel runs its Rust handler.
+/// the source the CUDA and OpenCL kernels are built with) over emulated lanes; a
+/// lane-parallel handler (`LaunchSpec::lane_handler`) its Rust function once per emulated
+/// lane; any other kernel runs its Rust handler.
 #[derive(Debug, Default, Clone)]
 pub struct CpuBackend {
     /// The built-ins' lanes; `None`: [`LANES_ENV`], or 1.
@@ -152,12 +154,16 @@ impl Backend for CpuBackend {
         spec: &LaunchSpec,
     ) -> Result<Box<dyn KernelInstance>> {
         spec.idle.validate()?;
-        let handler = spec.handler.clone();
-        // Lanes matter to built-ins only: a bad GYRE_CPU_LANES fails those, not others.
-        let lanes = if spec.builtin.is_some() {
+        // Lanes matter to built-ins and lane-parallel handlers only: a bad
+        // GYRE_CPU_LANES fails those, not others.
+        let lanes = if spec.builtin.is_some() || spec.lane_handler.is_some() {
             self.lanes()?
         } else {
             1
+        };
+        let handler = match &spec.lane_handler {
+            Some(lh) => lh.for_lanes(lanes),
+            None => spec.handler.clone(),
         };
         let builtin = spec
             .builtin

@@ -43,6 +43,7 @@ fn producers_receiver_driver_and_kernel_threads_count_every_message() {
         telemetry: true,
         cuda_source: None,
         opencl_source: None,
+        lane_handler: None,
         export: None,
     };
     let kernel = gyre_cpu::CpuBackend::new()

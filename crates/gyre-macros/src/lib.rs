@@ -26,10 +26,24 @@ mod rewrite;
 mod translate;
 
 /// A handler for every backend: see the crate docs and `docs/handlers.md`.
+/// `#[gyre::handler(lanes)]` is the lane-parallel form.
 #[proc_macro_attribute]
 pub fn handler(attr: TokenStream, item: TokenStream) -> TokenStream {
     let f = parse_macro_input!(item as ItemFn);
-    expand(attr.into(), f, Kind::Handler)
+    let attr = TokenStream2::from(attr);
+    let kind = if attr.is_empty() {
+        Kind::Handler
+    } else if attr.to_string() == "lanes" {
+        Kind::Lanes
+    } else {
+        return syn::Error::new(
+            attr.span(),
+            "the only option is `lanes`: #[gyre::handler(lanes)]",
+        )
+        .into_compile_error()
+        .into();
+    };
+    expand(TokenStream2::new(), f, kind)
         .unwrap_or_else(syn::Error::into_compile_error)
         .into()
 }
@@ -52,9 +66,10 @@ pub fn derive_device_type(item: TokenStream) -> TokenStream {
         .into()
 }
 
-#[derive(PartialEq)]
-enum Kind {
+#[derive(PartialEq, Clone, Copy)]
+pub(crate) enum Kind {
     Handler,
+    Lanes,
     Helper,
 }
 
@@ -78,16 +93,22 @@ fn expand(attr: TokenStream2, mut f: ItemFn, kind: Kind) -> syn::Result<TokenStr
     let name = f.sig.ident.clone();
     let mut tr = translate::Translator::new(&name.to_string());
     let c_name = match kind {
-        Kind::Handler => "gyre_h".to_owned(),
+        Kind::Handler | Kind::Lanes => "gyre_h".to_owned(),
         Kind::Helper => "\u{1}S\u{2}".to_owned(),
     };
-    let c = tr.function(&c_name, &f)?;
+    let c = tr.function(&c_name, &f, kind)?;
     let (req, resp) = match kind {
-        Kind::Handler => {
-            if f.sig.inputs.len() != 1 {
+        Kind::Handler | Kind::Lanes => {
+            let want = if kind == Kind::Lanes { 2 } else { 1 };
+            if f.sig.inputs.len() != want {
                 return Err(syn::Error::new(
                     f.sig.inputs.span(),
-                    "a handler takes one parameter, the request",
+                    if kind == Kind::Lanes {
+                        "a lane-parallel handler takes the request and its lane: \
+                         `fn f(req: Req, lane: gyre::Lane) -> Resp`"
+                    } else {
+                        "a handler takes one parameter, the request"
+                    },
                 ));
             }
             let Some(syn::FnArg::Typed(pt)) = f.sig.inputs.first() else {
@@ -126,7 +147,7 @@ fn expand(attr: TokenStream2, mut f: ItemFn, kind: Kind) -> syn::Result<TokenStr
     };
     let vis = &f.vis;
     Ok(match kind {
-        Kind::Handler => {
+        Kind::Handler | Kind::Lanes => {
             let imp = format_ident!("__gyre_handler_{}", name);
             let attrs = &f.attrs;
             let sig = {
@@ -136,15 +157,27 @@ fn expand(attr: TokenStream2, mut f: ItemFn, kind: Kind) -> syn::Result<TokenStr
             };
             let block = &f.block;
             let (req, resp) = (req, resp);
+            let (ty, ctor) = match (kind, tr.reduce) {
+                (Kind::Lanes, Some(op)) => {
+                    let op = format_ident!("{}", op);
+                    (
+                        quote!(::gyre::portable::PortableLanes<#req, #resp>),
+                        quote!(::gyre::portable::PortableLanes::__new(#imp, #source, ::gyre::portable::Reduce::#op)),
+                    )
+                }
+                _ => (
+                    quote!(::gyre::portable::Portable<#req, #resp>),
+                    quote!(::gyre::portable::Portable::__new(#imp, #source)),
+                ),
+            };
             quote! {
                 #[doc(hidden)]
-                #[allow(non_snake_case, clippy::all)]
+                #[allow(non_snake_case, unused_parens, clippy::all)]
                 #vis #sig #block
 
                 #(#attrs)*
                 #[allow(non_upper_case_globals)]
-                #vis const #name: ::gyre::portable::Portable<#req, #resp> =
-                    ::gyre::portable::Portable::__new(#imp, #source);
+                #vis const #name: #ty = #ctor;
             }
         }
         Kind::Helper => {

@@ -91,6 +91,13 @@ pub(crate) struct Translator {
     own: String,
     /// The function's return type placeholder.
     ret: String,
+    /// A lane-parallel handler's `Lane` parameter.
+    lane: Option<String>,
+    /// The tail `lane.sum(..)` / `min` / `max` of a lane-parallel handler (its address),
+    /// the one place a reduction may appear.
+    tail_reduce: Option<usize>,
+    /// The reduction the tail names: `Sum`, `Min` or `Max`.
+    pub(crate) reduce: Option<&'static str>,
 }
 
 impl Translator {
@@ -102,6 +109,9 @@ impl Translator {
             next: 0,
             own: own.to_owned(),
             ret: String::new(),
+            lane: None,
+            tail_reduce: None,
+            reduce: None,
         }
     }
 
@@ -142,6 +152,14 @@ impl Translator {
         self.ty(&t).expect("a scalar type is a handler type")
     }
 
+    /// Whether `e` names the lane-parallel handler's `Lane` parameter.
+    fn is_lane(&self, e: &Expr) -> bool {
+        match (e, &self.lane) {
+            (Expr::Path(p), Some(l)) => p.qself.is_none() && p.path.is_ident(l.as_str()),
+            _ => false,
+        }
+    }
+
     fn fresh(&mut self, base: &str) -> String {
         self.next += 1;
         format!("{base}_{}", self.next)
@@ -165,7 +183,12 @@ impl Translator {
     }
 
     /// The C function: `static GYRE_DEVICE_FN RET name(PARAMS, uint32_t *gyre_p) { .. }`.
-    pub(crate) fn function(&mut self, c_name: &str, f: &syn::ItemFn) -> Result<String> {
+    pub(crate) fn function(
+        &mut self,
+        c_name: &str,
+        f: &syn::ItemFn,
+        kind: crate::Kind,
+    ) -> Result<String> {
         let sig = &f.sig;
         if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
             return err(sig.generics.span(), "a handler cannot be generic");
@@ -179,7 +202,7 @@ impl Translator {
         };
         self.ret = ret.clone();
         let mut params = Vec::new();
-        for input in &sig.inputs {
+        for (k, input) in sig.inputs.iter().enumerate() {
             let syn::FnArg::Typed(pt) = input else {
                 return err(input.span(), "a handler takes no `self`");
             };
@@ -189,9 +212,39 @@ impl Translator {
             if pi.by_ref.is_some() || pi.subpat.is_some() {
                 return err(pt.pat.span(), "a handler parameter is a plain name");
             }
+            if kind == crate::Kind::Lanes && k == 1 {
+                let is_lane = matches!(&*pt.ty, Type::Path(tp) if tp.path.segments.last().is_some_and(|s| s.ident == "Lane"));
+                if !is_lane {
+                    return err(
+                        pt.ty.span(),
+                        "the second parameter of a lane-parallel handler is its `gyre::Lane`",
+                    );
+                }
+                self.lane = Some(pi.ident.to_string());
+                params.push("uint32_t gyre_lane_id, uint32_t gyre_lanes".into());
+                continue;
+            }
             let t = self.ty(&pt.ty)?;
             let c = self.bind(&pi.ident.to_string());
             params.push(format!("{t} {c}"));
+        }
+        if kind == crate::Kind::Lanes {
+            let tail = match f.block.stmts.last() {
+                Some(Stmt::Expr(Expr::MethodCall(m), None))
+                    if self.is_lane(&m.receiver)
+                        && matches!(m.method.to_string().as_str(), "sum" | "min" | "max") =>
+                {
+                    m
+                }
+                _ => {
+                    return err(
+                        f.block.span(),
+                        "a lane-parallel handler ends in its block reduction: `lane.sum(x)`, \
+                         `lane.min(x)` or `lane.max(x)` (x: u32, i32 or f32)",
+                    )
+                }
+            };
+            self.tail_reduce = Some(tail as *const syn::ExprMethodCall as usize);
         }
         params.push("uint32_t *gyre_p".into());
         let mut out = format!(
@@ -746,6 +799,38 @@ impl Translator {
                 let cname = literal::scalar_c(&name).unwrap_or("uint64_t");
                 self.scalar_ty(&name);
                 format!("gyre_as_{cname}({v})")
+            }
+            Expr::MethodCall(m) if self.is_lane(&m.receiver) => {
+                let name = m.method.to_string();
+                match (name.as_str(), m.args.len()) {
+                    ("id", 0) => "gyre_lane_id".into(),
+                    ("count", 0) => "gyre_lanes".into(),
+                    ("sum" | "min" | "max", 1)
+                        if self.tail_reduce == Some(m as *const syn::ExprMethodCall as usize) =>
+                    {
+                        self.reduce = Some(match name.as_str() {
+                            "sum" => "Sum",
+                            "min" => "Min",
+                            _ => "Max",
+                        });
+                        let arg = &m.args[0];
+                        let ret = self.ret.clone();
+                        let want = if matches!(want, Want::None) { Want::Ty(ret) } else { want };
+                        self.expr(arg, want)?
+                    }
+                    ("sum" | "min" | "max", _) => {
+                        return err(
+                            m.span(),
+                            "a block reduction is the handler's last expression, and only there",
+                        )
+                    }
+                    _ => {
+                        return err(
+                            m.method.span(),
+                            "a `Lane` offers id(), count(), and the block reductions sum(x), min(x), max(x)",
+                        )
+                    }
+                }
             }
             Expr::MethodCall(m) => {
                 if m.turbofish.is_some() {

@@ -177,6 +177,17 @@ impl OpenClBackend {
         })
     }
 
+    /// The context, SVM registry, facts and build options of this device (for
+    /// [`crate::phase_check`]).
+    pub(crate) fn parts(&self) -> (&Arc<Context>, &Arc<SvmRegistry>, &DeviceInfo, BuildOptions) {
+        (
+            &self.dev.ctx,
+            &self.dev.registry,
+            &self.dev.info,
+            self.dev.options,
+        )
+    }
+
     /// The device's facts.
     pub fn device(&self) -> &DeviceInfo {
         &self.dev.info

@@ -22,6 +22,7 @@ pub mod backend;
 pub mod clock;
 pub mod error;
 pub mod memory;
+pub mod phase_check;
 pub mod probe;
 pub mod program;
 mod scale;

@@ -181,6 +181,14 @@ pub fn ring_kernel_source(handler: Handler<'_>) -> String {
     out
 }
 
+/// `text` (a program named `name` that includes gyre's headers) with each
+/// `#include "gyre/..."` replaced by the embedded header, as the ring kernel is built.
+pub fn expand_source(name: &str, text: &str) -> String {
+    let mut out = String::new();
+    expand(name, text, &mut out, 0);
+    out
+}
+
 /// The clock probe: one work-item writes the device tick counter (`GYRE_CL_TICKS()` of
 /// `port_opencl.h`) to `out[0]`.
 pub fn clock_probe_source() -> String {

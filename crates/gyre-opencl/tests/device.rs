@@ -38,6 +38,7 @@ fn spec(builtin: Option<u32>) -> LaunchSpec {
         telemetry: true,
         cuda_source: None,
         opencl_source: None,
+        lane_handler: None,
         export: None,
     }
 }

@@ -1,0 +1,6 @@
+#[gyre::handler(lanes)]
+fn h(x: u32, lane: gyre::Lane) -> u32 {
+    let y: u32 = lane.sum(x);
+    lane.sum(y)
+}
+fn main() {}
