@@ -9,6 +9,7 @@
 #   doctor     gyre doctor (backends, memory plan, CUDA driver environment, self-test)
 #   cuda-unit  gyre-cuda's unit tests, NVRTC compile tests, device tests
 #   suites-1   conformance and fault suites on CUDA, one test thread
+#   portable   handlers written once in Rust: the generated C on the GPU against Rust
 #   suites-par the two suites as two processes at once (two contexts on one GPU)
 #   toolchains the device tests again with every NVRTC found (toolkits, wheels: one
 #              newer than the driver takes the CUBIN route); SKIP when none is found
@@ -176,6 +177,9 @@ step nvrtc-compile 90 env GYRE_REQUIRE_NVRTC=1 "$BIN/nvrtc_compile" --test-threa
 step cuda-device 150 "$BIN/cuda_backend" --test-threads=1 --nocapture
 step conformance-1 150 "$BIN/conformance_cuda" --test-threads=1
 step faults-1 120 "$BIN/faults_cuda" --test-threads=1
+# Handlers written once in Rust (#[gyre::handler]): the generated C through NVRTC on the
+# GPU, every reply against the Rust function (tests/portable_handlers.rs).
+step portable 150 "$BIN/portable_handlers" --exact portable_handlers_on_cuda_match_rust --nocapture
 
 # The two suites at once, as two processes: two contexts, two sets of ring kernels.
 both() {

@@ -22,7 +22,7 @@ trap 'rm -f "$json"' EXIT
   cargo test --release --no-run --message-format=json -p gyre-cuda --lib \
     --test cuda_backend --test nvrtc_compile
   cargo test --release --no-run --message-format=json -p gyre \
-    --test conformance_cuda --test faults_cuda
+    --test conformance_cuda --test faults_cuda --test portable_handlers
   cargo build --release --message-format=json -p gyre-cli --bin gyre
   cargo bench --no-run --message-format=json -p gyre --bench cuda
 } >"$json"
@@ -49,7 +49,7 @@ for line in open(sys.argv[1]):
         name = name + "_bench"
     seen[name] = m["executable"]
 want = {"gyre_cuda_unit", "cuda_backend", "nvrtc_compile", "conformance_cuda",
-        "faults_cuda", "gyre", "cuda_bench"}
+        "faults_cuda", "portable_handlers", "gyre", "cuda_bench"}
 missing = want - set(seen)
 if missing:
     sys.exit(f"missing executables: {sorted(missing)}")

@@ -660,7 +660,11 @@ impl Runtime {
     /// The memory visibility and transfer strategy chosen at build, what detection looked
     /// at, who decided (detection, environment or builder) and why.
     ///
-    /// Every kernel this runtime launches uses the plan's strategy: `unified` shares the
+    /// This is the plan of [`Runtime::backend`]. Under [`Backend::Auto`] with a GPU, a
+    /// kernel that runs on the CPU backend instead (a Rust handler) uses the CPU
+    /// backend's own plan; [`Kernel::transfer_strategy`] says what each kernel uses.
+    ///
+    /// Every kernel on this backend uses the plan's strategy: `unified` shares the
     /// rings with the kernel; `sync`, `async` and `dma-polling` keep them device-resident
     /// behind a bridge (on the CPU backend, a separate allocation and an emulated copy
     /// engine). A backend that cannot place rings that way fails the launch with

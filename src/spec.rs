@@ -643,7 +643,8 @@ impl<Req, Resp> KernelSpec<Req, Resp> {
                 "cuda",
                 &self.cuda_source,
                 "a Rust handler (KernelSpec::from_fn, try_from_fn or raw) with no CUDA source",
-                "add KernelSpec::cuda_handler or device_handler, use a built-in \
+                "write it once with #[gyre::handler] (KernelSpec::portable), add \
+                 KernelSpec::cuda_handler or device_handler, use a built-in \
                  (KernelSpec::echo, vec_scale, reduce_sum), or launch it with Backend::Cpu \
                  or Backend::Auto (which runs it on the CPU backend)",
             ),
@@ -652,7 +653,8 @@ impl<Req, Resp> KernelSpec<Req, Resp> {
                 &self.opencl_source,
                 "a Rust handler (KernelSpec::from_fn, try_from_fn or raw) with no OpenCL C \
                  source",
-                "add KernelSpec::opencl_handler or device_handler, use a built-in \
+                "write it once with #[gyre::handler] (KernelSpec::portable), add \
+                 KernelSpec::opencl_handler or device_handler, use a built-in \
                  (KernelSpec::echo, vec_scale, reduce_sum), or launch it with Backend::Cpu \
                  or Backend::Auto (which runs it on the CPU backend)",
             ),

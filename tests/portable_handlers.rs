@@ -5,7 +5,7 @@
 //! bit for bit, except the transcendental functions (within the bound of
 //! `docs/handlers.md`), NaN payloads (any NaN equals any NaN) and the sign of a zero
 //! returned by `min`/`max`. The same handlers compile with NVRTC for every architecture
-//! this NVRTC supports, with no spills and no stack (`ptxas -v`).
+//! this NVRTC supports, with no spills (`tests/portable_nvrtc.rs`).
 //!
 //! Without an OpenCL device the OpenCL half prints `SKIP` (fails with
 //! `GYRE_REQUIRE_OPENCL=1`); without NVRTC and ptxas the CUDA half does the same
@@ -13,6 +13,9 @@
 
 #![cfg(feature = "opencl")]
 
+#[path = "support/cuda.rs"]
+#[cfg(feature = "cuda")]
+mod cuda_support;
 #[path = "portable/handlers.rs"]
 mod handlers;
 #[path = "support/opencl.rs"]
@@ -250,6 +253,31 @@ fn run_all(rt: &Runtime) {
     let sum = (0u32..20, prop::array::uniform14(finite_f32()))
         .prop_map(|(count, data)| Sum14 { count, data });
     check(rt, reduce_sum14, &sample(sum, CASES), Eq::Floats(&[]), 4);
+    check(rt, not_cmp, &sample(0u32..12, 24), Eq::Bits, 0);
+    check(rt, cast_literals, &sample(any::<u64>(), CASES), Eq::Bits, 0);
+    check(rt, cast_float_literal, &[1.0, 3.0, -7.5], Eq::Bits, 0);
+    check(rt, path_calls, &sample(any::<u8>(), 50), Eq::Bits, 0);
+    let pair = any::<[u64; 2]>().prop_map(|[a, b]| Pair { a, b });
+    check(rt, paren_swap, &sample(pair, 50), Eq::Bits, 0);
+    let ints = prop_oneof![any::<i32>(), Just(i32::MIN), Just(-1)];
+    check(rt, path_abs, &sample(ints, 50), Eq::Bits, 0);
+    check(
+        rt,
+        shadowed_helper(),
+        &sample(any::<u32>(), 50),
+        Eq::Bits,
+        0,
+    );
+    let geo =
+        (finite_f32(), finite_f32(), any::<u32>(), any::<u32>()).prop_map(|(lat, long, t, int)| {
+            Geo {
+                lat,
+                long,
+                r#type: t,
+                int,
+            }
+        });
+    check(rt, keywords, &sample(geo, 50), Eq::Floats(&[]), 4);
 }
 
 /// Runs lane-parallel `h` on `rt` and checks each reply against the Rust function run over
@@ -564,6 +592,21 @@ fn run_one_each(rt: &Runtime) {
     );
     check(rt, divide, &[[7, 2]], Eq::Bits, 0);
     check(rt, lookup, &[2], Eq::Bits, 0);
+    check(rt, not_cmp, &[3], Eq::Bits, 0);
+    check(rt, cast_literals, &[1], Eq::Bits, 0);
+    check(rt, cast_float_literal, &[1.0], Eq::Bits, 0);
+    check(rt, path_calls, &[3], Eq::Bits, 0);
+    check(rt, paren_swap, &[Pair { a: 1, b: 2 }], Eq::Bits, 0);
+    check(rt, path_abs, &[-3], Eq::Bits, 0);
+    check(rt, panic_before_helper, &[4], Eq::Bits, 0);
+    check(rt, shadowed_helper(), &[5], Eq::Bits, 0);
+    let g = Geo {
+        lat: 1.0,
+        long: 2.0,
+        r#type: 3,
+        int: 4,
+    };
+    check(rt, keywords, &[g], Eq::Bits, 0);
     check_lanes(rt, sum_sq_lanes, &[[1; 16]], 1);
     check_lanes(rt, dot_lanes, &[[1.0; 16]], 1);
     check_lanes(rt, max_lanes, &[[3; 16]], 1);
@@ -601,6 +644,25 @@ fn portable_handlers_on_opencl_match_rust() {
     run_all(&rt);
     // PoCL runs one work-item per group (docs/opencl.md); a GPU runs its group size.
     run_lanes(&rt, 1);
+}
+
+/// Every handler on CUDA, where a GPU is present: the generated C through NVRTC against
+/// the Rust function, the lane-parallel ones over the ring kernel's block of
+/// `gyre_cuda::backend::LANES` threads. Skips without a usable GPU (fails with
+/// `GYRE_REQUIRE_CUDA=1`). Runs in the GPU check kit (`scripts/gpu-kit.sh`).
+#[cfg(feature = "cuda")]
+#[test]
+fn portable_handlers_on_cuda_match_rust() {
+    let _g = cuda_support::serial();
+    if !cuda_support::available("portable_handlers_on_cuda_match_rust") {
+        return;
+    }
+    let rt = Runtime::builder()
+        .backend(Backend::Cuda)
+        .build()
+        .expect("CUDA runtime");
+    run_all(&rt);
+    run_lanes(&rt, gyre_cuda::backend::LANES);
 }
 
 /// A runtime panic (a zero divisor, an index past the end) is answered HANDLER_PANIC and
@@ -664,5 +726,6 @@ fn runtime_panics_fault_the_kernel_on_every_backend() {
         let rt = Runtime::builder().backend(b).build().expect("runtime");
         panics(&rt, divide, [9, 3], [1, 0]);
         panics(&rt, lookup, 3, 4);
+        panics(&rt, panic_before_helper, 4, 0);
     }
 }

@@ -142,8 +142,13 @@ pub struct TypeRef {
 pub struct Source {
     /// The Rust function's name.
     pub name: &'static str,
-    /// Its `module_path!()` (makes helper names unique in C).
+    /// Its `module_path!()`, `line!()` and `column!()` (make helper names unique in C,
+    /// also for helpers of one name in one module, defined in different function bodies).
     pub module: &'static str,
+    /// See `module`.
+    pub line: u32,
+    /// See `module`.
+    pub column: u32,
     /// The C text.
     pub c: &'static str,
     /// The types of `T<n>`.
@@ -169,7 +174,12 @@ impl Source {
             .chars()
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
             .collect();
-        format!("gyre_fn_{module}__{}", self.name)
+        format!(
+            "gyre_fn_{module}__{}_{}_{}",
+            self.name.trim_start_matches("r#"),
+            self.line,
+            self.column
+        )
     }
 
     /// The C text with every placeholder filled in.

@@ -408,6 +408,131 @@ pub fn reduce_sum14(v: Sum14) -> [f32; 2] {
     [s, n as f32]
 }
 
+// --- cases an independent review found (each once wrong or refused) -----------------------
+
+/// `!` of a comparison and of `&&`: a `bool`, also on OpenCL (where `<` gives `int`).
+#[gyre::handler]
+pub fn not_cmp(x: u32) -> [u32; 3] {
+    let inside = x > 2u32 && x < 8u32;
+    let a: u32 = if !(x < 5u32) { 1 } else { 0 };
+    let b: u32 = if !inside { 100 } else { 200 };
+    let c: u32 = match x > 4u32 || !(x > 1u32) {
+        true => 7,
+        false => 9,
+    };
+    [a, b, c]
+}
+
+/// An unsuffixed literal under `as` takes the target's type when both are integers or
+/// both floats.
+#[gyre::handler]
+pub fn cast_literals(x: u64) -> [u64; 3] {
+    [
+        x + 3000000000 as u64,
+        x ^ 0xFFFF_FFFF as u64,
+        (2147483648 as i64) as u64,
+    ]
+}
+
+/// A float literal under `as f32` is parsed as an `f32`, not rounded through `f64`.
+#[gyre::handler]
+pub fn cast_float_literal(x: f32) -> f32 {
+    x * 1.00000005960464478 as f32
+}
+
+/// A path call takes its receiver's type from the path.
+#[gyre::handler]
+pub fn path_calls(x: u8) -> [f64; 2] {
+    [f32::sqrt(2.0) as f64 + (x as f64), u8::max(200, x) as f64]
+}
+
+/// A parenthesised struct literal assigned to the local it reads.
+#[gyre::handler]
+pub fn paren_swap(p: Pair) -> Pair {
+    let mut q: Pair = p;
+    q = (Pair { a: q.b, b: q.a });
+    q
+}
+
+/// `i32::abs` by its path wraps at `MIN` too.
+#[gyre::handler]
+pub fn path_abs(x: i32) -> [i32; 2] {
+    [i32::abs(x), x.abs()]
+}
+
+#[gyre::handler_fn]
+pub fn halve_until_one(n: u32) -> u32 {
+    let mut k: u32 = n;
+    while k != 1u32 {
+        k = k >> 1u32;
+    }
+    k
+}
+
+/// A helper called with an argument whose evaluation panicked returns at once: the
+/// request panics instead of spinning in `halve_until_one(0)`.
+#[gyre::handler]
+pub fn panic_before_helper(x: u32) -> u32 {
+    halve_until_one(64u32 / x)
+}
+
+#[gyre::handler_fn]
+pub fn dup(x: u32) -> u32 {
+    x * 2u32
+}
+
+#[gyre::handler_fn]
+pub fn via(x: u32) -> u32 {
+    dup(x)
+}
+
+/// A helper named like one of this module's, defined in a function body.
+pub fn shadowed_helper() -> gyre::Portable<u32, u32> {
+    #[gyre::handler_fn]
+    fn dup(x: u32) -> u32 {
+        x * 3u32
+    }
+    #[gyre::handler]
+    fn collide(x: u32) -> u32 {
+        dup(x) + via(x)
+    }
+    collide
+}
+
+/// Field names that are C keywords, and a raw identifier.
+#[derive(Clone, Copy, Debug, PartialEq, Pod, Zeroable, DeviceType)]
+#[bytemuck(crate = "gyre::bytemuck")]
+#[repr(C)]
+pub struct Geo {
+    pub lat: f32,
+    pub long: f32,
+    pub r#type: u32,
+    pub int: u32,
+}
+
+/// Keyword-named fields and locals, a constant-expression array length, `-(lit)`, an
+/// attribute on the handler, and a body that ends in a `loop` left by `return`.
+#[gyre::handler]
+#[inline]
+pub fn keywords(g: Geo) -> Geo {
+    let int: u32 = g.int + 1;
+    let r#type: u32 = g.r#type ^ int;
+    let a: [u32; 2 * 2] = [r#type; 2 * 2];
+    let small: i8 = (g.int as i8) + -(128i8);
+    let mut n: u32 = 0;
+    loop {
+        n += 1;
+        if n > 3 {
+            return Geo {
+                lat: g.long,
+                long: g.lat,
+                r#type: a[3] + n,
+                int: small as u32,
+            };
+        }
+    }
+}
+
 // --- lane-parallel handlers ----------------------------------------------------------------
 
 /// The sum of squares, each lane taking every `count()`th value: an integer sum, the same
@@ -475,7 +600,7 @@ pub fn all_sources() -> Vec<(&'static str, String)> {
     macro_rules! list {
         ($($h:ident),*) => { vec![$(($h.name(), $h.c_source())),*] };
     }
-    list!(
+    let mut v = list!(
         arith_u8,
         arith_u16,
         arith_u32,
@@ -507,6 +632,16 @@ pub fn all_sources() -> Vec<(&'static str, String)> {
         dot_lanes,
         max_lanes,
         min_lanes,
-        lane_panics
-    )
+        lane_panics,
+        not_cmp,
+        cast_literals,
+        cast_float_literal,
+        path_calls,
+        paren_swap,
+        path_abs,
+        panic_before_helper,
+        keywords
+    );
+    v.push(("collide", shadowed_helper().c_source()));
+    v
 }

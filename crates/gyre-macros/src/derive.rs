@@ -50,7 +50,11 @@ pub(crate) fn device_type(d: &DeriveInput) -> syn::Result<TokenStream> {
         .iter()
         .filter_map(|f| f.ident.as_ref())
         .collect();
-    let names: Vec<String> = idents.iter().map(|i| i.to_string()).collect();
+    // C names: prefixed (see `translate::c_field`), so no field is a C keyword.
+    let names: Vec<String> = idents
+        .iter()
+        .map(|i| crate::translate::c_field(&i.to_string()))
+        .collect();
     Ok(quote! {
         impl ::gyre::portable::DeviceType for #name {
             fn c_name() -> ::std::string::String {

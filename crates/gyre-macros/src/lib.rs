@@ -140,6 +140,8 @@ fn expand(attr: TokenStream2, mut f: ItemFn, kind: Kind) -> syn::Result<TokenStr
         ::gyre::portable::Source {
             name: #name_str,
             module: ::core::module_path!(),
+            line: ::core::line!(),
+            column: ::core::column!(),
             c: #c,
             types: &[#(#types),*],
             fns: &[#(#fns),*],
@@ -149,7 +151,19 @@ fn expand(attr: TokenStream2, mut f: ItemFn, kind: Kind) -> syn::Result<TokenStr
     Ok(match kind {
         Kind::Handler | Kind::Lanes => {
             let imp = format_ident!("__gyre_handler_{}", name);
-            let attrs = &f.attrs;
+            // Docs go to the constant users see; `cfg` and lint levels to both; the rest
+            // (`#[inline]`, ...) to the function.
+            let is =
+                |a: &syn::Attribute, names: &[&str]| names.iter().any(|n| a.path().is_ident(n));
+            let shared = [
+                "cfg", "cfg_attr", "allow", "warn", "deny", "forbid", "expect",
+            ];
+            let attrs: Vec<_> = f
+                .attrs
+                .iter()
+                .filter(|a| is(a, &["doc"]) || is(a, &shared))
+                .collect();
+            let fn_attrs: Vec<_> = f.attrs.iter().filter(|a| !is(a, &["doc"])).collect();
             let sig = {
                 let mut s = f.sig.clone();
                 s.ident = imp.clone();
@@ -171,6 +185,7 @@ fn expand(attr: TokenStream2, mut f: ItemFn, kind: Kind) -> syn::Result<TokenStr
                 ),
             };
             quote! {
+                #(#fn_attrs)*
                 #[doc(hidden)]
                 #[allow(non_snake_case, unused_parens, clippy::all)]
                 #vis #sig #block

@@ -36,7 +36,15 @@ fn op_fn(op: &BinOp) -> Option<(&'static str, bool)> {
 }
 
 impl VisitMut for Rewrite {
+    // Types and array lengths are constant contexts (`[u32; 2 * 2]`): no function calls.
+    fn visit_type_mut(&mut self, _: &mut syn::Type) {}
+
     fn visit_expr_mut(&mut self, e: &mut Expr) {
+        if let Expr::Repeat(r) = e {
+            // `[x; N]`: only the element; N is a constant.
+            self.visit_expr_mut(&mut r.expr);
+            return;
+        }
         visit_mut::visit_expr_mut(self, e);
         let new: Option<Expr> = match e {
             Expr::Binary(b) => op_fn(&b.op).map(|(name, assign)| {
@@ -48,13 +56,25 @@ impl VisitMut for Rewrite {
                     parse_quote!(::gyre::portable::ops::#f(#l, #r))
                 }
             }),
-            // `-1`, `-2.5`: a literal keeps its sign (`-128i8` is not `neg(128i8)`).
-            Expr::Unary(u) if matches!(u.op, UnOp::Neg(_)) && !matches!(&*u.expr, Expr::Lit(_)) => {
+            // `-1`, `-(2.5)`: a literal keeps its sign (`-128i8` is not `neg(128i8)`).
+            Expr::Unary(u)
+                if matches!(u.op, UnOp::Neg(_)) && !matches!(unparen(&u.expr), Expr::Lit(_)) =>
+            {
                 let x = unparen(&u.expr);
                 Some(parse_quote!(::gyre::portable::ops::neg(#x)))
             }
             Expr::MethodCall(m) if m.method == "abs" && m.args.is_empty() => {
                 let x = unparen(&m.receiver);
+                Some(parse_quote!(::gyre::portable::ops::abs(#x)))
+            }
+            // `i32::abs(x)`: the same as `x.abs()`.
+            Expr::Call(c)
+                if c.args.len() == 1
+                    && matches!(&*c.func, Expr::Path(p) if p.qself.is_none()
+                        && p.path.segments.len() == 2
+                        && p.path.segments[1].ident == "abs") =>
+            {
+                let x = unparen(&c.args[0]);
                 Some(parse_quote!(::gyre::portable::ops::abs(#x)))
             }
             _ => None,

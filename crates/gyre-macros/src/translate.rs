@@ -120,6 +120,17 @@ impl Translator {
         match t {
             Type::Path(p) if p.qself.is_none() => {}
             Type::Array(a) => {
+                if let Expr::Lit(ExprLit {
+                    lit: Lit::Int(n), ..
+                }) = &a.len
+                {
+                    if n.base10_parse::<u128>().ok() == Some(0) {
+                        return err(
+                            a.span(),
+                            "C has no zero-length arrays: `[T; 0]` is not in the handler subset",
+                        );
+                    }
+                }
                 self.ty(&a.elem)?;
             }
             Type::Paren(p) => return self.ty(&p.elem),
@@ -166,7 +177,7 @@ impl Translator {
     }
 
     fn bind(&mut self, rust: &str) -> String {
-        let c = self.fresh(rust);
+        let c = self.fresh(rust.trim_start_matches("r#"));
         if let Some(s) = self.scopes.last_mut() {
             s.push((rust.to_owned(), c.clone()));
         }
@@ -247,8 +258,10 @@ impl Translator {
             self.tail_reduce = Some(tail as *const syn::ExprMethodCall as usize);
         }
         params.push("uint32_t *gyre_p".into());
+        // A helper called with arguments whose evaluation panicked returns at once (Rust
+        // would not have called it).
         let mut out = format!(
-            "static GYRE_DEVICE_FN {ret} {c_name}({}) {{\n{ret} gyre_zero;\ngyre_zero_bytes((unsigned char *)&gyre_zero, (uint32_t)sizeof(gyre_zero));\n",
+            "static GYRE_DEVICE_FN {ret} {c_name}({}) {{\n{ret} gyre_zero;\ngyre_zero_bytes((unsigned char *)&gyre_zero, (uint32_t)sizeof(gyre_zero));\nif (*gyre_p) return gyre_zero;\n",
             params.join(", ")
         );
         self.block_body(&f.block, &mut out, Tail::Return)?;
@@ -305,6 +318,10 @@ impl Translator {
 
     /// The value of a block, an `if` branch or a match arm: returned, stored or dropped.
     fn tail_expr(&mut self, e: &Expr, out: &mut String, tail: &Tail) -> Result<()> {
+        // `loop { .. return .. }` ends a function without a value: it diverges.
+        if matches!(e, Expr::Loop(_) | Expr::While(_) | Expr::ForLoop(_)) {
+            return self.stmt_expr(e, out);
+        }
         match tail {
             Tail::Return => {
                 let ret = self.ret.clone();
@@ -342,7 +359,7 @@ impl Translator {
                     let syn::Member::Named(name) = &f.member else {
                         return err(f.span(), "tuple structs are not in the handler subset");
                     };
-                    let lv = format!("{target}.{name}");
+                    let lv = format!("{target}.{}", c_field(&name.to_string()));
                     self.init_into(&lv, &format!("GYRE_TYPEOF({lv})"), &f.expr, out, false)?;
                 }
             }
@@ -426,7 +443,7 @@ impl Translator {
         let cty = match ty {
             Some(t) => Some(self.ty(t)?),
             // A struct literal names its type.
-            None => match e {
+            None => match unparen(e) {
                 Expr::Struct(s) => Some(self.ty(&Type::Path(syn::TypePath {
                     qself: None,
                     path: s.path.clone(),
@@ -467,7 +484,9 @@ impl Translator {
             Expr::Assign(a) => {
                 let lv = self.place(&a.left)?;
                 let ty = format!("GYRE_TYPEOF({lv})");
-                if needs_type(&a.right) || matches!(&*a.right, Expr::Struct(_) | Expr::If(_)) {
+                if needs_type(unparen(&a.right))
+                    || matches!(unparen(&a.right), Expr::Struct(_) | Expr::If(_))
+                {
                     // Rust evaluates the whole value before it assigns (`p = P { x: p.y,
                     // y: p.x }`): build it in a temporary.
                     let tmp = self.fresh("gyre_t");
@@ -767,7 +786,7 @@ impl Translator {
             Expr::Field(f) => {
                 let base = self.expr(&f.base, Want::None)?;
                 match &f.member {
-                    syn::Member::Named(n) => format!("({base}).{n}"),
+                    syn::Member::Named(n) => format!("({base}).{}", c_field(&n.to_string())),
                     syn::Member::Unnamed(_) => {
                         return err(f.span(), "tuples are not in the handler subset")
                     }
@@ -795,9 +814,17 @@ impl Translator {
                 if name == "bool" {
                     return err(c.ty.span(), "`as bool` is not Rust");
                 }
-                let v = self.expr(&c.expr, Want::Fallback)?;
+                // Rust types an unsuffixed literal by the cast's target when both are
+                // integers or both floats (`3000000000 as u64`, `1.1 as f32`), else by the
+                // fallback (`i32`, `f64`).
+                let target = self.scalar_ty(&name);
+                let want = match literal_kind(&c.expr) {
+                    Some(LitKind::Int) if literal::is_int(&name) => Want::Ty(target),
+                    Some(LitKind::Float) if name == "f32" || name == "f64" => Want::Ty(target),
+                    _ => Want::Fallback,
+                };
+                let v = self.expr(&c.expr, want)?;
                 let cname = literal::scalar_c(&name).unwrap_or("uint64_t");
-                self.scalar_ty(&name);
                 format!("gyre_as_{cname}({v})")
             }
             Expr::MethodCall(m) if self.is_lane(&m.receiver) => {
@@ -908,8 +935,10 @@ impl Translator {
             return Ok(helper_call(op, &l, &r));
         }
         if cmp {
+            // `bool`: OpenCL C's relational and logical operators give `int`, which would
+            // pick the integer overloads (`gyre_not` as `~`).
             let (l, r) = self.pair(&b.left, &b.right, Want::None, span)?;
-            return Ok(format!("({l} {op} {r})"));
+            return Ok(format!("((bool)({l} {op} {r}))"));
         }
         let (l, r) = self.pair(&b.left, &b.right, want, span)?;
         Ok(helper_call(op, &l, &r))
@@ -968,7 +997,13 @@ impl Translator {
             let Some(recv) = args.next() else {
                 return err(c.span(), "the receiver is the first argument");
             };
-            let r = self.expr(recv, want)?;
+            let _ = want;
+            let recv_ty = self.scalar_ty(&segs[0]);
+            let r = self.expr(recv, Want::Ty(recv_ty))?;
+            let r = format!(
+                "(({})({r}))",
+                literal::scalar_c(&segs[0]).unwrap_or("uint64_t")
+            );
             return self.method(&segs[1], r, args.collect(), c.span());
         }
         if p.path.segments.iter().any(|s| !s.arguments.is_none()) {
@@ -1154,6 +1189,40 @@ fn compound(op: &BinOp) -> Option<&'static str> {
         BinOp::ShrAssign(_) => "shr",
         _ => return None,
     })
+}
+
+/// `(x)` -> `x`.
+fn unparen(e: &Expr) -> &Expr {
+    match e {
+        Expr::Paren(p) => unparen(&p.expr),
+        Expr::Group(g) => unparen(&g.expr),
+        e => e,
+    }
+}
+
+/// The C name of a struct field: prefixed, so that no Rust name (`long`, `int`,
+/// `r#type`) is a C keyword. `#[derive(DeviceType)]` declares fields the same way.
+pub(crate) fn c_field(rust: &str) -> String {
+    format!("f_{}", rust.trim_start_matches("r#"))
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum LitKind {
+    Int,
+    Float,
+}
+
+/// The kind of an unsuffixed literal `e` (through `-` and parentheses), if it is one.
+fn literal_kind(e: &Expr) -> Option<LitKind> {
+    match unparen(e) {
+        Expr::Lit(l) => match &l.lit {
+            Lit::Int(i) if i.suffix().is_empty() => Some(LitKind::Int),
+            Lit::Float(f) if f.suffix().is_empty() => Some(LitKind::Float),
+            _ => None,
+        },
+        Expr::Unary(u) if matches!(u.op, UnOp::Neg(_)) => literal_kind(&u.expr),
+        _ => None,
+    }
 }
 
 /// Whether `e` is a literal whose type comes from its context (no suffix).
