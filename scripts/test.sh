@@ -88,6 +88,10 @@ cargo test --workspace
 echo "==> cargo test -p gyre --features metrics"
 cargo test -p gyre --features metrics
 
+# The API reference (`cargo doc --open` in the README) without broken or private links.
+echo "==> rustdoc (RUSTDOCFLAGS=-D warnings)"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --quiet
+
 # The built-in kernels' device code (cuda/handlers/*.h) over emulated lanes on the CPU
 # backend: every multi-lane path of the handlers (strides that do not divide the payload,
 # block-shared words, barriers between phases) runs here, where no GPU is (PoCL runs one

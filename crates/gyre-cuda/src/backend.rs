@@ -3,9 +3,9 @@
 //! Under zero copy the shared region lives in mapped pinned memory ([`PinnedBuffer<u8>`]);
 //! under the copy strategies in device memory behind a [`CudaCopyEngine`]. A launch
 //! builds the ring kernel with its handler for the device's own architecture
-//! ([`CudaBackend::load_program`]: a CUBIN first, PTX as the fallback, cached on disk),
-//! loads it into the context once ([`crate::module`]), and launches one block on a stream
-//! held from the context's fixed set ([`crate::stream`]), never the default stream. The
+//! (`CudaBackend::load_program`: a CUBIN first, PTX as the fallback, cached on disk),
+//! loads it into the context once (`crate::module`), and launches one block on a stream
+//! held from the context's fixed set (`crate::stream`), never the default stream. The
 //! launch contract is at the top of `cuda/ring_kernel.cu`.
 //!
 //! Before the first persistent launch on a context, every module gyre may need later is

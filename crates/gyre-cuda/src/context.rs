@@ -8,18 +8,18 @@
 //! * **No free under a running kernel.** `cuMemFree`, `cuMemFreeHost`,
 //!   `cuMemHostUnregister` and `cuModuleUnload` may wait for every kernel of the context to
 //!   finish, which a persistent ring kernel never does. Buffers therefore hand their
-//!   memory back through [`Context::release`]: freed at once when no ring kernel runs,
+//!   memory back through `Context::release`: freed at once when no ring kernel runs,
 //!   else kept on a deferred list that the last ring kernel to finish frees. A deferred
 //!   block of the right size is reused by the next allocation instead of allocating anew
-//!   ([`Context::reuse`]). Modules stay loaded for the context's life ([`crate::module`]).
+//!   (`Context::reuse`). Modules stay loaded for the context's life (`crate::module`).
 //!   The running count and the deferred list share one lock, so a free never overlaps a
 //!   launch.
 //! * **Fixed streams.** At most `CUDA_DEVICE_MAX_CONNECTIONS` streams exist per context
-//!   ([`crate::stream`]), so no work ever shares a hardware queue with a persistent kernel.
+//!   (`crate::stream`), so no work ever shares a hardware queue with a persistent kernel.
 //! * **Sticky errors.** A kernel fault corrupts the context: every later call fails with
 //!   the same error. The first such error *poisons* the context ([`Context::poison`]); once
 //!   nothing holds it any more, [`Context::recover`] drops it, which resets the device's
-//!   primary context, and makes a fresh one, checked before use ([`crate::registry`]), so
+//!   primary context, and makes a fresh one, checked before use (`crate::registry`), so
 //!   a later launch in the same process works where the driver allows it. NVIDIA documents
 //!   sticky errors as needing a new process; where the check shows the reset did not
 //!   help, the device is unusable for the rest of the process
@@ -123,7 +123,7 @@ unsafe impl Sync for Context {}
 
 impl Context {
     /// The primary context of the device `info` describes (device 0), shared with every
-    /// other user in this process (at most one per device, see [`crate::registry`]), made
+    /// other user in this process (at most one per device, see `crate::registry`), made
     /// current on this thread. `info` proves that the driver is loaded and initialised.
     ///
     /// # Errors
@@ -261,7 +261,7 @@ impl Context {
     }
 
     /// Streams held by ring kernels and copy engines, and how many may be held at once
-    /// (see [`crate::stream`]).
+    /// (see `crate::stream`).
     pub fn streams_held(&self) -> (usize, usize) {
         (self.streams.held(), self.streams.limit())
     }

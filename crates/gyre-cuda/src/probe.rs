@@ -13,7 +13,7 @@
 //! * `CUDA_DEVICE_MAX_CONNECTIONS=32`: the device has this many hardware work queues
 //!   (default 8); streams beyond it share queues, and work queued behind a persistent
 //!   kernel on a shared queue never runs. gyre holds at most this many streams per
-//!   context (see [`crate::stream`]).
+//!   context (see `crate::stream`).
 //!
 //! A variable the user already set is left alone. The environment is changed only while
 //! the process has a single thread ([`prepare_environment`]; call it first thing in

@@ -4,7 +4,7 @@
 //!
 //! As in cudarc's `result` module, the functions are thin and mostly `unsafe`: their
 //! contracts are the driver's (a live handle, a current context). The safe types
-//! ([`crate::context`], [`crate::memory`], [`crate::stream`], ...) uphold them and make no
+//! ([`crate::context`], [`crate::memory`], `crate::stream`, ...) uphold them and make no
 //! driver call of their own.
 //!
 //! Error names come from the running driver (`cuGetErrorName` takes the raw code), so a

@@ -162,7 +162,7 @@ pub struct OpenClBackend {
 }
 
 impl OpenClBackend {
-    /// Opens device `device` of platform `platform` (indices as [`probe`](crate::probe)
+    /// Opens device `device` of platform `platform` (indices as [`probe()`](fn@crate::probe)
     /// lists them): checks that it offers fine-grained SVM with atomics and OpenCL C 3.0,
     /// makes a context and calibrates the device clock (once per process and device).
     ///

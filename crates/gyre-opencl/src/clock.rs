@@ -1,6 +1,6 @@
 //! The device clock: OpenCL C has no wall clock, so the ring kernel reads a tick counter
 //! (`GYRE_CL_TICKS()` in `port_opencl.h`) and the host tells it, at build time, how many
-//! nanoseconds a tick is. [`calibrate`] measures that with a one-work-item probe kernel
+//! nanoseconds a tick is. `calibrate` measures that with a one-work-item probe kernel
 //! read twice, some milliseconds apart, against the host's monotonic clock. The
 //! result is a [`ClockScale`] (`scale.rs`, shared with the program builder).
 

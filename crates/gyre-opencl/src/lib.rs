@@ -11,7 +11,7 @@
 //!
 //! Layers, as in gyre-cuda: opencl3's checked calls and RAII handles, wrapped with
 //! [`error::Error::Cl`] naming the call, the OpenCL error and the sizes, then gyre's own
-//! types: [`probe`] (platforms, devices, SVM and atomic capabilities), [`clock`] (the
+//! types: [`probe`](mod@probe) (platforms, devices, SVM and atomic capabilities), [`clock`] (the
 //! device clock's rate), [`memory`] ([`SvmRegion`], fine-grained SVM with atomics),
 //! [`program`] (sources and build options) and [`backend`] (`gyre_core::Backend`).
 //!
