@@ -103,7 +103,21 @@ fn memory_plan(out: &mut dyn Write) -> Result<()> {
         Ok(rt) => {
             let p = rt.memory_plan();
             let yes = |b: bool| if b { "yes" } else { "no" };
+            // Auto decides per kernel: built-ins and device code on the device backend,
+            // Rust handlers on the CPU backend.
             t.row("backend", rt.backend_name())
+                .row(
+                    "auto: where kernels run",
+                    if rt.backend() == Backend::Cpu {
+                        "every kernel on cpu (no GPU backend found)".to_owned()
+                    } else {
+                        format!(
+                            "built-ins, #[gyre::handler] and device sources on {}; Rust \
+                             closures on cpu",
+                            rt.backend_name()
+                        )
+                    },
+                )
                 .row("probe: os", p.probe.os)
                 .row(
                     "probe: /proc/version",
