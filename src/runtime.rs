@@ -427,6 +427,10 @@ impl RuntimeBuilder {
     /// whose setting the builder leaves open (listing the valid values), an invalid poll
     /// interval, or a strategy the platform cannot honour (with the reason).
     pub fn build(self) -> Result<Runtime> {
+        // An invalid lane count fails whatever the backend (it may run no CPU kernel).
+        if let Some(l) = self.cpu_lanes {
+            gyre_cpu::CpuBackend::with_lanes(l)?;
+        }
         let (resolved, imp): (Backend, Arc<dyn gyre_core::Backend>) =
             match (self.backend, self.auto_device) {
                 (Backend::Auto, Some(Backend::Auto)) => {
@@ -828,6 +832,18 @@ mod cuda_selection_tests {
             .into_iter()
             .find(|b| b.name == "cuda")
             .expect("cuda is listed")
+    }
+
+    #[test]
+    fn an_invalid_cpu_lane_count_fails_every_build() {
+        for b in [Backend::Cpu, Backend::Auto, Backend::Cuda] {
+            let e = Runtime::builder()
+                .backend(b)
+                .cpu_lanes(0)
+                .build()
+                .unwrap_err();
+            assert!(matches!(e, Error::InvalidArgument { .. }), "{b}: {e}");
+        }
     }
 
     #[test]

@@ -261,6 +261,7 @@ fn run_all(rt: &Runtime) {
     check(rt, paren_swap, &sample(pair, 50), Eq::Bits, 0);
     let ints = prop_oneof![any::<i32>(), Just(i32::MIN), Just(-1)];
     check(rt, path_abs, &sample(ints, 50), Eq::Bits, 0);
+    check(rt, user_abs, &sample(-1000i32..1000, 50), Eq::Bits, 0);
     check(
         rt,
         shadowed_helper(),
@@ -598,6 +599,7 @@ fn run_one_each(rt: &Runtime) {
     check(rt, path_calls, &[3], Eq::Bits, 0);
     check(rt, paren_swap, &[Pair { a: 1, b: 2 }], Eq::Bits, 0);
     check(rt, path_abs, &[-3], Eq::Bits, 0);
+    check(rt, user_abs, &[-5], Eq::Bits, 0);
     check(rt, panic_before_helper, &[4], Eq::Bits, 0);
     check(rt, shadowed_helper(), &[5], Eq::Bits, 0);
     let g = Geo {

@@ -499,6 +499,20 @@ pub fn shadowed_helper() -> gyre::Portable<u32, u32> {
     collide
 }
 
+pub mod user_math {
+    /// A user's helper named like a scalar method.
+    #[gyre::handler_fn]
+    pub fn abs(x: i32) -> i32 {
+        x + 100
+    }
+}
+
+/// `m::abs(x)` calls the user's helper (only `i32::abs` & co. are the scalar method).
+#[gyre::handler]
+pub fn user_abs(x: i32) -> i32 {
+    user_math::abs(x) + i32::abs(x)
+}
+
 /// Field names that are C keywords, and a raw identifier.
 #[derive(Clone, Copy, Debug, PartialEq, Pod, Zeroable, DeviceType)]
 #[bytemuck(crate = "gyre::bytemuck")]
@@ -639,6 +653,7 @@ pub fn all_sources() -> Vec<(&'static str, String)> {
         path_calls,
         paren_swap,
         path_abs,
+        user_abs,
         panic_before_helper,
         keywords
     );

@@ -67,11 +67,12 @@ impl VisitMut for Rewrite {
                 let x = unparen(&m.receiver);
                 Some(parse_quote!(::gyre::portable::ops::abs(#x)))
             }
-            // `i32::abs(x)`: the same as `x.abs()`.
+            // `i32::abs(x)`: the same as `x.abs()` (a scalar type's, not a user's `m::abs`).
             Expr::Call(c)
                 if c.args.len() == 1
                     && matches!(&*c.func, Expr::Path(p) if p.qself.is_none()
                         && p.path.segments.len() == 2
+                        && crate::literal::scalar_c(&p.path.segments[0].ident.to_string()).is_some()
                         && p.path.segments[1].ident == "abs") =>
             {
                 let x = unparen(&c.args[0]);

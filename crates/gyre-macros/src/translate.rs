@@ -184,6 +184,18 @@ impl Translator {
         c
     }
 
+    /// A lane-parallel handler's `Lane` parameter may not be shadowed: its last
+    /// expression would then name a local, not the block reduction.
+    fn not_the_lane(&self, name: &str, span: Span) -> Result<()> {
+        if self.lane.as_deref() == Some(name) {
+            return err(
+                span,
+                format!("`{name}` is this handler's `Lane`: bind another name"),
+            );
+        }
+        Ok(())
+    }
+
     fn lookup(&self, rust: &str) -> Option<&str> {
         self.scopes
             .iter()
@@ -430,6 +442,7 @@ impl Translator {
                 )
             }
         };
+        self.not_the_lane(&name, pat.span())?;
         let Some(init) = &l.init else {
             return err(
                 l.span(),
@@ -635,6 +648,7 @@ impl Translator {
         Ok(match p {
             Pat::Wild(_) => ("1".into(), None),
             Pat::Ident(pi) if pi.by_ref.is_none() && pi.subpat.is_none() => {
+                self.not_the_lane(&pi.ident.to_string(), pi.span())?;
                 ("1".into(), Some(pi.ident.to_string()))
             }
             Pat::Lit(l) => {
@@ -683,6 +697,7 @@ impl Translator {
             Pat::Wild(_) => "_".into(),
             p => return err(p.span(), "a `for` binds one name"),
         };
+        self.not_the_lane(&name, f.pat.span())?;
         out.push_str("{\n");
         match &*f.expr {
             Expr::Range(r) => {

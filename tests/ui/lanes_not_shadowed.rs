@@ -1,0 +1,6 @@
+#[gyre::handler(lanes)]
+fn h(x: u32, lane: gyre::Lane) -> u32 {
+    let lane: u32 = lane.id();
+    lane.max(x)
+}
+fn main() {}
