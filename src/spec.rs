@@ -164,24 +164,7 @@ impl<Req: Pod, Resp: Pod> KernelSpec<Req, Resp> {
         F: Fn(Req) -> Result<Resp, u32> + Send + Sync + 'static,
     {
         let h = move |ty: u32, req: &[u8], reply: &mut [u8]| -> Result<usize, u32> {
-            // A typed kernel takes one message type (0, what its requests carry).
-            if ty != 0 {
-                return Err(gyre_abi::error::UNKNOWN_TYPE);
-            }
-            if req.len() != core::mem::size_of::<Req>() {
-                // A request of another size (a corrupt header): not this handler's type.
-                return Err(gyre_abi::error::HANDLER_REJECTED);
-            }
-            let r: Req = bytemuck::pod_read_unaligned(req);
-            let out = f(r)?;
-            let bytes = bytemuck::bytes_of(&out);
-            // Cannot fail: launch checks that `Resp` fits the payload. Were it to, the
-            // kernel reports a reply too long.
-            reply
-                .get_mut(..bytes.len())
-                .ok_or(gyre_abi::error::BAD_LENGTH)?
-                .copy_from_slice(bytes);
-            Ok(bytes.len())
+            typed_call(ty, req, reply, &f)
         };
         Self::with_handler(name.into(), Arc::new(h), None, 0)
     }
@@ -620,6 +603,32 @@ impl<const N: usize> KernelSpec<ReduceSum<N>, Sum> {
             ids::REDUCE_SUM,
         )
     }
+}
+
+/// The typed adapter of a Rust handler: a typed kernel takes one message type (0, what
+/// its requests carry) and requests of `Req`'s size (another size is a corrupt header: not
+/// this handler's type); the reply is `f`'s `Resp`, or its status.
+pub(crate) fn typed_call<Req: Pod, Resp: Pod>(
+    ty: u32,
+    req: &[u8],
+    reply: &mut [u8],
+    f: impl FnOnce(Req) -> Result<Resp, u32>,
+) -> Result<usize, u32> {
+    if ty != 0 {
+        return Err(gyre_abi::error::UNKNOWN_TYPE);
+    }
+    if req.len() != core::mem::size_of::<Req>() {
+        return Err(gyre_abi::error::HANDLER_REJECTED);
+    }
+    let out = f(bytemuck::pod_read_unaligned(req))?;
+    let bytes = bytemuck::bytes_of(&out);
+    // Cannot fail: launch checks that `Resp` fits the payload. Were it to, the kernel
+    // reports a reply too long.
+    reply
+        .get_mut(..bytes.len())
+        .ok_or(gyre_abi::error::BAD_LENGTH)?
+        .copy_from_slice(bytes);
+    Ok(bytes.len())
 }
 
 /// Which kind of device a backend runs handlers on, for [`KernelSpec::runs_on`].

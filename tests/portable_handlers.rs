@@ -295,7 +295,7 @@ where
         let got = k
             .call_blocking(r)
             .unwrap_or_else(|e| panic!("{} on {:?}: {e}", h.name(), k.backend()));
-        let want = h.run(r, lanes);
+        let want = h.run(r, lanes).expect("1..=256 lanes");
         let (g, w) = (bytemuck::bytes_of(&got), bytemuck::bytes_of(&want));
         assert!(
             g == w || floats_equal(g, w, 4, Eq::Floats(&[])),
@@ -340,14 +340,18 @@ fn lane_parallel_handlers_on_the_cpu_backend() {
         run_lanes(&rt, lanes);
     }
     for v in sample(any::<[u32; 16]>(), 50) {
-        let one = sum_sq_lanes.run(v, 1);
+        let one = sum_sq_lanes.run(v, 1).expect("one lane");
         assert_eq!(sum_sq_lanes(v, gyre::Lane::single()), one);
         for lanes in [2, 7, 32, 256] {
-            assert_eq!(sum_sq_lanes.run(v, lanes), one);
+            assert_eq!(sum_sq_lanes.run(v, lanes).expect("lanes"), one);
         }
     }
+    assert!(sum_sq_lanes.run([0; 16], 0).is_err() && sum_sq_lanes.run([0; 16], 257).is_err());
     for v in sample(any::<[i32; 16]>(), 50) {
-        assert_eq!(max_lanes.run(v, 7), *v.iter().max().expect("16 values"));
+        assert_eq!(
+            max_lanes.run(v, 7).expect("7 lanes"),
+            *v.iter().max().expect("16 values")
+        );
     }
 }
 
@@ -414,7 +418,7 @@ fn phase_check_lanes<Req, Resp>(
     let answers = gyre_opencl::phase_check::run(b, handler, lanes, 0, &reqs, 64)
         .unwrap_or_else(|e| panic!("{} over {lanes} work-items: {e}", h.name()));
     for (r, a) in inputs.iter().zip(answers) {
-        let want = h.run(*r, lanes);
+        let want = h.run(*r, lanes).expect("1..=256 lanes");
         let w = bytemuck::bytes_of(&want);
         assert!(
             !a.panicked

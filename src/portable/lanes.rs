@@ -129,37 +129,26 @@ pub trait Reducible: DeviceType + Copy + bytemuck::Pod {
     fn c_to_word(v: &str) -> String;
 }
 
-impl Reducible for u32 {
-    fn combine(a: Self, b: Self, op: Reduce) -> Self {
-        match op {
-            Reduce::Sum => a.wrapping_add(b),
-            Reduce::Min => a.min(b),
-            Reduce::Max => a.max(b),
+macro_rules! int_reducible {
+    ($($t:ty => $c:literal),*) => {$(
+        impl Reducible for $t {
+            fn combine(a: Self, b: Self, op: Reduce) -> Self {
+                match op {
+                    Reduce::Sum => a.wrapping_add(b),
+                    Reduce::Min => a.min(b),
+                    Reduce::Max => a.max(b),
+                }
+            }
+            fn c_from_word(w: &str) -> String {
+                format!(concat!("((", $c, ")({}))"), w)
+            }
+            fn c_to_word(v: &str) -> String {
+                format!("((uint32_t)({v}))")
+            }
         }
-    }
-    fn c_from_word(w: &str) -> String {
-        format!("((uint32_t)({w}))")
-    }
-    fn c_to_word(v: &str) -> String {
-        format!("((uint32_t)({v}))")
-    }
+    )*};
 }
-
-impl Reducible for i32 {
-    fn combine(a: Self, b: Self, op: Reduce) -> Self {
-        match op {
-            Reduce::Sum => a.wrapping_add(b),
-            Reduce::Min => a.min(b),
-            Reduce::Max => a.max(b),
-        }
-    }
-    fn c_from_word(w: &str) -> String {
-        format!("((int32_t)({w}))")
-    }
-    fn c_to_word(v: &str) -> String {
-        format!("((uint32_t)({v}))")
-    }
-}
+int_reducible!(u32 => "uint32_t", i32 => "int32_t");
 
 impl Reducible for f32 {
     fn combine(a: Self, b: Self, op: Reduce) -> Self {
@@ -228,12 +217,26 @@ impl<Req: DeviceType + bytemuck::Pod, Resp: Reducible> PortableLanes<Req, Resp> 
     /// What the block computes with `lanes` lanes: the function on every lane, combined
     /// in lane order. What the CPU backend runs.
     ///
-    /// # Panics
+    /// # Errors
     ///
-    /// When the function panics on a lane (the kernel then faults with HANDLER_PANIC),
-    /// or when `lanes` is not in 1..=256.
-    pub fn run(&self, req: Req, lanes: u32) -> Resp {
-        let lane = |id| Lane::new(id, lanes).expect("1..=256 lanes");
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when `lanes` is not in
+    /// 1..=256. (A panic of the function on a lane propagates, as the function's own
+    /// would; in a kernel it faults the kernel with HANDLER_PANIC.)
+    pub fn run(&self, req: Req, lanes: u32) -> crate::Result<Resp> {
+        if Lane::new(0, lanes).is_none() {
+            return Err(crate::Error::InvalidArgument {
+                name: "lanes",
+                value: lanes.to_string(),
+                reason: "a block has 1..=256 lanes",
+            });
+        }
+        Ok(self.combine_lanes(req, lanes))
+    }
+
+    /// `run` for a lane count already checked (1..=256).
+    fn combine_lanes(&self, req: Req, lanes: u32) -> Resp {
+        debug_assert!((1..=256).contains(&lanes));
+        let lane = |id| Lane { id, count: lanes };
         let mut acc = (self.f)(req, lane(0));
         for id in 1..lanes {
             acc = Resp::combine(acc, (self.f)(req, lane(id)), self.reduce);
@@ -320,23 +323,9 @@ where
 {
     fn for_lanes(&self, lanes: u32) -> Arc<dyn gyre_core::Handler> {
         let h = *self;
-        Arc::new(
-            move |ty: u32, req: &[u8], reply: &mut [u8]| -> Result<usize, u32> {
-                if ty != 0 {
-                    return Err(gyre_abi::error::UNKNOWN_TYPE);
-                }
-                if req.len() != core::mem::size_of::<Req>() {
-                    return Err(gyre_abi::error::HANDLER_REJECTED);
-                }
-                let r: Req = bytemuck::pod_read_unaligned(req);
-                let out = h.run(r, lanes);
-                let bytes = bytemuck::bytes_of(&out);
-                reply
-                    .get_mut(..bytes.len())
-                    .ok_or(gyre_abi::error::BAD_LENGTH)?
-                    .copy_from_slice(bytes);
-                Ok(bytes.len())
-            },
-        )
+        // The CPU backend passes the lane count it validated (1..=256).
+        Arc::new(move |ty: u32, req: &[u8], reply: &mut [u8]| {
+            crate::spec::typed_call(ty, req, reply, |r| Ok(h.combine_lanes(r, lanes)))
+        })
     }
 }
