@@ -166,7 +166,7 @@ void gyre_c11_run(gyre_c11_kernel *k) {
  *  the kernel has stopped. Never idles. */
 int64_t gyre_c11_step(gyre_c11_kernel *k) {
     uint32_t n;
-    if (GYRE_STATE_IS_FINAL(k->r.state)) {
+    if (GYRE_STATE_IS_STOPPED(k->r.state)) {
         return -1;
     }
     gyre_c11_lanes_descending = k->descending;

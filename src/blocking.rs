@@ -424,7 +424,7 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
             }
             idler.idle(false);
         }
-        ch.command(command::TERMINATE);
+        inner.life.command(command::TERMINATE);
         idler.reset();
         while !inner.is_final() {
             if let Some(e) = timed_out() {

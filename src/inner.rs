@@ -11,8 +11,10 @@ use gyre_abi::{command, error, state};
 use gyre_core::bridge::BridgeAgent;
 use gyre_core::channel::driver::Driver;
 use gyre_core::shm::{ExportPublisher, ExportWriter};
-use gyre_core::{Channel, Error, IdleStrategy, KernelInstance, Result};
+use gyre_core::{Channel, Error, IdleStrategy, Result};
 use parking_lot::Mutex;
+
+use crate::lifecycle::{Lifecycle, Supervisor, Watcher};
 
 /// How long a kernel whose last handle was dropped (without a shutdown) gets to drain and
 /// stop before it is detached; the wait runs on a thread of its own, never on the thread
@@ -32,7 +34,13 @@ pub(crate) struct Polling {
 
 pub(crate) struct Inner {
     pub(crate) ch: Arc<Channel>,
-    instance: Arc<dyn KernelInstance>,
+    /// The running launch and its successors (reloads, epochs, restarts).
+    pub(crate) life: Arc<Lifecycle>,
+    /// Relaunches a kernel that stopped by itself (epochs, restarts), if it has either;
+    /// stopped when the kernel's end is handled.
+    supervisor: Mutex<Option<Supervisor>>,
+    /// The handler source watch ([`crate::KernelSpec::watch`]), if any.
+    watcher: Mutex<Option<Watcher>>,
     /// Stopped and joined when the last reference goes: streams and `recv` futures still
     /// need it to be woken after the kernel ended.
     driver: Mutex<Option<Driver>>,
@@ -54,7 +62,7 @@ pub(crate) struct Inner {
 impl Inner {
     pub(crate) fn new(
         ch: Arc<Channel>,
-        instance: Arc<dyn KernelInstance>,
+        life: Arc<Lifecycle>,
         driver: Driver,
         polling: Polling,
         transfer: Option<Arc<BridgeAgent>>,
@@ -63,7 +71,9 @@ impl Inner {
         Self {
             backend,
             ch,
-            instance,
+            life,
+            supervisor: Mutex::new(None),
+            watcher: Mutex::new(None),
             driver: Mutex::new(Some(driver)),
             polling,
             next_id: AtomicU64::new(0),
@@ -85,7 +95,7 @@ impl Inner {
     ) -> Result<()> {
         // The kernel may write the file's telemetry line itself (CUDA); then the
         // publisher keeps to the control line, so the line keeps a single writer.
-        let copy_telemetry = !self.instance.writes_export_telemetry();
+        let copy_telemetry = !self.life.current().writes_export_telemetry();
         let p = ExportPublisher::start(self.ch.region().clone(), writer, interval, copy_telemetry)
             .map_err(|e| Error::Launch {
                 backend: "telemetry export",
@@ -120,7 +130,21 @@ impl Inner {
     /// state (it exits right after). A kernel the watchdog declared unresponsive is
     /// neither, and is never joined (it would block forever).
     fn joinable(&self) -> bool {
-        self.instance.is_finished() || state::is_final(self.ch.kernel_state().0)
+        self.life.current().is_finished() || state::is_final(self.ch.kernel_state().0)
+    }
+
+    /// Starts the supervisor and the watch, if the kernel has them.
+    pub(crate) fn supervise(&self, supervisor: Option<Supervisor>, watcher: Option<Watcher>) {
+        *self.supervisor.lock() = supervisor;
+        *self.watcher.lock() = watcher;
+    }
+
+    /// No relaunch from now on: stops the supervisor and the watch (the kernel's end is
+    /// being handled). Must not run on the supervisor's thread.
+    fn end_relaunches(&self) {
+        self.life.end();
+        self.watcher.lock().take();
+        self.supervisor.lock().take();
     }
 
     /// Joins the kernel once it reached a final state; reports a fault. An unresponsive
@@ -128,13 +152,13 @@ impl Inner {
     pub(crate) fn finish(&self) -> Result<()> {
         if let Some(e) = self.ch.unresponsive() {
             if self.joinable() {
-                let _ = self.instance.join();
+                let _ = self.life.current().join();
             } else {
                 tracing::warn!(kernel = %self.ch.name(), "shutdown: detaching the unresponsive kernel");
             }
             return Err(e);
         }
-        let joined = self.instance.join();
+        let joined = self.life.current().join();
         self.drain_transfer();
         match self.ch.kernel_state() {
             (state::FAULTED, code) => Err(Error::KernelFaulted {
@@ -165,6 +189,7 @@ impl Inner {
     /// The last step of every shutdown, once the kernel is final: [`Inner::finish`], then
     /// the telemetry export is unpublished (its file removed), whatever `finish` reports.
     pub(crate) fn complete_shutdown(&self) -> Result<()> {
+        self.end_relaunches();
         let done = self.finish();
         self.export.lock().take();
         self.ended.store(true, Release);
@@ -181,7 +206,7 @@ impl Inner {
     }
 
     pub(crate) fn is_final(&self) -> bool {
-        self.ch.check_stopped().is_some() || self.instance.is_finished()
+        self.ch.check_stopped().is_some() || self.life.current_gone()
     }
 
     /// The end of a kernel whose last handle was dropped without a shutdown. Runs on a
@@ -201,12 +226,13 @@ impl Inner {
         while !ch.all_published() && Instant::now() < deadline {
             std::thread::yield_now();
         }
-        ch.command(command::TERMINATE);
+        self.life.command(command::TERMINATE);
         while !self.is_final() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_micros(200));
         }
+        self.end_relaunches();
         if self.joinable() {
-            if let Err(e) = self.instance.join() {
+            if let Err(e) = self.life.current().join() {
                 // Nobody is left to report it to but the log (and any waiter, below).
                 tracing::warn!(kernel = %ch.name(), error = %e, "kernel ended with an error after its last handle dropped");
                 if let Error::KernelLost { cause, .. } = e {
@@ -228,6 +254,8 @@ impl Drop for Inner {
     fn drop(&mut self) {
         // Every handle, future and stream is gone, and the kernel's end was handled (by a
         // shutdown or by `end_unattended`): stop the driver and unpublish the export.
+        self.watcher.lock().take();
+        self.supervisor.lock().take();
         self.driver.lock().take();
         self.export.lock().take();
     }

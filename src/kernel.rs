@@ -10,13 +10,28 @@ use bytemuck::Pod;
 use gyre_abi::{command, state};
 use gyre_core::bridge::{BridgeAgent, TransferStats};
 use gyre_core::channel::driver::Driver;
-use gyre_core::shm::ExportWriter;
 use gyre_core::strategy::TransferStrategy;
 use gyre_core::telemetry::read_consistent;
+use gyre_core::LaunchSpec;
 use gyre_core::{Channel, Error, IdleStrategy, KernelInstance, Result, SharedRegion};
+
+/// What [`crate::Runtime::launch`] made for one kernel: its rings, its first launch and
+/// what relaunches it.
+pub(crate) struct Started {
+    pub(crate) region: Arc<SharedRegion>,
+    pub(crate) place: Place,
+    pub(crate) imp: Arc<dyn gyre_core::Backend>,
+    pub(crate) instance: Box<dyn KernelInstance>,
+    pub(crate) transfer: Option<Arc<BridgeAgent>>,
+    /// What `instance` was launched with (export file and doorbell included).
+    pub(crate) launched: LaunchSpec,
+    pub(crate) epoch_us: u32,
+    pub(crate) backend: crate::Backend,
+}
 
 use crate::inner::{Inner, Polling};
 use crate::keep_alive::KeepAlive;
+use crate::lifecycle::{CurrentLiveness, Lifecycle, Place, Supervisor, Watcher};
 use crate::spec::KernelSpec;
 use crate::state::KernelState;
 
@@ -109,32 +124,45 @@ impl<Req, Resp> Kernel<Req, Resp> {
 }
 
 impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
-    pub(crate) fn start(
-        region: Arc<SharedRegion>,
-        instance: Box<dyn KernelInstance>,
-        transfer: Option<Arc<BridgeAgent>>,
-        export: Option<Arc<ExportWriter>>,
-        spec: &KernelSpec<Req, Resp>,
-        backend: crate::Backend,
-    ) -> Result<Self> {
+    pub(crate) fn start(started: Started, spec: &KernelSpec<Req, Resp>) -> Result<Self> {
+        let Started {
+            region,
+            place,
+            imp,
+            instance,
+            transfer,
+            launched,
+            epoch_us,
+            backend,
+        } = started;
         let mut ch = Channel::new(region, spec.name.clone()).with_timestamps(spec.timestamps);
         if let Some(t) = &transfer {
             ch = ch.with_transfer(t.clone());
         }
         let ch = Arc::new(ch);
         let instance: Arc<dyn KernelInstance> = Arc::from(instance);
-        // The backend's view of the kernel's execution (a device fault kills a kernel
-        // without a final state), consulted without keeping the kernel alive.
-        let watched: std::sync::Weak<dyn KernelInstance> = Arc::downgrade(&instance);
-        ch.watch_liveness(Arc::new(watched));
         // A kernel that parks when idle (the CPU backend) is woken by every publication,
-        // command and bridge push.
+        // command and bridge push; its successors park on the same doorbell.
         if let Some(d) = instance.doorbell() {
             ch.set_doorbell(d.clone());
             if let Some(t) = &transfer {
                 t.set_doorbell(d);
             }
         }
+        let export = launched.export.clone();
+        let life = Arc::new(Lifecycle::new(
+            ch.clone(),
+            imp,
+            place,
+            transfer.clone(),
+            instance,
+            launched,
+            epoch_us,
+            spec.restart,
+        ));
+        // The backend's view of the running launch's execution (a device fault kills a
+        // kernel without a final state), consulted without keeping the kernel alive.
+        ch.watch_liveness(Arc::new(CurrentLiveness(Arc::downgrade(&life))));
         let hb = if spec.host_timeout.is_zero() {
             Duration::from_secs(1)
         } else {
@@ -156,7 +184,14 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
         };
         let kernel = Self {
             keep: Arc::new(KeepAlive {
-                inner: Arc::new(Inner::new(ch, instance, driver, polling, transfer, backend)),
+                inner: Arc::new(Inner::new(
+                    ch,
+                    life.clone(),
+                    driver,
+                    polling,
+                    transfer,
+                    backend,
+                )),
             }),
             _types: PhantomData,
         };
@@ -166,7 +201,53 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
                 .inner()
                 .publish_export(writer, spec.export_interval)?;
         }
+        let supervisor = if life.supervised() {
+            let epoch = (epoch_us != 0).then(|| Duration::from_micros(u64::from(epoch_us)));
+            Some(Supervisor::start(
+                Arc::downgrade(&life),
+                &spec.name,
+                Supervisor::tick(epoch),
+            )?)
+        } else {
+            None
+        };
+        let watcher = match &spec.watch {
+            Some(path) => Some(kernel.watch(spec, path)?),
+            None => None,
+        };
+        kernel.inner().supervise(supervisor, watcher);
         Ok(kernel)
+    }
+
+    /// Starts reloading this kernel whenever `path` changes ([`KernelSpec::watch`]).
+    fn watch(&self, spec: &KernelSpec<Req, Resp>, path: &std::path::Path) -> Result<Watcher> {
+        let backend = self.backend();
+        let initial = match backend {
+            crate::Backend::Cuda => spec.cuda_source.as_ref(),
+            crate::Backend::OpenCl { .. } => spec.opencl_source.as_ref(),
+            _ => None,
+        };
+        let Some(initial) = initial.map(|s| s.source.clone()) else {
+            return Err(Error::InvalidArgument {
+                name: "watch",
+                value: path.display().to_string(),
+                reason: "needs a kernel that runs a device handler source (CUDA or OpenCL); \
+                         this one runs a Rust handler or a built-in",
+            });
+        };
+        let weak = Arc::downgrade(&self.keep);
+        let base = spec.clone();
+        let file = path.to_owned();
+        Watcher::start(&spec.name, path.to_owned(), initial, move |source| {
+            let keep = weak.upgrade().ok_or_else(|| Error::Closed {
+                kernel: base.name.clone(),
+            })?;
+            let k = Kernel::<Req, Resp> {
+                keep,
+                _types: PhantomData,
+            };
+            k.reload_blocking(base.with_device_source(backend, &file, source))
+        })
     }
 
     /// The file this kernel's telemetry is exported to (see
@@ -338,7 +419,7 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
     /// # Ok::<(), gyre::Error>(())
     /// ```
     pub fn pause(&self) {
-        self.inner().ch.command(command::PAUSE);
+        self.inner().life.command(command::PAUSE);
     }
 
     /// Undoes [`Kernel::pause`].
@@ -359,7 +440,7 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
     /// # Ok::<(), gyre::Error>(())
     /// ```
     pub fn resume(&self) {
-        self.inner().ch.command(command::RUN);
+        self.inner().life.command(command::RUN);
     }
 
     /// The kernel's state as it last wrote it, or [`KernelState::Unresponsive`] once the
@@ -386,6 +467,9 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
         let (s, c) = ch.kernel_state();
         if !state::is_final(s) && ch.unresponsive().is_some() {
             return KernelState::Unresponsive;
+        }
+        if s == state::FAULTED && ch.restart_armed() && ch.check_stopped().is_none() {
+            return KernelState::Relaunching;
         }
         KernelState::from_raw(s, c)
     }

@@ -42,6 +42,7 @@ pub mod future;
 mod inner;
 mod keep_alive;
 mod kernel;
+mod lifecycle;
 #[cfg(feature = "metrics")]
 mod metrics_export;
 mod opencl;
@@ -65,6 +66,7 @@ pub use gyre_core::{Cause, Error, Handler, IdleStrategy, Result, TrySendError};
 /// Handlers written once in Rust and run on every backend (`docs/handlers.md`).
 pub use gyre_macros::{handler, handler_fn, DeviceType};
 pub use kernel::Kernel;
+pub use lifecycle::{Relaunches, ReloadFuture, RestartPolicy};
 pub use portable::{DeviceType, Lane, Portable, PortableLanes};
 pub use runtime::{
     backends, prepare_cuda_environment, Backend, BackendInfo, Runtime, RuntimeBuilder,

@@ -5,13 +5,13 @@ use std::sync::Arc;
 use bytemuck::Pod;
 use gyre_core::bridge::{BridgeAgent, RingBufferBridge};
 use gyre_core::plan::{self, MemoryPlan, Overrides};
-use gyre_core::ring::Geometry;
 use gyre_core::strategy::TransferStrategy;
 use gyre_core::visibility::{MemoryVisibility, PlatformProbe};
-use gyre_core::{Cause, Error, LaunchSpec, Result, SharedRegion};
+use gyre_core::{Cause, Error, Result, SharedRegion};
 
 use crate::features::not_built;
-use crate::kernel::Kernel;
+use crate::kernel::{Kernel, Started};
+use crate::lifecycle::Place;
 use crate::opencl;
 use crate::spec::{Device, KernelSpec};
 
@@ -78,7 +78,7 @@ pub enum Backend {
 
 impl Backend {
     /// The kind of device that runs this backend's handlers.
-    fn device(&self) -> Device {
+    pub(crate) fn device(&self) -> Device {
         match self {
             Backend::Cuda => Device::Cuda,
             Backend::OpenCl { .. } => Device::OpenCl,
@@ -661,6 +661,22 @@ impl Runtime {
         }
     }
 
+    /// The epoch a kernel on [`Runtime::backend`] runs by default (see
+    /// [`KernelSpec::epoch`]): a quarter of the device's kernel execution timeout where it
+    /// reports one (a GPU driving a display under Windows or WSL2), `None` (one launch for
+    /// the kernel's whole life) elsewhere. `gyre doctor` shows it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let rt = gyre::Runtime::builder().backend(gyre::Backend::Cpu).build()?;
+    /// assert_eq!(rt.default_epoch(), None);
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
+    pub fn default_epoch(&self) -> Option<std::time::Duration> {
+        self.primary.imp.kernel_time_limit().map(|l| l / 4)
+    }
+
     /// The memory visibility and transfer strategy chosen at build, what detection looked
     /// at, who decided (detection, environment or builder) and why.
     ///
@@ -715,20 +731,7 @@ impl Runtime {
         spec: KernelSpec<Req, Resp>,
     ) -> Result<Kernel<Req, Resp>> {
         let target = self.target_for(&spec)?;
-        let ring_value = |name: &'static str, v: usize| {
-            u32::try_from(v).map_err(|_| Error::InvalidArgument {
-                name,
-                value: v.to_string(),
-                reason: "far beyond the largest legal value (see KernelSpec)",
-            })
-        };
-        let capacity = ring_value("capacity", spec.capacity)?;
-        let slot_size = ring_value("slot_size", spec.slot_size)?;
-        let batch = match spec.batch {
-            Some(b) => ring_value("batch_size", b)?,
-            None => 32.min(capacity),
-        };
-        let g = Geometry::new(capacity, slot_size, batch)?;
+        let g = spec.geometry()?;
         for (role, type_name, size) in [
             (
                 "request",
@@ -753,6 +756,8 @@ impl Runtime {
         spec.idle.validate()?;
         spec.host_idle.validate()?;
         spec.validate_watchdog()?;
+        spec.validate_restart()?;
+        let epoch_us = spec.epoch_us(target.imp.kernel_time_limit())?;
         if spec.async_spin > std::time::Duration::from_millis(10) {
             return Err(Error::InvalidArgument {
                 name: "async_spin",
@@ -782,43 +787,54 @@ impl Runtime {
             strategy = strategy.name()
         )
         .entered();
-        let launch = LaunchSpec {
-            name: spec.name.clone(),
-            handler: spec.handler.clone(),
-            builtin: spec.builtin,
-            idle: spec.idle,
-            telemetry: spec.telemetry,
-            cuda_source: spec.cuda_source.clone(),
-            opencl_source: spec.opencl_source.clone(),
-            lane_handler: spec.lane_handler.clone(),
-            export: spec.export_writer()?,
-        };
+        let mut launch = spec.launch_spec();
+        launch.export = spec.export_writer()?;
+        // One doorbell for every launch on these rings (a parking kernel's successors).
+        launch.doorbell = Some(Arc::new(gyre_core::doorbell::Doorbell::new()));
         // The host's rings: shared with the kernel (zero copy), or the mirror of its
         // device-resident rings that the bridge keeps in step.
         let mem = imp.alloc_region(SharedRegion::bytes_for(&g))?;
         let region = Arc::new(SharedRegion::new(mem, g, host_timeout_ms)?);
-        let (instance, transfer) = if strategy.copies() {
+        region
+            .control()
+            .epoch_us
+            .store(epoch_us, std::sync::atomic::Ordering::Release);
+        let (instance, transfer, place) = if strategy.copies() {
             let device = imp.alloc_resident(&g, host_timeout_ms)?;
             let bridge = Arc::new(RingBufferBridge::new(region.clone(), device.clone())?);
             // Starting the agent writes the device's control block (the first push).
             let agent = BridgeAgent::start(bridge, strategy, &spec.name)?;
-            (imp.launch_resident(device, &launch)?, Some(agent))
+            (
+                imp.launch_resident(device.clone(), &launch)?,
+                Some(agent),
+                Place::Resident(device),
+            )
         } else {
-            (imp.launch(region.clone(), &launch)?, None)
+            (
+                imp.launch(region.clone(), &launch)?,
+                None,
+                Place::Shared(region.clone()),
+            )
         };
         tracing::info!(
             capacity = g.capacity(),
             slot_size = g.slot_size(),
             batch = g.batch(),
+            epoch_us,
             "kernel launched"
         );
         Kernel::start(
-            region,
-            instance,
-            transfer,
-            launch.export.clone(),
+            Started {
+                region,
+                place,
+                imp: imp.clone(),
+                instance,
+                transfer,
+                launched: launch,
+                epoch_us,
+                backend: target.backend,
+            },
             &spec,
-            target.backend,
         )
     }
 }

@@ -54,6 +54,10 @@ pub struct KernelSpec<Req, Resp> {
     pub(crate) cuda_source: Option<Arc<gyre_core::DeviceSource>>,
     pub(crate) opencl_source: Option<Arc<gyre_core::DeviceSource>>,
     pub(crate) lane_handler: Option<Arc<dyn gyre_core::LaneHandler>>,
+    /// `None`: the device's default (see `KernelSpec::epoch`); `Some(ZERO)`: off.
+    pub(crate) epoch: Option<Duration>,
+    pub(crate) restart: Option<crate::RestartPolicy>,
+    pub(crate) watch: Option<PathBuf>,
     _types: PhantomData<fn(Req) -> Resp>,
 }
 
@@ -66,6 +70,7 @@ impl<Req, Resp> Clone for KernelSpec<Req, Resp> {
             cuda_source: self.cuda_source.clone(),
             opencl_source: self.opencl_source.clone(),
             lane_handler: self.lane_handler.clone(),
+            watch: self.watch.clone(),
             _types: PhantomData,
             ..*self
         }
@@ -92,6 +97,9 @@ impl<Req, Resp> core::fmt::Debug for KernelSpec<Req, Resp> {
             )
             .field("telemetry", &self.telemetry)
             .field("export", &self.export)
+            .field("epoch", &self.epoch)
+            .field("restart", &self.restart)
+            .field("watch", &self.watch)
             .finish_non_exhaustive()
     }
 }
@@ -195,6 +203,9 @@ impl<Req: Pod, Resp: Pod> KernelSpec<Req, Resp> {
             cuda_source: None,
             opencl_source: None,
             lane_handler: None,
+            epoch: None,
+            restart: None,
+            watch: None,
             _types: PhantomData,
         }
     }

@@ -40,6 +40,12 @@ pub enum KernelState {
     /// the kernel was told to terminate and is detached. Reported until the kernel reaches
     /// a final state by itself.
     Unresponsive,
+    /// Between two launches on the kernel's rings: it handed over to a successor (a
+    /// [`Kernel::reload`](crate::Kernel::reload), or its
+    /// [`epoch`](crate::KernelSpec::epoch) ran out), or it faulted and its
+    /// [`restart`](crate::KernelSpec::restart) policy relaunches it. Requests wait in the
+    /// ring meanwhile; nothing is lost.
+    Relaunching,
 }
 
 impl KernelState {
@@ -59,6 +65,7 @@ impl KernelState {
             state::DRAINING => KernelState::Draining,
             state::TERMINATED => KernelState::Terminated { code },
             state::FAULTED => KernelState::Faulted { code },
+            state::HANDED_OVER => KernelState::Relaunching,
             _ => KernelState::Launching,
         }
     }

@@ -272,3 +272,50 @@ fn auto_device_must_name_a_backend() {
         "{e:?}"
     );
 }
+
+/// `KernelSpec::watch`: a change of the handler's file reloads the kernel; a file that
+/// does not build is logged and the running handler keeps serving.
+#[test]
+fn watched_source_reloads_on_change() {
+    let Some((platform, device)) = device() else {
+        return;
+    };
+    let _g = guard("watched_source_reloads_on_change");
+    let dir = std::env::temp_dir().join(format!("gyre-watch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("negate.h");
+    std::fs::write(&file, NEGATE_PHASE).expect("write the handler");
+    let rt = Runtime::builder()
+        .backend(Backend::OpenCl { platform, device })
+        .build()
+        .expect("OpenCL runtime");
+    let k = rt
+        .launch(
+            KernelSpec::<[u8; 16], [u8; 16]>::from_fn("watched", wrong)
+                .opencl_handler("negate.h", NEGATE_PHASE)
+                .watch(&file),
+        )
+        .expect("launch");
+    assert_eq!(k.call_blocking([0x0f; 16]).expect("negate"), [0xf0; 16]);
+    // Replace the file (as an editor does): the copy handler answers from now on.
+    let copy = NEGATE_PHASE.replace("(unsigned char)~c->req[i]", "c->req[i]");
+    let tmp = dir.join("negate.h.tmp");
+    std::fs::write(&tmp, &copy).expect("write");
+    std::fs::rename(&tmp, &file).expect("rename");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while k.relaunches().reloads < 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no reload after the change"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(k.call_blocking([0x0f; 16]).expect("copy"), [0x0f; 16]);
+    // A file that does not build: logged, nothing reloaded, the copy handler serves.
+    std::fs::write(&file, "this is not a handler {").expect("write");
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert_eq!(k.relaunches().reloads, 1);
+    assert_eq!(k.call_blocking([0x0f; 16]).expect("still copy"), [0x0f; 16]);
+    k.shutdown_blocking().expect("shutdown");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -53,7 +53,7 @@ impl Future for ShutdownFuture {
                 cx.waker().wake_by_ref();
                 return Poll::Pending;
             }
-            ch.command(command::TERMINATE);
+            inner.life.command(command::TERMINATE);
             this.phase = 2;
         }
         if this.phase == 2 {

@@ -15,14 +15,16 @@
 pub mod cases;
 pub mod common;
 pub mod lifecycle;
+pub mod relaunch;
 
 #[allow(unused_imports)] // not every suite uses both
 pub use common::{NoGuard, Target};
 
 /// The case files, by module name, and their text.
-pub const CASE_FILES: [(&str, &str); 2] = [
+pub const CASE_FILES: [(&str, &str); 3] = [
     ("cases", include_str!("cases.rs")),
     ("lifecycle", include_str!("lifecycle.rs")),
+    ("relaunch", include_str!("relaunch.rs")),
 ];
 
 /// `module::name` of every top-level `pub fn` in `files` (a line starting `pub fn `),
@@ -87,7 +89,10 @@ macro_rules! conformance_suite {
             lifecycle::last_handle_ends_streams_and_receivers,
             lifecycle::dropping_the_last_handle_never_waits_for_the_kernel,
             lifecycle::handler_statuses_never_pass_for_protocol_codes,
-            lifecycle::raw_reply_too_long_is_a_reply_error
+            lifecycle::raw_reply_too_long_is_a_reply_error,
+            relaunch::hundred_reloads_under_load, relaunch::one_ms_epochs_under_load,
+            relaunch::restarts_after_injected_panics, relaunch::reload_racing_shutdown,
+            relaunch::reload_with_failing_build, relaunch::reload_keeps_pause_and_checks_rings
         );
     };
     (@cases ($backend:expr) ($guard:expr); $($module:ident :: $name:ident),* $(,)?) => {

@@ -39,7 +39,7 @@ use static_assertions::{const_assert, const_assert_eq};
 /// `"GYRE"` in little-endian ASCII; the first word of every [`ControlBlock`].
 pub const MAGIC: u32 = u32::from_le_bytes(*b"GYRE");
 /// Version of this ABI. Bumped on any layout or protocol change; checked at launch.
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;
 
 /// Alignment (and size granularity) of a message slot, in bytes.
 pub const SLOT_ALIGN: usize = 128;
@@ -62,12 +62,19 @@ pub mod command {
     pub const PAUSE: u32 = 2;
     /// Drain every published request, then terminate.
     pub const TERMINATE: u32 = 3;
+    /// Stop at the next batch boundary for a successor: the kernel answers nothing more,
+    /// writes [`HANDED_OVER`](crate::state::HANDED_OVER) and exits; the host then writes
+    /// the command the successor must follow and launches it on the same region, which
+    /// continues from `h2k_tail` (`docs/protocol.md`, handover).
+    pub const HANDOVER: u32 = 4;
 }
 
 /// Kernel states, written to [`ControlBlock::state`] (kernel line).
 ///
 /// `Launching -> Active <-> Paused -> Draining -> Terminated`, and `Faulted` from any
-/// state. Zeroed memory reads as [`UNINIT`](state::UNINIT): the kernel has not started.
+/// state; `HandedOver` from any non-final state, after which a successor launched on the
+/// same region writes `Launching` again. Zeroed memory reads as
+/// [`UNINIT`](state::UNINIT): the kernel has not started.
 pub mod state {
     /// The kernel has not written its state yet.
     pub const UNINIT: u32 = 0;
@@ -85,10 +92,21 @@ pub mod state {
     /// The kernel loop has exited because of the error in
     /// [`ControlBlock::error_code`](crate::ControlBlock::error_code).
     pub const FAULTED: u32 = 6;
+    /// The kernel stopped at a batch boundary for a successor (the host commanded
+    /// [`HANDOVER`](crate::command::HANDOVER), or its epoch ran out): everything below
+    /// `h2k_tail` is answered, nothing above it was touched, and its loop has exited. Not
+    /// final: the host launches a successor on the same region.
+    pub const HANDED_OVER: u32 = 7;
 
     /// Whether `s` is a state the kernel never leaves.
     pub const fn is_final(s: u32) -> bool {
         s == TERMINATED || s == FAULTED
+    }
+
+    /// Whether the kernel's loop has stopped in state `s`: a final state, or
+    /// [`HANDED_OVER`].
+    pub const fn is_stopped(s: u32) -> bool {
+        is_final(s) || s == HANDED_OVER
     }
 }
 
@@ -198,8 +216,13 @@ pub struct ControlBlock {
     pub k2h_tail: AtomicU64,
     /// Host heartbeat: any value that changes while the host is alive (host clock, ns).
     pub host_heartbeat: AtomicU64,
-    /// Reserved, zero.
-    pub _reserved1: u64,
+    /// The kernel hands over to a successor once it has run this many microseconds
+    /// (checked after every batch and on its slow path; 0 = never): bounded epochs for
+    /// devices whose display watchdog kills long kernels. Written before each launch.
+    pub epoch_us: AtomicU32,
+    /// Launches on this region so far (1 for the first kernel; the host increments it
+    /// before each successor's launch). Informational: the kernel only reads it.
+    pub generation: AtomicU32,
     // ---- line 1: kernel-written ----
     /// The kernel's [`state`].
     pub state: AtomicU32,
@@ -313,6 +336,8 @@ const_assert_eq!(core::mem::size_of::<ControlBlock>(), 128);
 const_assert_eq!(core::mem::align_of::<ControlBlock>(), 128);
 const_assert_eq!(core::mem::offset_of!(ControlBlock, h2k_head), 32);
 const_assert_eq!(core::mem::offset_of!(ControlBlock, host_heartbeat), 48);
+const_assert_eq!(core::mem::offset_of!(ControlBlock, epoch_us), 56);
+const_assert_eq!(core::mem::offset_of!(ControlBlock, generation), 60);
 // Line 1 starts exactly at byte 64: nothing host-written shares a line with the kernel.
 const_assert_eq!(core::mem::offset_of!(ControlBlock, state), 64);
 const_assert_eq!(core::mem::offset_of!(ControlBlock, processed), 96);

@@ -49,6 +49,7 @@ const HELPER_MACROS: &[&str] = &[
     "GYRE_ALIGNOF",
     "GYRE_STATIC_ASSERT",
     "GYRE_STATE_IS_FINAL",
+    "GYRE_STATE_IS_STOPPED",
 ];
 
 /// The target triple of this test binary. Build-script variables (`TARGET`, `HOST`, ...)
@@ -141,7 +142,7 @@ fn layouts() -> Vec<Layout> {
     vec![
         layout!(ControlBlock => "gyre_control_block" {
             magic, abi_version, command, capacity, slot_size, batch_size, host_timeout_ms,
-            host_flags, h2k_head, k2h_tail, host_heartbeat, _reserved1,
+            host_flags, h2k_head, k2h_tail, host_heartbeat, epoch_us, generation,
             state, error_code, h2k_tail, k2h_head, kernel_heartbeat, processed, _reserved2,
         }),
         layout!(SlotHeader => "gyre_slot_header" {
@@ -184,6 +185,7 @@ fn constants() -> Vec<Constant> {
         command::RUN => GYRE_CMD_RUN,
         command::PAUSE => GYRE_CMD_PAUSE,
         command::TERMINATE => GYRE_CMD_TERMINATE,
+        command::HANDOVER => GYRE_CMD_HANDOVER,
         state::UNINIT => GYRE_STATE_UNINIT,
         state::LAUNCHING => GYRE_STATE_LAUNCHING,
         state::ACTIVE => GYRE_STATE_ACTIVE,
@@ -191,6 +193,7 @@ fn constants() -> Vec<Constant> {
         state::DRAINING => GYRE_STATE_DRAINING,
         state::TERMINATED => GYRE_STATE_TERMINATED,
         state::FAULTED => GYRE_STATE_FAULTED,
+        state::HANDED_OVER => GYRE_STATE_HANDED_OVER,
         error::NONE => GYRE_ERR_NONE,
         error::HANDLER_PANIC => GYRE_ERR_HANDLER_PANIC,
         error::BAD_SEQUENCE => GYRE_ERR_BAD_SEQUENCE,

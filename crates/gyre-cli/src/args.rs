@@ -76,6 +76,12 @@ pub struct DemoArgs {
     /// errored, `lost: N` and memory use, and fails if anything was lost or memory grew.
     #[arg(long, value_name = "DURATION", conflicts_with = "serve")]
     pub soak: Option<String>,
+    /// Run a kernel whose handler is the device source in FILE (a phase function over
+    /// gyre/handler.h; a starter is written if FILE does not exist) on a device backend
+    /// (--backend opencl or cuda), reload it live whenever FILE changes, and call it
+    /// twice a second until SIGINT.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["serve", "soak"])]
+    pub watch: Option<std::path::PathBuf>,
 }
 
 /// `--idle`.

@@ -25,6 +25,10 @@ pub fn run(args: &DemoArgs, out: &mut dyn Write) -> Result<()> {
     if let Some(duration) = &args.soak {
         return crate::soak::run(args, duration, out);
     }
+    if let Some(file) = &args.watch {
+        let backend: gyre::Backend = args.backend.parse()?;
+        return crate::watch::run(backend, file, out);
+    }
     let cfg = DemoConfig::from_args(args)?;
     if cfg.serve {
         // Before the run: a SIGINT / SIGTERM during it must still stop cleanly (and
@@ -231,6 +235,7 @@ pub fn describe_state(state: gyre::KernelState) -> String {
         S::Terminated { code } => format!("terminated: {}", gyre_abi::error::name(code)),
         S::Faulted { code } => format!("faulted: {}", gyre_abi::error::name(code)),
         S::Unresponsive => "unresponsive (watchdog)".into(),
+        S::Relaunching => "relaunching".into(),
     }
 }
 

@@ -118,6 +118,17 @@ fn memory_plan(out: &mut dyn Write) -> Result<()> {
                         )
                     },
                 )
+                .row(
+                    "epochs (display watchdog)",
+                    match rt.default_epoch() {
+                        Some(e) => format!(
+                            "kernels hand over every {e:?} (the device has a kernel execution \
+                             timeout); KernelSpec::epoch overrides"
+                        ),
+                        None => "off: no kernel execution timeout (KernelSpec::epoch sets one)"
+                            .to_owned(),
+                    },
+                )
                 .row("probe: os", p.probe.os)
                 .row(
                     "probe: /proc/version",

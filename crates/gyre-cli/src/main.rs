@@ -19,6 +19,7 @@ mod signal;
 mod soak;
 mod table;
 mod top;
+mod watch;
 
 use std::io::{self, IsTerminal, Write};
 use std::process::ExitCode;

@@ -98,6 +98,7 @@ pub fn state_name(s: u32) -> &'static str {
         state::DRAINING => "draining",
         state::TERMINATED => "terminated",
         state::FAULTED => "faulted",
+        state::HANDED_OVER => "relaunching",
         _ => "unknown",
     }
 }

@@ -42,6 +42,11 @@ pub struct LaunchSpec {
     /// does so and says so through [`KernelInstance::writes_export_telemetry`]; the file
     /// must then outlive the kernel (the instance keeps this `Arc`).
     pub export: Option<Arc<crate::shm::ExportWriter>>,
+    /// The doorbell a kernel that parks when idle (the CPU backend) parks on. The host
+    /// passes the same one to every launch on one region, so a successor (a reload, an
+    /// epoch's handover, a restart) is rung by the channel and bridge that rang its
+    /// predecessor. `None`: the backend makes one (see [`KernelInstance::doorbell`]).
+    pub doorbell: Option<Arc<crate::doorbell::Doorbell>>,
 }
 
 /// A handler whose work is split over the lanes of a block; the CPU backend emulates
@@ -144,6 +149,28 @@ pub trait Backend: Send + Sync {
     ) -> Result<std::result::Result<std::time::Duration, String>> {
         let _ = timeout;
         Ok(Ok(std::time::Duration::ZERO))
+    }
+
+    /// How long one launch of a kernel may run before the device kills it (a display
+    /// watchdog: Windows WDDM, WSL2), if the device reports such a limit; kernels then
+    /// run in epochs well under it (`KernelSpec::epoch`). The default: no limit.
+    fn kernel_time_limit(&self) -> Option<std::time::Duration> {
+        None
+    }
+
+    /// Builds everything [`Backend::launch`] needs for `spec` that can fail for reasons
+    /// of the spec itself (compiling and loading a device handler; cached, so the launch
+    /// that follows finds it built), without launching anything. A reload calls it before
+    /// it stops the running kernel, so a handler that does not build leaves the old one
+    /// serving. The default: nothing to build.
+    ///
+    /// # Errors
+    ///
+    /// What the build reported ([`Error::Launch`] with the compiler's log as its source),
+    /// or [`Error::HandlerUnsupported`]-like refusals of the spec.
+    fn prepare(&self, spec: &LaunchSpec) -> Result<()> {
+        let _ = spec;
+        Ok(())
     }
 
     /// Starts the device loop over `region`, which the host has initialised.

@@ -49,8 +49,18 @@
 //! ```
 
 use core::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
-use std::sync::OnceLock;
 use std::time::Duration;
+
+#[cfg(gyre_loom)]
+use loom::sync::{Mutex, MutexGuard};
+#[cfg(not(gyre_loom))]
+use std::sync::{Mutex, MutexGuard};
+
+/// Locks the registered thread; a poisoned lock (a panic while holding it: none of the
+/// code under it panics) still holds a valid value.
+fn lock(m: &Mutex<Option<Thread>>) -> MutexGuard<'_, Option<Thread>> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 #[cfg(not(gyre_loom))]
 use core::sync::atomic::{fence, AtomicBool, AtomicU64};
@@ -67,8 +77,9 @@ type Thread = loom::thread::Thread;
 pub struct Doorbell {
     /// The kernel announced a park (and may be parked).
     parked: AtomicBool,
-    /// The kernel's thread, once it registered.
-    thread: OnceLock<Thread>,
+    /// The kernel's thread, once it registered (replaced when a successor's thread
+    /// registers: a relaunch on the same region keeps its doorbell).
+    thread: Mutex<Option<Thread>>,
     /// Times the host found the kernel parked and unparked it.
     wakes: AtomicU64,
 }
@@ -79,13 +90,15 @@ impl Doorbell {
         Self::default()
     }
 
-    /// Registers the calling thread as the one that parks. Once; later calls are ignored.
+    /// Registers the calling thread as the one that parks, replacing any earlier one (a
+    /// kernel relaunched on the same region runs on a thread of its own; the previous
+    /// one has exited by then).
     pub fn register_current_thread(&self) {
         #[cfg(not(gyre_loom))]
         let t = std::thread::current();
         #[cfg(gyre_loom)]
         let t = loom::thread::current();
-        let _ = self.thread.set(t);
+        *lock(&self.thread) = Some(t);
     }
 
     /// Kernel side, on the registered thread: parks for at most `timeout` unless
@@ -131,7 +144,7 @@ impl Doorbell {
 
     #[cold]
     fn wake(&self) {
-        if let Some(t) = self.thread.get() {
+        if let Some(t) = lock(&self.thread).as_ref() {
             self.wakes.fetch_add(1, Relaxed);
             t.unpark();
         }

@@ -240,6 +240,23 @@ pub enum Error {
         /// The constructors or backends that would run it.
         remedy: &'static str,
     },
+    /// A reload's spec does not fit the running kernel: its rings (capacity, slot size,
+    /// batch size), message type or backend differ. Nothing was stopped; the running
+    /// kernel keeps serving.
+    #[error(
+        "kernel '{kernel}' cannot be reloaded with this spec: its {field} is {reload}, the \
+         running kernel's is {running}"
+    )]
+    ReloadMismatch {
+        /// Kernel name.
+        kernel: String,
+        /// What differs: `capacity`, `slot_size`, `batch_size`, `message type`, `backend`.
+        field: &'static str,
+        /// The running kernel's value.
+        running: String,
+        /// The reload spec's value.
+        reload: String,
+    },
     /// The backend cannot place a kernel's rings the way a transfer strategy needs.
     #[error("{backend} backend cannot run the {strategy} transfer strategy: {reason}")]
     StrategyUnsupported {

@@ -156,6 +156,7 @@ impl SharedRegion {
         cb.batch_size.store(g.batch(), Relaxed);
         cb.host_timeout_ms.store(host_timeout_ms, Relaxed);
         cb.command.store(gyre_abi::command::RUN, Relaxed);
+        cb.generation.store(1, Relaxed);
         cb.abi_version.store(ABI_VERSION, Relaxed);
         cb.magic.store(MAGIC, Release);
         Ok(r)

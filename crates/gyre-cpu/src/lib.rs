@@ -29,6 +29,7 @@
 //!     opencl_source: None,
 //!     lane_handler: None,
 //!     export: None,
+//!     doorbell: None,
 //! };
 //! let kernel = backend.launch(region.clone(), &spec)?;
 //! let ch = Channel::new(region, "echo");
@@ -171,7 +172,10 @@ impl Backend for CpuBackend {
         let idle = spec.idle;
         let telemetry = spec.telemetry;
         let name = spec.name.clone();
-        let doorbell = Arc::new(Doorbell::new());
+        let doorbell = spec
+            .doorbell
+            .clone()
+            .unwrap_or_else(|| Arc::new(Doorbell::new()));
         let bell = doorbell.clone();
         let thread = std::thread::Builder::new()
             .name(format!("gyre-cpu-{}", spec.name))

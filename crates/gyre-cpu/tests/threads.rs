@@ -45,6 +45,7 @@ fn producers_receiver_driver_and_kernel_threads_count_every_message() {
         opencl_source: None,
         lane_handler: None,
         export: None,
+        doorbell: None,
     };
     let kernel = gyre_cpu::CpuBackend::new()
         .launch(region.clone(), &spec)

@@ -281,18 +281,7 @@ impl CudaBackend {
         keep: Keep,
         spec: &LaunchSpec,
     ) -> Result<CudaKernel> {
-        // A user's CUDA source wins over a built-in id (the spec names one or the other).
-        let handler = spec
-            .cuda_source
-            .as_deref()
-            .map(|s| Handler::Custom {
-                name: &s.name,
-                source: &s.source,
-            })
-            .or_else(|| spec.builtin.and_then(Handler::builtin))
-            .ok_or_else(|| Error::NeedsDeviceHandler {
-                kernel: spec.name.clone(),
-            })?;
+        let handler = handler_of(spec)?;
         if ctx.running_kernels() == 0 {
             self.preload(ctx);
         }
@@ -338,6 +327,21 @@ impl CudaBackend {
     }
 }
 
+/// The handler `spec` runs here: a user's CUDA source wins over a built-in id (a spec
+/// names one or the other).
+fn handler_of(spec: &LaunchSpec) -> Result<Handler<'_>> {
+    spec.cuda_source
+        .as_deref()
+        .map(|s| Handler::Custom {
+            name: &s.name,
+            source: &s.source,
+        })
+        .or_else(|| spec.builtin.and_then(Handler::builtin))
+        .ok_or_else(|| Error::NeedsDeviceHandler {
+            kernel: spec.name.clone(),
+        })
+}
+
 fn to_core(kernel: &str, e: Error) -> gyre_core::Error {
     gyre_core::Error::Launch {
         backend: "cuda",
@@ -357,6 +361,28 @@ impl gyre_core::Backend for CudaBackend {
             .and_then(|ctx| PinnedBuffer::<u8>::region_zeroed(&ctx, bytes))
             .map_err(|e| to_core("(shared region)", e))?;
         Ok(Box::new(mem))
+    }
+
+    /// A device with a kernel execution timeout (a display watchdog, WDDM's default
+    /// 2 s) kills any kernel that runs longer: kernels there run in epochs.
+    fn kernel_time_limit(&self) -> Option<std::time::Duration> {
+        self.info()
+            .device
+            .kernel_exec_timeout
+            .then_some(crate::DISPLAY_WATCHDOG)
+    }
+
+    /// Compiles the ring kernel with the spec's handler and loads it into the context
+    /// (both cached), so the launch that follows loads nothing.
+    fn prepare(&self, spec: &LaunchSpec) -> gyre_core::Result<()> {
+        spec.idle.validate()?;
+        self.context()
+            .and_then(|ctx| {
+                ctx.bind()?;
+                let handler = handler_of(spec)?;
+                self.ring_module(&ctx, &handler).map(|_| ())
+            })
+            .map_err(|e| to_core(&spec.name, e))
     }
 
     fn launch(

@@ -58,3 +58,8 @@ pub use nvrtc::{CompileOptions, Compiled, Nvrtc, Target};
 pub use probe::{CudaInfo, CudaProbe, DeviceInfo, DriverEnv};
 pub use source::{Handler, RING_KERNEL_ENTRY};
 pub use toolchain::Toolchain;
+
+/// The display watchdog assumed for a device that reports a kernel execution timeout
+/// (`CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT`): Windows' default TDR delay, 2 s (WSL2
+/// inherits it). The driver does not report the value itself.
+pub const DISPLAY_WATCHDOG: std::time::Duration = std::time::Duration::from_secs(2);

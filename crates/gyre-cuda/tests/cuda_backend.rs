@@ -78,6 +78,7 @@ fn spec(name: &str, builtin: Option<u32>, source: Option<&str>) -> LaunchSpec {
         opencl_source: None,
         lane_handler: None,
         export: None,
+        doorbell: None,
     }
 }
 

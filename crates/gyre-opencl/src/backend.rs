@@ -208,10 +208,10 @@ impl OpenClBackend {
         self.dev.program(handler).map(|_| ())
     }
 
-    fn launch_inner(&self, region: &Arc<SharedRegion>, spec: &LaunchSpec) -> Result<OpenClKernel> {
-        // A user's OpenCL C source wins over a built-in id (a spec names one or the other).
-        let handler = spec
-            .opencl_source
+    /// The handler `spec` runs here: a user's OpenCL C source wins over a built-in id (a
+    /// spec names one or the other).
+    fn handler_of(spec: &LaunchSpec) -> Result<Handler<'_>> {
+        spec.opencl_source
             .as_deref()
             .map(|s| Handler::Custom {
                 name: &s.name,
@@ -220,7 +220,11 @@ impl OpenClBackend {
             .or_else(|| spec.builtin.and_then(Handler::builtin))
             .ok_or_else(|| Error::NeedsDeviceHandler {
                 kernel: spec.name.clone(),
-            })?;
+            })
+    }
+
+    fn launch_inner(&self, region: &Arc<SharedRegion>, spec: &LaunchSpec) -> Result<OpenClKernel> {
+        let handler = Self::handler_of(spec)?;
         let base = region.base().as_ptr();
         if !self.dev.registry.contains(base as usize) {
             return Err(Error::Unsupported {
@@ -311,6 +315,16 @@ impl gyre_core::Backend for OpenClBackend {
         let mem = SvmRegion::zeroed(&self.dev.ctx, &self.dev.registry, bytes)
             .map_err(|e| to_core("(shared region)", e))?;
         Ok(Box::new(mem))
+    }
+
+    /// Builds the ring kernel with the spec's handler (cached with the device), so the
+    /// launch that follows cannot fail on the build.
+    fn prepare(&self, spec: &LaunchSpec) -> gyre_core::Result<()> {
+        spec.idle.validate()?;
+        Self::handler_of(spec)
+            .and_then(|h| self.dev.program(h))
+            .map(|_| ())
+            .map_err(|e| to_core(&spec.name, e))
     }
 
     fn launch(

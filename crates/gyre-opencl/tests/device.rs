@@ -40,6 +40,7 @@ fn spec(builtin: Option<u32>) -> LaunchSpec {
         opencl_source: None,
         lane_handler: None,
         export: None,
+        doorbell: None,
     }
 }
 

@@ -81,7 +81,7 @@ typedef unsigned long long uint64_t;
 /** "GYRE" in little-endian ASCII; the first word of every control block. */
 #define GYRE_MAGIC 0x45525947u
 /** Version of this ABI; bumped on any layout or protocol change, checked at launch. */
-#define GYRE_ABI_VERSION 2u
+#define GYRE_ABI_VERSION 3u
 
 /** Alignment (and size granularity) of a message slot, in bytes. */
 #define GYRE_SLOT_ALIGN 128u
@@ -100,9 +100,12 @@ typedef unsigned long long uint64_t;
 #define GYRE_CMD_RUN 1u
 #define GYRE_CMD_PAUSE 2u
 #define GYRE_CMD_TERMINATE 3u
+/** Stop at the next batch boundary for a successor (state HANDED_OVER, then exit). */
+#define GYRE_CMD_HANDOVER 4u
 
 /* Kernel states (gyre_abi::state), written to gyre_control_block.state.
- * LAUNCHING -> ACTIVE <-> PAUSED -> DRAINING -> TERMINATED, FAULTED from any state;
+ * LAUNCHING -> ACTIVE <-> PAUSED -> DRAINING -> TERMINATED, FAULTED from any state,
+ * HANDED_OVER from any non-final state (a successor then writes LAUNCHING again);
  * zeroed memory reads as UNINIT. */
 #define GYRE_STATE_UNINIT 0u
 #define GYRE_STATE_LAUNCHING 1u
@@ -111,8 +114,12 @@ typedef unsigned long long uint64_t;
 #define GYRE_STATE_DRAINING 4u
 #define GYRE_STATE_TERMINATED 5u
 #define GYRE_STATE_FAULTED 6u
+#define GYRE_STATE_HANDED_OVER 7u
 /** Whether state `s` is one the kernel never leaves (gyre_abi::state::is_final). */
 #define GYRE_STATE_IS_FINAL(s) ((s) == GYRE_STATE_TERMINATED || (s) == GYRE_STATE_FAULTED)
+/** Whether the loop has stopped in state `s`: final, or handed over to a successor
+ *  (gyre_abi::state::is_stopped). */
+#define GYRE_STATE_IS_STOPPED(s) (GYRE_STATE_IS_FINAL(s) || (s) == GYRE_STATE_HANDED_OVER)
 
 /* Error codes (gyre_abi::error): gyre_control_block.error_code and
  * gyre_slot_header.status. */
@@ -154,7 +161,8 @@ typedef struct gyre_control_block {
     uint64_t h2k_head;       /* requests published */
     uint64_t k2h_tail;       /* replies consumed */
     uint64_t host_heartbeat; /* changes while the host is alive (host ns) */
-    uint64_t _reserved1;
+    uint32_t epoch_us;       /* hand over after this many us (0 = never) */
+    uint32_t generation;     /* launches on this region so far */
     /* ---- line 1 (bytes 64..128): kernel-written ---- */
     uint32_t state;            /* GYRE_STATE_* */
     uint32_t error_code;       /* GYRE_ERR_* */
@@ -227,8 +235,10 @@ GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_control_block, k2h_tail) == 40,
                    "gyre_control_block.k2h_tail");
 GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_control_block, host_heartbeat) == 48,
                    "gyre_control_block.host_heartbeat");
-GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_control_block, _reserved1) == 56,
-                   "gyre_control_block._reserved1");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_control_block, epoch_us) == 56,
+                   "gyre_control_block.epoch_us");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_control_block, generation) == 60,
+                   "gyre_control_block.generation");
 GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_control_block, state) == 64,
                    "gyre_control_block.state: line 1 starts at byte 64");
 GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_control_block, error_code) == 68,

@@ -93,6 +93,7 @@ typedef struct gyre_ring {
     uint64_t k2h_tail;        /* reply slots released by the host, as last read */
     uint64_t head;            /* doorbell mode: h2k_head as last read; else UINT64_MAX */
     uint64_t epoch;           /* GYRE_NOW_NS() at K0 */
+    uint64_t epoch_ns;        /* hand over once now - epoch reaches it (0 = never) */
     uint64_t host_hb;         /* host_heartbeat as last read */
     uint64_t host_hb_changed; /* GYRE_NOW_NS() when host_hb last changed */
     uint64_t host_timeout_ns; /* 0 = never */
@@ -197,6 +198,9 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k0_validate(gyre_ring *r,
     uint32_t slot;
     uint32_t batch;
     uint64_t now;
+    /* A successor (docs/protocol.md, handover) starts with its predecessor's line: the
+     * error code of a fault it restarts after is cleared first. */
+    GYRE_STORE_RELEASE_U32(&cb->error_code, GYRE_ERR_NONE);
     GYRE_STORE_RELEASE_U32(&cb->state, GYRE_STATE_LAUNCHING);
     if (GYRE_LOAD_ACQUIRE_U32(&cb->magic) != GYRE_MAGIC) {
         return gyre_fault(cb, GYRE_ERR_BAD_MAGIC);
@@ -222,19 +226,26 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k0_validate(gyre_ring *r,
                   ? r->tail
                   : ~(uint64_t)0;
     r->epoch = now;
+    r->epoch_ns = (uint64_t)GYRE_LOAD_ACQUIRE_U32(&cb->epoch_us) * 1000u;
     r->host_hb = GYRE_LOAD_ACQUIRE_U64(&cb->host_heartbeat);
     r->host_hb_changed = now;
     r->host_timeout_ns = (uint64_t)GYRE_LOAD_ACQUIRE_U32(&cb->host_timeout_ms) * 1000000u;
     r->processed = GYRE_LOAD_ACQUIRE_U64(&cb->processed);
     r->last_now = now;
     r->tel_at = now;
-    r->messages = 0u;
-    r->errors = 0u;
-    r->busy_polls = 0u;
-    r->idle_polls = 0u;
-    r->handler_ns_total = 0u;
-    r->handler_ns_max = 0u;
-    r->tel_seq = GYRE_LOAD_RELAXED_U32(&gyre_telemetry(region)->seq);
+    /* The counters continue from the telemetry line (zero at the first launch; a
+     * predecessor's final K8 after a handover or a fault: it wrote the line last and has
+     * exited, so this kernel is now its single writer). */
+    {
+        GYRE_GLOBAL gyre_telemetry_buffer *t = gyre_telemetry(region);
+        r->messages = GYRE_LOAD_RELAXED_U64(&t->messages_out);
+        r->errors = GYRE_LOAD_RELAXED_U64(&t->errors);
+        r->busy_polls = GYRE_LOAD_RELAXED_U64(&t->busy_polls);
+        r->idle_polls = GYRE_LOAD_RELAXED_U64(&t->idle_polls);
+        r->handler_ns_total = GYRE_LOAD_RELAXED_U64(&t->handler_ns_total);
+        r->handler_ns_max = GYRE_LOAD_RELAXED_U32(&t->handler_ns_max);
+        r->tel_seq = GYRE_LOAD_RELAXED_U32(&t->seq);
+    }
     r->export_tel = 0;
     r->slot_size = slot;
     r->payload = slot - GYRE_SLOT_HEADER_SIZE;
@@ -243,7 +254,9 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k0_validate(gyre_ring *r,
     r->iter = 0u;
     r->idle_spins = 0u;
     r->telemetry = 1u;
-    r->slow_next = 0u;
+    /* The first poll runs K1: a successor follows the command the host left for it
+     * (Pause, Terminate) before it takes anything. */
+    r->slow_next = 1u;
     r->last_cmd = GYRE_LOAD_ACQUIRE_U32(&cb->command);
     r->pad = 0u;
     GYRE_STORE_RELEASE_U32(&cb->state, GYRE_STATE_ACTIVE);
@@ -299,6 +312,9 @@ static inline GYRE_DEVICE_FN void gyre_k8_refresh(gyre_ring *r, uint32_t state) 
 
 /** K1: the state a command moves `state` to. */
 static inline GYRE_DEVICE_FN uint32_t gyre_k1_next_state(uint32_t cmd, uint32_t state) {
+    if (cmd == GYRE_CMD_HANDOVER) {
+        return GYRE_STATE_HANDED_OVER;
+    }
     if (cmd == GYRE_CMD_TERMINATE) {
         return GYRE_STATE_DRAINING;
     }
@@ -319,7 +335,7 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k1_k9_slow_tick(gyre_ring *r) {
     GYRE_GLOBAL gyre_control_block *cb = gyre_control(r->region);
     const uint64_t now = GYRE_NOW_NS();
     uint64_t hb;
-    uint32_t next;
+    uint32_t next = r->state;
     uint32_t stop_state = 0u;
     uint32_t stop_code = GYRE_ERR_NONE;
     r->last_now = now;
@@ -340,19 +356,29 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k1_k9_slow_tick(gyre_ring *r) {
         stop_state = GYRE_STATE_FAULTED;
         stop_code = GYRE_ERR_BAD_MAGIC;
     }
-    /* One exit for both: error code, final telemetry, then the final state. */
+    if (stop_state == 0u) {
+        /* K1: the command; a handover (commanded, or the epoch ran out) stops the loop
+         * here, at a batch boundary. */
+        r->last_cmd = GYRE_LOAD_ACQUIRE_U32(&cb->command);
+        next = gyre_k1_next_state(r->last_cmd, r->state);
+        if (next == GYRE_STATE_HANDED_OVER ||
+            (r->epoch_ns != 0u && now - r->epoch >= r->epoch_ns)) {
+            stop_state = GYRE_STATE_HANDED_OVER;
+        }
+    }
+    /* One exit for all: error code, processed, final telemetry, then the state (release:
+     * a successor, or the host, sees everything before it). */
     if (stop_state != 0u) {
         GYRE_STORE_RELEASE_U32(&cb->error_code, stop_code);
+        GYRE_STORE_RELEASE_U64(&cb->processed, r->processed);
         gyre_k8_telemetry(r, stop_state);
         GYRE_STORE_RELEASE_U32(&cb->state, stop_state);
         r->state = stop_state;
         return 0u;
     }
-    /* K1: the command. K8 on a state change, else at most every GYRE_IDLE_TELEMETRY_NS
-     * (batches publish their own): idle or paused, the line is not rewritten on every
-     * slow tick, which would starve its readers. */
-    r->last_cmd = GYRE_LOAD_ACQUIRE_U32(&cb->command);
-    next = gyre_k1_next_state(r->last_cmd, r->state);
+    /* K1: K8 on a state change, else at most every GYRE_IDLE_TELEMETRY_NS (batches
+     * publish their own): idle or paused, the line is not rewritten on every slow tick,
+     * which would starve its readers. */
     if (next != r->state) {
         r->state = next;
         GYRE_STORE_RELEASE_U32(&cb->state, next);
@@ -568,6 +594,9 @@ static inline GYRE_DEVICE_FN uint32_t gyre_ring_poll(gyre_ring *r, uint32_t *bad
     GYRE_GLOBAL gyre_control_block *cb = gyre_control(r->region);
     uint32_t slow;
     uint32_t n;
+    if (GYRE_STATE_IS_STOPPED(r->state)) {
+        return GYRE_POLL_STOPPED;
+    }
     r->iter++;
     slow = (r->iter % GYRE_SLOW_EVERY) == 0u || r->slow_next != 0u;
     r->slow_next = 0u;
@@ -641,6 +670,9 @@ static inline GYRE_DEVICE_FN void gyre_ring_batch_done(gyre_ring *r, uint32_t n,
     gyre_k7_publish(r, n);
     r->busy_polls++;
     gyre_k8_refresh(r, r->state);
+    if (r->epoch_ns != 0u && now - r->epoch >= r->epoch_ns) {
+        r->slow_next = 1u; /* the epoch ran out: hand over on the next poll (K1) */
+    }
     r->idle_spins = 0u;
     GYRE_IDLE_RESET();
 }

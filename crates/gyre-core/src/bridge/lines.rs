@@ -26,7 +26,8 @@ pub(crate) struct HostLine {
     pub h2k_head: u64,
     pub k2h_tail: u64,
     pub host_heartbeat: u64,
-    pub reserved1: u64,
+    pub epoch_us: u32,
+    pub generation: u32,
 }
 
 /// Line 1 of the control block, as plain values.
@@ -56,7 +57,7 @@ static_assertions::assert_eq_size!(KernelLine, [u8; LINE]);
 same_offsets!(HostLine, 0; magic = magic, abi_version = abi_version, command = command,
     capacity = capacity, slot_size = slot_size, batch_size = batch_size,
     host_timeout_ms = host_timeout_ms, host_flags = host_flags, h2k_head = h2k_head, k2h_tail = k2h_tail,
-    host_heartbeat = host_heartbeat);
+    host_heartbeat = host_heartbeat, epoch_us = epoch_us, generation = generation);
 same_offsets!(KernelLine, LINE; state = state, error_code = error_code, h2k_tail = h2k_tail,
     k2h_head = k2h_head, kernel_heartbeat = kernel_heartbeat, processed = processed);
 
@@ -77,7 +78,8 @@ impl HostLine {
             h2k_head,
             k2h_tail: cb.k2h_tail.load(Acquire),
             host_heartbeat: cb.host_heartbeat.load(Acquire),
-            reserved1: 0,
+            epoch_us: cb.epoch_us.load(Acquire),
+            generation: cb.generation.load(Acquire),
         }
     }
 

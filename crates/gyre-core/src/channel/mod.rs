@@ -24,7 +24,7 @@ mod tests;
 mod wakers;
 pub mod watchdog;
 
-use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use core::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
 use std::sync::{Arc, OnceLock};
 
@@ -163,6 +163,8 @@ pub struct Channel {
     /// The doorbell of a kernel that parks when idle (the CPU backend): rung after every
     /// publication and command.
     doorbell: OnceLock<Arc<crate::doorbell::Doorbell>>,
+    /// Whether a `Faulted` state is followed by a restart ([`Channel::arm_restart`]).
+    restart_armed: AtomicBool,
 }
 
 impl core::fmt::Debug for Channel {
@@ -204,6 +206,7 @@ impl Channel {
             liveness_at: AtomicU64::new(0),
             lost: OnceLock::new(),
             doorbell: OnceLock::new(),
+            restart_armed: AtomicBool::new(false),
             region,
         }
     }
@@ -443,6 +446,26 @@ impl Channel {
         });
     }
 
+    /// Whether a `Faulted` state is not final because the host relaunches the kernel
+    /// after it (a restart policy with restarts left). While armed, [`check_stopped`]
+    /// reads a fault as "running": nothing is failed or closed, and the requests the
+    /// faulted kernel left unanswered wait for its successor. Disarm when giving up
+    /// (then call [`check_stopped`], which fails and wakes the waiters if the kernel is
+    /// faulted) and when the kernel's end is handled; never between a fault and its
+    /// successor's K0, which would make the fault final.
+    ///
+    /// [`check_stopped`]: Channel::check_stopped
+    pub fn arm_restart(&self, armed: bool) {
+        // SeqCst: a waiter that reads the successor's fault (acquire, after the launch
+        // that follows this store) reads this store too.
+        self.restart_armed.store(armed, SeqCst);
+    }
+
+    /// Whether a fault is followed by a restart (see [`Channel::arm_restart`]).
+    pub fn restart_armed(&self) -> bool {
+        self.restart_armed.load(SeqCst)
+    }
+
     /// Writes a host command into the control block.
     pub fn command(&self, cmd: u32) {
         self.region.control().command.store(cmd, Release);
@@ -493,7 +516,9 @@ impl Channel {
             return Some(self.stopped_error(s, self.stopped_code.load(Acquire)));
         }
         let (st, code) = self.kernel_state();
-        if !state::is_final(st) {
+        // A fault the host will restart after is not the end: its waiters keep waiting
+        // for the successor (see `arm_restart`).
+        if !state::is_final(st) || (st == state::FAULTED && self.restart_armed.load(SeqCst)) {
             return self.check_lost();
         }
         self.stopped_code.store(code, Release);

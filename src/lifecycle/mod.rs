@@ -1,0 +1,453 @@
+//! Relaunching a kernel on its own rings: the one mechanism behind
+//! [`Kernel::reload`](crate::Kernel::reload) (a new handler), bounded epochs
+//! ([`KernelSpec::epoch`](crate::KernelSpec::epoch): display watchdogs) and restarts after
+//! a fault ([`KernelSpec::restart`](crate::KernelSpec::restart)).
+//!
+//! The handover (`docs/protocol.md`, R1..R6): the running kernel stops at a batch
+//! boundary (commanded with `HANDOVER`, or by itself when its epoch ran out; a fault is a
+//! stop too), writes `HANDED_OVER` (or `FAULTED`) and exits with everything below
+//! `h2k_tail` answered and nothing above it touched. The host joins it, writes the command
+//! its successor must follow (the user's last: run, pause or terminate) and the next
+//! generation into line 0, pushes line 0 to the device (copy strategies), then launches
+//! the successor on the same region, whose K0 continues from `h2k_tail`, `k2h_tail` and
+//! the telemetry counters. Requests published meanwhile wait in the ring; callers see
+//! added latency only.
+//!
+//! Who does it: a reload on the thread that asked for it; epochs and restarts on the
+//! kernel's supervisor thread ([`supervisor`]). One handover at a time (`handover` lock);
+//! commands the host writes meanwhile are held back until the successor's command is
+//! written (`Commands`), so nothing overwrites `HANDOVER` before the kernel read it.
+
+mod options;
+mod policy;
+mod reload;
+mod supervisor;
+mod watch;
+
+use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use gyre_abi::{command, state};
+use gyre_core::bridge::{BridgeAgent, CopyEngine};
+use gyre_core::channel::liveness::Liveness;
+use gyre_core::{Channel, Error, KernelInstance, LaunchSpec, Result, SharedRegion};
+use parking_lot::{Mutex, RwLock};
+
+pub use policy::RestartPolicy;
+pub use reload::ReloadFuture;
+pub(crate) use supervisor::Supervisor;
+pub(crate) use watch::Watcher;
+
+/// Where a kernel's rings are, for its successors.
+pub(crate) enum Place {
+    /// Shared with the kernel (zero copy).
+    Shared(Arc<SharedRegion>),
+    /// Device-resident behind a copy engine (the copy strategies).
+    Resident(Arc<dyn CopyEngine>),
+}
+
+/// Why a kernel was relaunched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Why {
+    /// [`Kernel::reload`](crate::Kernel::reload): a new handler.
+    Reload,
+    /// The epoch ran out: the same handler, a fresh launch.
+    Epoch,
+    /// A fault, under a restart policy.
+    Restart,
+}
+
+impl Why {
+    fn name(self) -> &'static str {
+        match self {
+            Why::Reload => "reload",
+            Why::Epoch => "epoch",
+            Why::Restart => "restart",
+        }
+    }
+}
+
+/// How often a kernel was relaunched on its rings, by reason (see
+/// [`Kernel::relaunches`](crate::Kernel::relaunches)); also in the telemetry export file
+/// and `gyre top`.
+///
+/// # Examples
+///
+/// ```
+/// let rt = gyre::Runtime::builder().backend(gyre::Backend::Cpu).build()?;
+/// let k = rt.launch(gyre::KernelSpec::from_fn("inc", |x: u32| x + 1))?;
+/// k.reload_blocking(gyre::KernelSpec::from_fn("inc", |x: u32| x + 2))?;
+/// let r = k.relaunches();
+/// assert_eq!((r.generation, r.reloads, r.epochs, r.restarts), (2, 1, 0, 0));
+/// # Ok::<(), gyre::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Relaunches {
+    /// Launches on the kernel's rings so far: 1 + every relaunch.
+    pub generation: u32,
+    /// Handler reloads.
+    pub reloads: u64,
+    /// Handovers at the end of an epoch.
+    pub epochs: u64,
+    /// Restarts after a fault.
+    pub restarts: u64,
+}
+
+/// The host's commands, held back while a handover waits for the kernel to read
+/// `HANDOVER`.
+#[derive(Debug)]
+struct Commands {
+    /// The command the user (or a shutdown) last gave: what every successor follows.
+    user: u32,
+    /// `HANDOVER` is in the command word: other commands are recorded, not written.
+    handover: bool,
+}
+
+/// The lifecycle of one kernel's launches. See the [module documentation](self).
+pub(crate) struct Lifecycle {
+    pub(crate) ch: Arc<Channel>,
+    imp: Arc<dyn gyre_core::Backend>,
+    place: Place,
+    transfer: Option<Arc<BridgeAgent>>,
+    /// The running launch (or the last one).
+    current: RwLock<Arc<dyn KernelInstance>>,
+    /// What `current` was launched with: a successor of an epoch or a restart runs it.
+    launched: Mutex<LaunchSpec>,
+    cmds: Mutex<Commands>,
+    /// Held for a whole handover: one at a time.
+    handover: Mutex<()>,
+    /// A handover is between its start and the successor's launch.
+    relaunching: AtomicBool,
+    /// `ControlBlock::epoch_us` of every launch (0: no epochs).
+    epoch_us: u32,
+    restart: Option<RestartPolicy>,
+    /// Restarts since the policy's window last reset, and when the last launch was.
+    restarts_in_window: AtomicU32,
+    last_launch: Mutex<Instant>,
+    reloads: AtomicU64,
+    epochs: AtomicU64,
+    restarts: AtomicU64,
+    /// Set when the kernel's end was handled: no more relaunches.
+    pub(crate) ended: AtomicBool,
+}
+
+impl Lifecycle {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        ch: Arc<Channel>,
+        imp: Arc<dyn gyre_core::Backend>,
+        place: Place,
+        transfer: Option<Arc<BridgeAgent>>,
+        instance: Arc<dyn KernelInstance>,
+        launched: LaunchSpec,
+        epoch_us: u32,
+        restart: Option<RestartPolicy>,
+    ) -> Self {
+        if restart.is_some_and(|p| p.max_restarts() > 0) {
+            ch.arm_restart(true);
+        }
+        Self {
+            ch,
+            imp,
+            place,
+            transfer,
+            current: RwLock::new(instance),
+            launched: Mutex::new(launched),
+            cmds: Mutex::new(Commands {
+                user: command::RUN,
+                handover: false,
+            }),
+            handover: Mutex::new(()),
+            relaunching: AtomicBool::new(false),
+            epoch_us,
+            restart,
+            restarts_in_window: AtomicU32::new(0),
+            last_launch: Mutex::new(Instant::now()),
+            reloads: AtomicU64::new(0),
+            epochs: AtomicU64::new(0),
+            restarts: AtomicU64::new(0),
+            ended: AtomicBool::new(false),
+        }
+    }
+
+    /// The running launch.
+    pub(crate) fn current(&self) -> Arc<dyn KernelInstance> {
+        self.current.read().clone()
+    }
+
+    /// The launch spec of the running kernel.
+    pub(crate) fn launched(&self) -> LaunchSpec {
+        self.launched.lock().clone()
+    }
+
+    /// Whether the kernel has epochs or a restart policy (it needs a supervisor).
+    pub(crate) fn supervised(&self) -> bool {
+        self.epoch_us != 0 || self.restart.is_some()
+    }
+
+    /// The counters of [`Relaunches`].
+    pub(crate) fn relaunches(&self) -> Relaunches {
+        Relaunches {
+            generation: self.ch.region().control().generation.load(Acquire),
+            reloads: self.reloads.load(Relaxed),
+            epochs: self.epochs.load(Relaxed),
+            restarts: self.restarts.load(Relaxed),
+        }
+    }
+
+    /// Writes a host command: at once, or, while a handover waits for the kernel to read
+    /// `HANDOVER`, when the successor's command is written.
+    pub(crate) fn command(&self, cmd: u32) {
+        let mut c = self.cmds.lock();
+        c.user = cmd;
+        if !c.handover {
+            self.ch.command(cmd);
+        }
+    }
+
+    /// No relaunch after this: the kernel's end is being handled. A fault is final from
+    /// now on.
+    pub(crate) fn end(&self) {
+        self.ended.store(true, SeqCst);
+        self.ch.arm_restart(false);
+        // The export file goes with the kernel's end (its writer's last owner is the
+        // publisher, or a device kernel that writes it).
+        self.launched.lock().export = None;
+    }
+
+    /// Whether the running launch ended without leaving a state anyone relaunches from:
+    /// its execution finished, no handover is under way, and its state is neither
+    /// `HANDED_OVER` nor a fault a restart follows. (A kernel that wrote a final state is
+    /// noticed by `Channel::check_stopped`.)
+    pub(crate) fn current_gone(&self) -> bool {
+        if self.relaunching.load(SeqCst) {
+            return false;
+        }
+        let inst = self.current();
+        if !inst.is_finished() {
+            return false;
+        }
+        // Under a copy strategy the mirror may not show the state the kernel wrote before
+        // it exited yet: bring it up first.
+        if let Some(t) = &self.transfer {
+            t.drain();
+        }
+        let st = self.ch.kernel_state().0;
+        let relaunched = self.relaunching.load(SeqCst) || !Arc::ptr_eq(&inst, &self.current());
+        let relaunches_follow =
+            st == state::HANDED_OVER || (st == state::FAULTED && self.ch.restart_armed());
+        !(relaunched || relaunches_follow)
+    }
+
+    /// Builds what `spec` needs (a device handler's compile), so that a failure leaves the
+    /// running kernel alone.
+    pub(crate) fn prepare(&self, spec: &LaunchSpec) -> Result<()> {
+        self.imp.prepare(spec)
+    }
+
+    /// Replaces the running kernel's handler with `next` (already prepared): the handover
+    /// of the [module documentation](self), on this thread.
+    pub(crate) fn reload(&self, next: LaunchSpec) -> Result<()> {
+        let _one = self.handover.lock();
+        if self.ended.load(SeqCst) || self.ch.is_closed() {
+            return Err(self.ch.closed_error());
+        }
+        self.hand_over(Why::Reload, Some(next))
+    }
+
+    /// The supervisor's relaunch: `why` is [`Why::Epoch`] (the kernel handed over by
+    /// itself) or [`Why::Restart`] (it faulted). Re-checks the state under the handover
+    /// lock; returns whether it relaunched.
+    pub(crate) fn relaunch_if(&self, why: Why) -> Result<bool> {
+        let _one = self.handover.lock();
+        if self.ended.load(SeqCst) {
+            return Ok(false);
+        }
+        let st = self.ch.kernel_state().0;
+        let due = match why {
+            Why::Epoch => st == state::HANDED_OVER,
+            Why::Restart => st == state::FAULTED && self.ch.restart_armed(),
+            Why::Reload => false,
+        };
+        if !due || !self.current().is_finished() {
+            return Ok(false);
+        }
+        self.hand_over(why, None).map(|()| true)
+    }
+
+    /// Restarts left under the policy (resetting the count after a healthy window), and
+    /// the backoff before the next one; `None` when no restart is left.
+    pub(crate) fn next_restart(&self) -> Option<Duration> {
+        let p = self.restart?;
+        let healthy = self.last_launch.lock().elapsed();
+        if p.window().is_some_and(|w| healthy >= w) {
+            self.restarts_in_window.store(0, SeqCst);
+        }
+        let done = self.restarts_in_window.load(SeqCst);
+        (done < p.max_restarts()).then(|| p.backoff_for(done))
+    }
+
+    /// Gives up restarting: the fault is final (its waiters fail now).
+    pub(crate) fn give_up(&self) {
+        self.ch.arm_restart(false);
+        let _ = self.ch.check_stopped();
+    }
+
+    /// The handover, with the handover lock held.
+    fn hand_over(&self, why: Why, next: Option<LaunchSpec>) -> Result<()> {
+        let _span =
+            tracing::info_span!("gyre_relaunch", kernel = %self.ch.name(), why = why.name())
+                .entered();
+        self.relaunching.store(true, SeqCst);
+        let r = self.hand_over_locked(why, next);
+        self.relaunching.store(false, SeqCst);
+        // Shutdowns waiting for the end look again (a successor runs, or it is gone).
+        self.ch.state_waiters().wake_all(&self.ch);
+        r
+    }
+
+    fn hand_over_locked(&self, why: Why, next: Option<LaunchSpec>) -> Result<()> {
+        let old = self.current();
+        // R1: ask the kernel to stop at a batch boundary (an epoch's or a fault's kernel
+        // stopped by itself).
+        if why == Why::Reload {
+            let mut c = self.cmds.lock();
+            c.handover = true;
+            self.ch.command(command::HANDOVER);
+        }
+        // R2: wait until it stopped and its execution ended.
+        let stopped = self.wait_stopped(&*old);
+        let code = match stopped {
+            Ok(code) => code,
+            Err(e) => {
+                self.release_commands();
+                return Err(e);
+            }
+        };
+        // R3: join it (its resources go; the region stays).
+        if let Err(e) = old.join() {
+            tracing::warn!(kernel = %self.ch.name(), error = %e, "joining the kernel handed over");
+        }
+        if why == Why::Restart {
+            tracing::warn!(kernel = %self.ch.name(), code, name = gyre_abi::error::name(code), "kernel faulted: restarting it");
+        }
+        let previous = self.launched();
+        let spec = next.unwrap_or_else(|| previous.clone());
+        if why == Why::Restart {
+            // Counted now; whether a fault of the successor is restarted is decided when
+            // it happens (`next_restart`, `give_up`): disarming here, before the
+            // successor's K0 replaced the faulted state, would make that state final.
+            self.restarts_in_window.fetch_add(1, SeqCst);
+        }
+        // R4..R6: the successor's command and generation, pushed, then the launch.
+        let inst = match self.launch_successor(&spec) {
+            Ok(i) => i,
+            Err(e) if why == Why::Reload => {
+                tracing::warn!(kernel = %self.ch.name(), error = %e, "the reloaded handler did not launch: relaunching the previous one");
+                match self.launch_successor(&previous) {
+                    Ok(i) => {
+                        self.install(i, previous);
+                        return Err(e);
+                    }
+                    Err(e2) => return Err(self.lost(&e2)),
+                }
+            }
+            Err(e) => return Err(self.lost(&e)),
+        };
+        self.install(inst, spec);
+        match why {
+            Why::Reload => &self.reloads,
+            Why::Epoch => &self.epochs,
+            Why::Restart => &self.restarts,
+        }
+        .fetch_add(1, Relaxed);
+        tracing::info!(
+            generation = self.ch.region().control().generation.load(Acquire),
+            "kernel relaunched"
+        );
+        Ok(())
+    }
+
+    /// R2: polls until the kernel's state is stopped (`HANDED_OVER`, or a fault a restart
+    /// follows) and its execution ended; returns its error code. A kernel that ended for
+    /// good (terminated, faulted without a restart, lost, unresponsive) is the error its
+    /// waiters get.
+    fn wait_stopped(&self, old: &dyn KernelInstance) -> Result<u32> {
+        let mut pause = Duration::from_micros(1);
+        loop {
+            if let Some(e) = self.ch.check_stopped() {
+                return Err(e);
+            }
+            let (st, code) = self.ch.kernel_state();
+            if state::is_stopped(st) && old.is_finished() {
+                return Ok(code);
+            }
+            if pause < Duration::from_micros(16) {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(pause);
+            }
+            pause = (pause * 2).min(Duration::from_micros(200));
+        }
+    }
+
+    /// Ends the hold on commands of a handover that stops early: the user's command goes
+    /// in (over `HANDOVER`, which the kernel may never read).
+    fn release_commands(&self) {
+        let mut c = self.cmds.lock();
+        if c.handover {
+            c.handover = false;
+            self.ch.command(c.user);
+        }
+    }
+
+    /// R4..R6 for one launch: the user's command and the next generation into line 0,
+    /// line 0 pushed to the device (copy strategies), then the launch on the region.
+    fn launch_successor(&self, spec: &LaunchSpec) -> Result<Box<dyn KernelInstance>> {
+        {
+            let mut c = self.cmds.lock();
+            c.handover = false;
+            let cb = self.ch.region().control();
+            cb.epoch_us.store(self.epoch_us, Release);
+            cb.generation.fetch_add(1, AcqRel);
+            self.ch.command(c.user);
+        }
+        if let Some(t) = &self.transfer {
+            // Synchronous: the successor must not read the old command.
+            t.bridge().push()?;
+        }
+        match &self.place {
+            Place::Shared(r) => self.imp.launch(r.clone(), spec),
+            Place::Resident(m) => self.imp.launch_resident(m.clone(), spec),
+        }
+    }
+
+    fn install(&self, inst: Box<dyn KernelInstance>, spec: LaunchSpec) {
+        *self.current.write() = Arc::from(inst);
+        *self.launched.lock() = spec;
+        *self.last_launch.lock() = Instant::now();
+    }
+
+    /// No successor could be launched: the kernel is gone, its waiters fail.
+    fn lost(&self, e: &Error) -> Error {
+        self.ch.arm_restart(false);
+        self.ch.mark_lost(format!(
+            "no successor could be launched after a handover: {e}"
+        ))
+    }
+}
+
+/// The channel's view of the running launch's execution (a device fault), through the
+/// lifecycle, so a successor is watched like its predecessor; weak, so it keeps nothing
+/// alive.
+pub(crate) struct CurrentLiveness(pub(crate) Weak<Lifecycle>);
+
+impl Liveness for CurrentLiveness {
+    fn failure(&self) -> Option<String> {
+        let life = self.0.upgrade()?;
+        let inst = life.current();
+        inst.failure()
+    }
+}
