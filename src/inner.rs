@@ -94,14 +94,20 @@ impl Inner {
         interval: Duration,
     ) -> Result<()> {
         // The kernel may write the file's telemetry line itself (CUDA); then the
-        // publisher keeps to the control line, so the line keeps a single writer.
+        // publisher keeps to the control and lifecycle lines, so the line keeps a single
+        // writer. The lifecycle says which, launch by launch.
         let copy_telemetry = !self.life.current().writes_export_telemetry();
-        let p = ExportPublisher::start(self.ch.region().clone(), writer, interval, copy_telemetry)
-            .map_err(|e| Error::Launch {
-                backend: "telemetry export",
-                kernel: self.ch.name().to_owned(),
-                source: gyre_core::Cause::new(e),
-            })?;
+        let p = ExportPublisher::start(
+            self.ch.region().clone(),
+            writer,
+            interval,
+            self.life.clone(),
+        )
+        .map_err(|e| Error::Launch {
+            backend: "telemetry export",
+            kernel: self.ch.name().to_owned(),
+            source: gyre_core::Cause::new(e),
+        })?;
         tracing::info!(
             path = %p.path().display(),
             device_writes_telemetry = !copy_telemetry,

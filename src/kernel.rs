@@ -649,4 +649,47 @@ mod export_tests {
         assert!(!path.exists());
         let _ = std::fs::remove_dir_all(&dir);
     }
+
+    /// The lifecycle line of the export counts a restart after a fault, with its time.
+    #[test]
+    fn exported_lifecycle_line_counts_restarts() {
+        let dir = std::env::temp_dir().join(format!(
+            "gyre-export-restart-{}-{}",
+            std::process::id(),
+            gyre_core::shm::unix_ms()
+        ));
+        let path = dir.join("svc").join("fragile");
+        let rt = Runtime::builder().backend(Backend::Cpu).build().unwrap();
+        let spec = KernelSpec::from_fn("fragile", |x: u32| {
+            assert!(x != 13, "injected fault");
+            x
+        })
+        .restart(crate::RestartPolicy::new(3))
+        .export_telemetry_to(&path)
+        .export_interval(std::time::Duration::from_millis(1));
+        let k = rt.launch(spec).unwrap();
+        let r = TelemetryReader::open(&path).unwrap();
+        let first = r.snapshot().unwrap().lifecycle;
+        assert_eq!((first.generation, first.restarts), (1, 0));
+        assert!(k.call_blocking(13).is_err(), "the handler panicked");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let l = loop {
+            let l = r.snapshot().unwrap().lifecycle;
+            if l.restarts == 1 {
+                break l;
+            }
+            assert!(std::time::Instant::now() < deadline, "no restart exported");
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        };
+        assert_eq!((l.generation, l.reloads, l.epochs), (2, 0, 0));
+        assert!(l.last_restart_unix_ms >= gyre_core::shm::unix_ms() - 10_000);
+        assert_eq!(l.last_relaunch_unix_ms, l.last_restart_unix_ms);
+        assert_eq!(
+            k.call_blocking(7).unwrap(),
+            7,
+            "the restarted kernel serves"
+        );
+        k.shutdown_blocking().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

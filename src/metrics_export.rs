@@ -13,8 +13,10 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
     /// Reads a consistent telemetry snapshot and records it through the `metrics` facade,
     /// labelled `kernel = <name>`: the counters `gyre_messages_in_total`,
     /// `gyre_messages_out_total`, `gyre_errors_total`, `gyre_busy_polls_total`,
-    /// `gyre_idle_polls_total`, `gyre_handler_ns_total` (set with `absolute`), and the
-    /// gauges `gyre_handler_ns_max`, `gyre_kernel_state` (`gyre_abi::state`),
+    /// `gyre_idle_polls_total`, `gyre_handler_ns_total`, the relaunch counters
+    /// `gyre_reloads_total`, `gyre_epochs_total`, `gyre_restarts_total` (set with
+    /// `absolute`), and the gauges `gyre_handler_ns_max`, `gyre_kernel_state`
+    /// (`gyre_abi::state`), `gyre_generation` ([`Kernel::relaunches`]),
     /// `gyre_queue_depth_requests` and `gyre_queue_depth_replies` (from the control
     /// block's ring indices). Under a copy strategy it adds the bridge's counters
     /// ([`Kernel::transfer_stats`]), labelled also `direction = h2d | d2h`:
@@ -45,7 +47,11 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
         let (h2k_tail, k2h_tail) = (cb.h2k_tail.load(Acquire), cb.k2h_tail.load(Acquire));
         let (h2k_head, k2h_head) = (cb.h2k_head.load(Acquire), cb.k2h_head.load(Acquire));
         let name = self.name().to_owned();
+        let r = self.relaunches();
         let counters = [
+            ("gyre_reloads_total", r.reloads),
+            ("gyre_epochs_total", r.epochs),
+            ("gyre_restarts_total", r.restarts),
             ("gyre_messages_in_total", t.messages_in),
             ("gyre_messages_out_total", t.messages_out),
             ("gyre_errors_total", t.errors),
@@ -59,6 +65,7 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
         let gauges = [
             ("gyre_handler_ns_max", f64::from(t.handler_ns_max)),
             ("gyre_kernel_state", f64::from(t.state)),
+            ("gyre_generation", f64::from(r.generation)),
             (
                 "gyre_queue_depth_requests",
                 h2k_head.saturating_sub(h2k_tail) as f64,
@@ -103,6 +110,8 @@ mod tests {
         for i in 0..1000 {
             assert_eq!(k.call_blocking(i).unwrap(), i * 2);
         }
+        k.reload_blocking(KernelSpec::from_fn("double", |x: u32| x + x))
+            .unwrap();
         // Stopped, so the telemetry no longer moves and every reply is taken.
         k.shutdown_blocking().unwrap();
 
@@ -146,7 +155,11 @@ mod tests {
         );
         assert_eq!(gauge("gyre_queue_depth_requests"), 0.0);
         assert_eq!(gauge("gyre_queue_depth_replies"), 0.0);
-        assert_eq!(got.len(), 10);
+        assert_eq!(counter("gyre_reloads_total"), 1);
+        assert_eq!(counter("gyre_epochs_total"), 0);
+        assert_eq!(counter("gyre_restarts_total"), 0);
+        assert_eq!(gauge("gyre_generation"), 2.0);
+        assert_eq!(got.len(), 14);
     }
 
     #[test]

@@ -38,7 +38,7 @@ fn temp_dir(tag: &str) -> PathBuf {
 }
 
 /// Runs `f` with the path of a live export file whose telemetry line shows `CALLS`
-/// replies, then shuts the kernel down.
+/// replies and whose lifecycle line shows one reload, then shuts the kernel down.
 fn with_export(tag: &str, f: impl FnOnce(&Path, &Path)) {
     let dir = temp_dir(tag);
     let path = dir.join("svc").join("double");
@@ -50,13 +50,21 @@ fn with_export(tag: &str, f: impl FnOnce(&Path, &Path)) {
                 .export_interval(Duration::from_millis(1)),
         )
         .unwrap();
-    for i in 0..CALLS {
+    for i in 0..CALLS / 2 {
+        assert_eq!(k.call_blocking(i).unwrap(), 2 * i);
+    }
+    // A reload halfway: the counters continue, the lifecycle line counts it.
+    k.reload_blocking(KernelSpec::from_fn("double", |x: u64| x + x))
+        .unwrap();
+    for i in CALLS / 2..CALLS {
         assert_eq!(k.call_blocking(i).unwrap(), 2 * i);
     }
     // The CPU backend's export is a periodic copy: wait (bounded) for it to catch up.
     let r = TelemetryReader::open(&path).unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while r.snapshot().unwrap().telemetry.messages_out < CALLS {
+    let caught_up =
+        |s: gyre::ExportSnapshot| s.telemetry.messages_out >= CALLS && s.lifecycle.reloads >= 1;
+    while !caught_up(r.snapshot().unwrap()) {
         assert!(Instant::now() < deadline, "the export never caught up");
         std::thread::sleep(Duration::from_millis(2));
     }
@@ -87,7 +95,7 @@ fn run(cmd: &mut Command) -> (bool, String, String) {
 
 fn expected_line() -> String {
     format!(
-        "state={} in={CALLS} out={CALLS} errors=0",
+        "state={} in={CALLS} out={CALLS} errors=0 generation=2 reloads=1 restarts=0",
         gyre_abi::state::ACTIVE
     )
 }

@@ -16,7 +16,7 @@
 //! Who does it: a reload on the thread that asked for it; epochs and restarts on the
 //! kernel's supervisor thread ([`supervisor`]). One handover at a time (`handover` lock);
 //! commands the host writes meanwhile are held back until the successor's command is
-//! written (`Commands`), so nothing overwrites `HANDOVER` before the kernel read it.
+//! written ([`CommandGate`]), so nothing overwrites `HANDOVER` before the kernel read it.
 
 mod options;
 mod policy;
@@ -32,6 +32,8 @@ use std::time::{Duration, Instant};
 use gyre_abi::{command, state};
 use gyre_core::bridge::{BridgeAgent, CopyEngine};
 use gyre_core::channel::liveness::Liveness;
+use gyre_core::command_gate::CommandGate;
+use gyre_core::shm::{ExportSource, LifecycleSnapshot};
 use gyre_core::{Channel, Error, KernelInstance, LaunchSpec, Result, SharedRegion};
 use parking_lot::{Mutex, RwLock};
 
@@ -95,16 +97,6 @@ pub struct Relaunches {
     pub restarts: u64,
 }
 
-/// The host's commands, held back while a handover waits for the kernel to read
-/// `HANDOVER`.
-#[derive(Debug)]
-struct Commands {
-    /// The command the user (or a shutdown) last gave: what every successor follows.
-    user: u32,
-    /// `HANDOVER` is in the command word: other commands are recorded, not written.
-    handover: bool,
-}
-
 /// The lifecycle of one kernel's launches. See the [module documentation](self).
 pub(crate) struct Lifecycle {
     pub(crate) ch: Arc<Channel>,
@@ -115,7 +107,8 @@ pub(crate) struct Lifecycle {
     current: RwLock<Arc<dyn KernelInstance>>,
     /// What `current` was launched with: a successor of an epoch or a restart runs it.
     launched: Mutex<LaunchSpec>,
-    cmds: Mutex<Commands>,
+    /// The host's commands, held back during a handover (R1..R4).
+    cmds: CommandGate,
     /// Held for a whole handover: one at a time.
     handover: Mutex<()>,
     /// A handover is between its start and the successor's launch.
@@ -129,6 +122,9 @@ pub(crate) struct Lifecycle {
     reloads: AtomicU64,
     epochs: AtomicU64,
     restarts: AtomicU64,
+    /// Wall time (Unix ms) of the last relaunch and of the last restart; 0 before any.
+    last_relaunch_ms: AtomicU64,
+    last_restart_ms: AtomicU64,
     /// Set when the kernel's end was handled: no more relaunches.
     pub(crate) ended: AtomicBool,
 }
@@ -155,10 +151,7 @@ impl Lifecycle {
             transfer,
             current: RwLock::new(instance),
             launched: Mutex::new(launched),
-            cmds: Mutex::new(Commands {
-                user: command::RUN,
-                handover: false,
-            }),
+            cmds: CommandGate::new(command::RUN),
             handover: Mutex::new(()),
             relaunching: AtomicBool::new(false),
             epoch_us,
@@ -168,6 +161,8 @@ impl Lifecycle {
             reloads: AtomicU64::new(0),
             epochs: AtomicU64::new(0),
             restarts: AtomicU64::new(0),
+            last_relaunch_ms: AtomicU64::new(0),
+            last_restart_ms: AtomicU64::new(0),
             ended: AtomicBool::new(false),
         }
     }
@@ -200,11 +195,7 @@ impl Lifecycle {
     /// Writes a host command: at once, or, while a handover waits for the kernel to read
     /// `HANDOVER`, when the successor's command is written.
     pub(crate) fn command(&self, cmd: u32) {
-        let mut c = self.cmds.lock();
-        c.user = cmd;
-        if !c.handover {
-            self.ch.command(cmd);
-        }
+        self.cmds.command(cmd, |c| self.ch.command(c));
     }
 
     /// No relaunch after this: the kernel's end is being handled. A fault is final from
@@ -313,9 +304,7 @@ impl Lifecycle {
         // R1: ask the kernel to stop at a batch boundary (an epoch's or a fault's kernel
         // stopped by itself).
         if why == Why::Reload {
-            let mut c = self.cmds.lock();
-            c.handover = true;
-            self.ch.command(command::HANDOVER);
+            self.cmds.hold(|c| self.ch.command(c));
         }
         // R2: wait until it stopped and its execution ended.
         let stopped = self.wait_stopped(&*old);
@@ -363,6 +352,11 @@ impl Lifecycle {
             Why::Restart => &self.restarts,
         }
         .fetch_add(1, Relaxed);
+        let now = gyre_core::shm::unix_ms();
+        self.last_relaunch_ms.store(now, Relaxed);
+        if why == Why::Restart {
+            self.last_restart_ms.store(now, Relaxed);
+        }
         tracing::info!(
             generation = self.ch.region().control().generation.load(Acquire),
             "kernel relaunched"
@@ -396,31 +390,32 @@ impl Lifecycle {
     /// Ends the hold on commands of a handover that stops early: the user's command goes
     /// in (over `HANDOVER`, which the kernel may never read).
     fn release_commands(&self) {
-        let mut c = self.cmds.lock();
-        if c.handover {
-            c.handover = false;
-            self.ch.command(c.user);
-        }
+        self.cmds.abandon(|c| self.ch.command(c));
     }
 
     /// R4..R6 for one launch: the user's command and the next generation into line 0,
     /// line 0 pushed to the device (copy strategies), then the launch on the region.
     fn launch_successor(&self, spec: &LaunchSpec) -> Result<Box<dyn KernelInstance>> {
-        {
-            let mut c = self.cmds.lock();
-            c.handover = false;
+        self.cmds.hand_to_successor(|c| {
             let cb = self.ch.region().control();
             cb.epoch_us.store(self.epoch_us, Release);
             cb.generation.fetch_add(1, AcqRel);
-            self.ch.command(c.user);
-        }
+            self.ch.command(c);
+        });
         if let Some(t) = &self.transfer {
             // Synchronous: the successor must not read the old command.
             t.bridge().push()?;
         }
+        // The export file's telemetry line keeps one writer: a successor writes it only
+        // if its predecessor did (the publisher stops copying while one does, and a
+        // successor that cannot falls back to the copy once installed).
+        let mut spec = spec.clone();
+        if !self.current().writes_export_telemetry() {
+            spec.export = None;
+        }
         match &self.place {
-            Place::Shared(r) => self.imp.launch(r.clone(), spec),
-            Place::Resident(m) => self.imp.launch_resident(m.clone(), spec),
+            Place::Shared(r) => self.imp.launch(r.clone(), &spec),
+            Place::Resident(m) => self.imp.launch_resident(m.clone(), &spec),
         }
     }
 
@@ -436,6 +431,28 @@ impl Lifecycle {
         self.ch.mark_lost(format!(
             "no successor could be launched after a handover: {e}"
         ))
+    }
+}
+
+/// The export publisher's view: the running launch decides who writes the telemetry
+/// line; the counters of [`Relaunches`] fill the lifecycle line.
+impl ExportSource for Lifecycle {
+    fn copy_telemetry(&self) -> bool {
+        !self.current().writes_export_telemetry()
+    }
+
+    fn lifecycle(&self) -> LifecycleSnapshot {
+        let r = self.relaunches();
+        LifecycleSnapshot {
+            seq: 0,
+            generation: r.generation,
+            reloads: r.reloads,
+            epochs: r.epochs,
+            restarts: r.restarts,
+            last_relaunch_unix_ms: self.last_relaunch_ms.load(Relaxed),
+            last_restart_unix_ms: self.last_restart_ms.load(Relaxed),
+            epoch_us: self.epoch_us,
+        }
     }
 }
 

@@ -8,7 +8,9 @@ use std::process::ExitCode;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use gyre_core::shm::{self, ExportError, ExportInfo, ExportSnapshot, TelemetryReader};
+use gyre_core::shm::{
+    self, ExportError, ExportInfo, ExportSnapshot, LifecycleSnapshot, TelemetryReader,
+};
 use gyre_core::telemetry::{rates, Rates};
 
 use crate::args::TopArgs;
@@ -57,7 +59,7 @@ pub enum TopError {
 enum Sample {
     Ok {
         info: ExportInfo,
-        snap: ExportSnapshot,
+        snap: Box<ExportSnapshot>,
         alive: bool,
         at: Instant,
     },
@@ -130,7 +132,7 @@ fn remember(prev: &mut HashMap<PathBuf, (Instant, ExportSnapshot)>, rows: &[(Pat
     prev.clear();
     for (p, s) in rows {
         if let Sample::Ok { snap, at, .. } = s {
-            prev.insert(p.clone(), (*at, *snap));
+            prev.insert(p.clone(), (*at, **snap));
         }
     }
 }
@@ -170,7 +172,7 @@ fn sample_all(args: &TopArgs) -> Result<Vec<(PathBuf, Sample)>, TopError> {
 
 fn read_one(path: &Path) -> Result<Sample, ExportError> {
     let r = TelemetryReader::open(path)?;
-    let snap = r.snapshot()?;
+    let snap = Box::new(r.snapshot()?);
     Ok(Sample::Ok {
         info: r.info().clone(),
         snap,
@@ -179,7 +181,7 @@ fn read_one(path: &Path) -> Result<Sample, ExportError> {
     })
 }
 
-const HEADERS: [&str; 14] = [
+const HEADERS: [&str; 17] = [
     "SERVICE",
     "KERNEL",
     "PID",
@@ -193,6 +195,9 @@ const HEADERS: [&str; 14] = [
     "ERRORS",
     "ERR/s",
     "UTIL",
+    "GEN",
+    "RELOADS",
+    "RESTARTS",
     "HEARTBEAT",
 ];
 
@@ -213,6 +218,21 @@ fn staleness(snap: &ExportSnapshot, alive: bool, now_ms: u64) -> Option<String> 
         return Some("stale: kernel heartbeat stopped".into());
     }
     None
+}
+
+/// A line under the table for a kernel that was restarted after a fault: how often and
+/// how long ago (operators want to see a crash loop, not only a count).
+fn restart_note(l: &LifecycleSnapshot, now_ms: u64) -> Option<String> {
+    if l.restarts == 0 {
+        return None;
+    }
+    let ago = Duration::from_millis(now_ms.saturating_sub(l.last_restart_unix_ms));
+    Some(format!(
+        "restarted after a fault {} time{}, last {} ago",
+        l.restarts,
+        if l.restarts == 1 { "" } else { "s" },
+        table::duration(ago)
+    ))
 }
 
 #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
@@ -244,6 +264,7 @@ fn render(
                 };
                 let t = &snap.telemetry;
                 let c = &snap.control;
+                let l = &snap.lifecycle;
                 let mut state = state_name(c.state).to_owned();
                 if c.error_code != 0 {
                     state = format!("{state} ({})", gyre_abi::error::name(c.error_code));
@@ -268,8 +289,14 @@ fn render(
                     table::count(t.errors),
                     rate(r.errors_per_s),
                     format!("{:.0}%", r.busy_ratio * 100.0),
+                    l.generation.to_string(),
+                    table::count(l.reloads),
+                    table::count(l.restarts),
                     heartbeat,
                 ]);
+                if let Some(n) = restart_note(l, now_ms) {
+                    notes.push(format!("{}: {n}", path.display()));
+                }
             }
             Sample::Err(msg) => notes.push(msg.clone()),
         }
@@ -351,11 +378,25 @@ mod tests {
     }
 
     #[test]
+    fn restarts_get_a_note_with_their_age() {
+        let mut l = LifecycleSnapshot {
+            generation: 3,
+            reloads: 1,
+            ..LifecycleSnapshot::default()
+        };
+        assert_eq!(restart_note(&l, 10_000), None, "reloads are no fault");
+        l.restarts = 2;
+        l.last_restart_unix_ms = 7_000;
+        let n = restart_note(&l, 10_000).unwrap();
+        assert!(n.contains("2 times") && n.contains("3"), "{n}");
+    }
+
+    #[test]
     fn table_columns_align() {
         let mut buf = Vec::new();
         let row = |k: &str| {
             let mut r = vec![String::from("svc"), k.to_owned()];
-            r.extend((0..12).map(|i| "9".repeat(i % 3 + 1)));
+            r.extend((0..HEADERS.len() - 2).map(|i| "9".repeat(i % 3 + 1)));
             r
         };
         write_table(&mut buf, &[row("echo"), row("a-much-longer-kernel")]).unwrap();

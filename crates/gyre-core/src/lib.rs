@@ -22,6 +22,7 @@ pub mod bridge;
 mod cause;
 pub mod channel;
 pub mod clock;
+pub mod command_gate;
 pub mod doorbell;
 mod error;
 pub mod handler;

@@ -1,5 +1,5 @@
-//! The export file's byte layout (192 bytes: header, control line, telemetry line) and the
-//! control line's sequence lock.
+//! The export file's byte layout (256 bytes: header, control line, telemetry line,
+//! lifecycle line) and the sequence locks of the lines the host writes.
 
 use core::sync::atomic::Ordering::Relaxed;
 use core::sync::atomic::{AtomicU32, AtomicU64};
@@ -11,9 +11,9 @@ use crate::seqlock;
 /// The first eight bytes of every export file.
 pub const EXPORT_MAGIC: [u8; 8] = *b"GYRETLM1";
 /// Version of the export layout; bumped on any change to [`TelemetryExport`].
-pub const EXPORT_VERSION: u32 = 1;
+pub const EXPORT_VERSION: u32 = 2;
 /// Size of an export file in bytes.
-pub const EXPORT_SIZE: usize = 192;
+pub const EXPORT_SIZE: usize = 256;
 /// Bytes of a service or kernel name kept in the header (longer names are cut; the
 /// path holds the full name).
 pub const NAME_BYTES: usize = 16;
@@ -103,6 +103,53 @@ impl ControlSnapshot {
     }
 }
 
+/// Bytes 192..256 (layout version 2): the kernel's relaunches (reloads, epochs,
+/// restarts; see `gyre::Relaunches`), written by the publisher under a sequence lock.
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub struct ExportLifecycle {
+    /// Sequence lock word.
+    pub seq: AtomicU32,
+    /// Launches of the kernel on its rings so far (1 before any relaunch): the
+    /// `generation` word of the control block.
+    pub generation: AtomicU32,
+    /// Handler reloads.
+    pub reloads: AtomicU64,
+    /// Bounded-epoch handovers.
+    pub epochs: AtomicU64,
+    /// Restarts after a fault.
+    pub restarts: AtomicU64,
+    /// Wall time (Unix ms) of the last relaunch of any kind; 0 before the first.
+    pub last_relaunch_unix_ms: AtomicU64,
+    /// Wall time (Unix ms) of the last restart after a fault; 0 before the first.
+    pub last_restart_unix_ms: AtomicU64,
+    /// The epoch length the kernel runs under, microseconds (0: no epochs).
+    pub epoch_us: AtomicU32,
+    /// Zero; room for later fields.
+    pub reserved: [u32; 3],
+}
+
+/// A plain copy of an [`ExportLifecycle`] taken by a consistent read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LifecycleSnapshot {
+    /// Sequence value the copy was taken at (even).
+    pub seq: u32,
+    /// Launches so far (1 before any relaunch).
+    pub generation: u32,
+    /// Handler reloads.
+    pub reloads: u64,
+    /// Bounded-epoch handovers.
+    pub epochs: u64,
+    /// Restarts after a fault.
+    pub restarts: u64,
+    /// Wall time (Unix ms) of the last relaunch; 0 before the first.
+    pub last_relaunch_unix_ms: u64,
+    /// Wall time (Unix ms) of the last restart; 0 before the first.
+    pub last_restart_unix_ms: u64,
+    /// Epoch length, microseconds (0: no epochs).
+    pub epoch_us: u32,
+}
+
 /// The whole export file.
 #[repr(C, align(64))]
 #[derive(Debug)]
@@ -113,6 +160,8 @@ pub struct TelemetryExport {
     pub control: ExportControl,
     /// Bytes 128..192: same layout and seqlock as the shared region's telemetry line.
     pub telemetry: TelemetryBuffer,
+    /// Bytes 192..256.
+    pub lifecycle: ExportLifecycle,
 }
 
 const _: () = assert!(core::mem::size_of::<ExportHeader>() == 64);
@@ -122,6 +171,10 @@ const _: () = assert!(core::mem::size_of::<TelemetryExport>() == EXPORT_SIZE);
 const _: () = assert!(core::mem::offset_of!(TelemetryExport, control) == 64);
 const _: () = assert!(core::mem::offset_of!(TelemetryExport, telemetry) == 128);
 const _: () = assert!(core::mem::offset_of!(ExportHeader, service) == 32);
+const _: () = assert!(core::mem::size_of::<ExportLifecycle>() == 64);
+const _: () = assert!(core::mem::offset_of!(TelemetryExport, lifecycle) == 192);
+const _: () = assert!(core::mem::offset_of!(ExportLifecycle, last_restart_unix_ms) == 40);
+const _: () = assert!(core::mem::offset_of!(ExportLifecycle, epoch_us) == 48);
 
 /// Takes a consistent copy of an [`ExportControl`] (same protocol as
 /// [`read_consistent`](crate::telemetry::read_consistent)); `None` after `attempts` torn reads.
@@ -152,5 +205,34 @@ pub fn write_control(c: &ExportControl, v: &ControlSnapshot) {
         c.k2h_tail.store(v.k2h_tail, Relaxed);
         c.heartbeat_unix_ms.store(v.heartbeat_unix_ms, Relaxed);
         c.published_unix_ms.store(v.published_unix_ms, Relaxed);
+    });
+}
+
+/// Takes a consistent copy of an [`ExportLifecycle`]; `None` after `attempts` torn reads.
+pub fn read_lifecycle(l: &ExportLifecycle, attempts: u32) -> Option<LifecycleSnapshot> {
+    seqlock::read(&l.seq, attempts, |seq| LifecycleSnapshot {
+        seq,
+        generation: l.generation.load(Relaxed),
+        reloads: l.reloads.load(Relaxed),
+        epochs: l.epochs.load(Relaxed),
+        restarts: l.restarts.load(Relaxed),
+        last_relaunch_unix_ms: l.last_relaunch_unix_ms.load(Relaxed),
+        last_restart_unix_ms: l.last_restart_unix_ms.load(Relaxed),
+        epoch_us: l.epoch_us.load(Relaxed),
+    })
+}
+
+/// Writes `v` to `l` under its sequence lock. Single writer only.
+pub fn write_lifecycle(l: &ExportLifecycle, v: &LifecycleSnapshot) {
+    seqlock::write(&l.seq, || {
+        l.generation.store(v.generation, Relaxed);
+        l.reloads.store(v.reloads, Relaxed);
+        l.epochs.store(v.epochs, Relaxed);
+        l.restarts.store(v.restarts, Relaxed);
+        l.last_relaunch_unix_ms
+            .store(v.last_relaunch_unix_ms, Relaxed);
+        l.last_restart_unix_ms
+            .store(v.last_restart_unix_ms, Relaxed);
+        l.epoch_us.store(v.epoch_us, Relaxed);
     });
 }

@@ -1,5 +1,5 @@
-//! [`ExportPublisher`]: the host thread that copies a region's control block and
-//! telemetry into an export file.
+//! [`ExportPublisher`]: the host thread that copies a region's control block, its
+//! telemetry and the kernel's relaunch counters into an export file.
 
 use core::sync::atomic::AtomicBool;
 use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
@@ -9,7 +9,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::error::ExportError;
-use super::layout::{write_control, ControlSnapshot};
+use super::layout::{write_control, write_lifecycle, ControlSnapshot, LifecycleSnapshot};
 use super::paths::unix_ms;
 use super::writer::ExportWriter;
 use crate::region::SharedRegion;
@@ -18,8 +18,39 @@ use crate::telemetry::{read_consistent, TelemetryWriter};
 /// Default period of the [`ExportPublisher`].
 pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(50);
 
-/// Copies a region's control block and telemetry into an [`ExportWriter`] periodically
-/// on its own thread; a final copy, then the file's removal, on drop.
+/// What an [`ExportPublisher`] asks its owner once per period, besides the region.
+pub trait ExportSource: Send + Sync {
+    /// Whether the publisher writes the file's telemetry line: `false` while the running
+    /// kernel writes it itself (CUDA), so the line keeps a single writer. The owner must
+    /// make sure a kernel that writes the line never runs while this returns `true`.
+    fn copy_telemetry(&self) -> bool;
+    /// The relaunch counters of the lifecycle line (`seq` is ignored).
+    fn lifecycle(&self) -> LifecycleSnapshot;
+}
+
+/// An [`ExportSource`] of a kernel that is never relaunched: a fixed telemetry-copy
+/// choice, generation 1, no relaunches.
+#[derive(Debug, Clone, Copy)]
+pub struct SingleLaunch {
+    /// See [`ExportSource::copy_telemetry`].
+    pub copy_telemetry: bool,
+}
+
+impl ExportSource for SingleLaunch {
+    fn copy_telemetry(&self) -> bool {
+        self.copy_telemetry
+    }
+    fn lifecycle(&self) -> LifecycleSnapshot {
+        LifecycleSnapshot {
+            generation: 1,
+            ..LifecycleSnapshot::default()
+        }
+    }
+}
+
+/// Copies a region's control block, telemetry and relaunch counters into an
+/// [`ExportWriter`] periodically on its own thread; a final copy, then the file's removal,
+/// on drop.
 #[derive(Debug)]
 pub struct ExportPublisher {
     stop: Arc<AtomicBool>,
@@ -30,8 +61,10 @@ pub struct ExportPublisher {
 struct Copier {
     region: Arc<SharedRegion>,
     writer: Arc<ExportWriter>,
-    /// Whether this thread writes the telemetry line (false when the kernel does).
-    copy_telemetry: bool,
+    /// Whether this thread writes the telemetry line (asked each period), and the
+    /// relaunch counters.
+    source: Arc<dyn ExportSource>,
+    last_lifecycle: Option<LifecycleSnapshot>,
     tw: TelemetryWriter,
     last_hb: u64,
     hb_ms: u64,
@@ -60,7 +93,13 @@ impl Copier {
         };
         let ex = self.writer.export();
         write_control(&ex.control, &v);
-        if !self.copy_telemetry {
+        let l = self.source.lifecycle();
+        if self.last_lifecycle != Some(l) {
+            // Rarely changes: written only then, so readers seldom retry.
+            write_lifecycle(&ex.lifecycle, &l);
+            self.last_lifecycle = Some(l);
+        }
+        if !self.source.copy_telemetry() {
             return;
         }
         if let Ok(t) = read_consistent(self.region.telemetry(), 1024) {
@@ -72,13 +111,18 @@ impl Copier {
 
 impl ExportPublisher {
     /// Starts copying `region` into `writer` every `interval` (at least 1 ms): the control
-    /// line always, the telemetry line only when `copy_telemetry` (false when the kernel
-    /// writes the file's telemetry line itself, which must then have no other writer).
+    /// and lifecycle lines always, the telemetry line while `source` says so (not while
+    /// the kernel writes the file's telemetry line itself, which must then have no other
+    /// writer).
+    ///
+    /// # Errors
+    ///
+    /// [`ExportError::Io`] when the thread cannot be spawned.
     pub fn start(
         region: Arc<SharedRegion>,
         writer: Arc<ExportWriter>,
         interval: Duration,
-        copy_telemetry: bool,
+        source: Arc<dyn ExportSource>,
     ) -> Result<Self, ExportError> {
         let path = writer.path().to_owned();
         let interval = interval.max(Duration::from_millis(1));
@@ -88,7 +132,8 @@ impl ExportPublisher {
             hb_ms: unix_ms(),
             region,
             writer,
-            copy_telemetry,
+            source,
+            last_lifecycle: None,
             tw: TelemetryWriter::default(),
         };
         c.copy();
@@ -156,8 +201,15 @@ mod publisher_tests {
         let mut device_side = TelemetryWriter::default();
         device_side.acc.messages_in = 7;
         device_side.publish(&file.export().telemetry);
-        let p =
-            ExportPublisher::start(region, file.clone(), Duration::from_millis(1), false).unwrap();
+        let p = ExportPublisher::start(
+            region,
+            file.clone(),
+            Duration::from_millis(1),
+            Arc::new(SingleLaunch {
+                copy_telemetry: false,
+            }),
+        )
+        .unwrap();
         std::thread::sleep(Duration::from_millis(20));
         let snap = TelemetryReader::open(&path).unwrap().snapshot().unwrap();
         assert_eq!(snap.control.h2k_head, 3, "the control line is published");

@@ -7,8 +7,8 @@ use gyre_abi::TelemetrySnapshot;
 
 use super::error::ExportError;
 use super::layout::{
-    read_control, ControlSnapshot, ExportHeader, EXPORT_MAGIC, EXPORT_SIZE, EXPORT_VERSION,
-    NAME_BYTES,
+    read_control, read_lifecycle, ControlSnapshot, ExportHeader, LifecycleSnapshot, EXPORT_MAGIC,
+    EXPORT_SIZE, EXPORT_VERSION, NAME_BYTES,
 };
 use super::mapping::Mapping;
 use super::paths::pid_alive;
@@ -32,13 +32,16 @@ pub struct ExportInfo {
     pub abi_version: u32,
 }
 
-/// One consistent read of an export: each part is consistent on its own (two seqlocks).
+/// One consistent read of an export: each part is consistent on its own (three
+/// seqlocks).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ExportSnapshot {
     /// State and ring indices.
     pub control: ControlSnapshot,
     /// The telemetry line.
     pub telemetry: TelemetrySnapshot,
+    /// Relaunches: generation, reloads, epochs, restarts.
+    pub lifecycle: LifecycleSnapshot,
 }
 
 /// A read-only mapping of an export file. Never writes to it.
@@ -65,6 +68,28 @@ pub struct TelemetryReader {
     info: ExportInfo,
 }
 
+/// Reads up to `buf.len()` bytes from the start of `file`; how many were read.
+fn read_prefix(mut file: &std::fs::File, buf: &mut [u8]) -> usize {
+    let mut n = 0;
+    while n < buf.len() {
+        match std::io::Read::read(&mut file, &mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    n
+}
+
+/// The writer pid of an export file of any layout version (bytes 20..24), if it has one.
+pub(crate) fn raw_pid(path: &Path) -> Option<u32> {
+    let file = OpenOptions::new().read(true).open(path).ok()?;
+    let mut head = [0u8; 24];
+    (read_prefix(&file, &mut head) == 24 && head[..8] == EXPORT_MAGIC)
+        .then(|| u32::from_le_bytes([head[20], head[21], head[22], head[23]]))
+}
+
 fn name(b: &[u8; NAME_BYTES]) -> String {
     let end = b.iter().position(|&c| c == 0).unwrap_or(NAME_BYTES);
     String::from_utf8_lossy(&b[..end]).into_owned()
@@ -83,26 +108,31 @@ impl TelemetryReader {
             .metadata()
             .map_err(|e| ExportError::io("stat", path, e))?
             .len();
-        if len < 8 {
-            let mut found_magic = [0u8; 8];
-            let n = std::io::Read::read(&mut &file, &mut found_magic).unwrap_or(0);
-            if found_magic[..n] != EXPORT_MAGIC[..n] || n == 0 {
-                return Err(ExportError::Foreign {
+        // The first 24 bytes (magic, version, abi, size, pid) keep their place in every
+        // layout version: check them before the size, so an export of another version
+        // is reported as such, not as truncated.
+        let mut head = [0u8; 24];
+        let n = read_prefix(&file, &mut head);
+        let mut found_magic = [0u8; 8];
+        found_magic.copy_from_slice(&head[..8]);
+        if n == 0 || head[..n.min(8)] != EXPORT_MAGIC[..n.min(8)] {
+            return Err(ExportError::Foreign {
+                path: path.to_owned(),
+                found_magic,
+            });
+        }
+        if n >= 12 {
+            let version = u32::from_le_bytes([head[8], head[9], head[10], head[11]]);
+            if version != EXPORT_VERSION {
+                return Err(ExportError::AbiMismatch {
                     path: path.to_owned(),
-                    found_magic,
+                    field: "export version",
+                    found: version,
+                    expected: EXPORT_VERSION,
                 });
             }
         }
         if len < EXPORT_SIZE as u64 {
-            // Tell a foreign short file from a truncated export by its first bytes.
-            let mut found_magic = [0u8; 8];
-            let _ = std::io::Read::read(&mut &file, &mut found_magic);
-            if found_magic != EXPORT_MAGIC && len >= 8 {
-                return Err(ExportError::Foreign {
-                    path: path.to_owned(),
-                    found_magic,
-                });
-            }
             return Err(ExportError::Truncated {
                 path: path.to_owned(),
                 len,
@@ -179,7 +209,12 @@ impl TelemetryReader {
         };
         let control = read_control(&ex.control, READ_ATTEMPTS).ok_or_else(torn)?;
         let telemetry = read_consistent(&ex.telemetry, READ_ATTEMPTS).map_err(|_| torn())?;
-        Ok(ExportSnapshot { control, telemetry })
+        let lifecycle = read_lifecycle(&ex.lifecycle, READ_ATTEMPTS).ok_or_else(torn)?;
+        Ok(ExportSnapshot {
+            control,
+            telemetry,
+            lifecycle,
+        })
     }
 }
 
@@ -286,23 +321,29 @@ mod tests {
             matches!(e, ExportError::Truncated { len: 100, expected, .. } if expected == EXPORT_SIZE as u64),
             "{e:?}"
         );
-        let mut v2 = good.clone();
-        v2[8..12].copy_from_slice(&2u32.to_le_bytes());
-        let other = d.join("v2");
-        std::fs::write(&other, &v2).unwrap();
+        // A version-1 export (192 bytes) is another version, not a truncated file.
+        let mut v1 = good[..192].to_vec();
+        v1[8..12].copy_from_slice(&1u32.to_le_bytes());
+        let other = d.join("v1");
+        std::fs::write(&other, &v1).unwrap();
         let e = TelemetryReader::open(&other).unwrap_err();
         assert!(
             matches!(
                 e,
                 ExportError::AbiMismatch {
-                    found: 2,
+                    found: 1,
                     expected: EXPORT_VERSION,
                     ..
                 }
             ),
             "{e:?}"
         );
-        assert!(e.to_string().contains("export version 2"), "{e}");
+        assert!(e.to_string().contains("export version 1"), "{e}");
+        assert_eq!(raw_pid(&other), Some(std::process::id()));
+        // ... and one whose writer (this process) lives is not replaced.
+        let e = ExportWriter::create_at(&other, "s", "k").unwrap_err();
+        assert!(matches!(e, ExportError::InUse { .. }), "{e:?}");
+        assert!(other.exists());
         let _ = std::fs::remove_dir_all(&d);
     }
 

@@ -13,7 +13,7 @@ use super::layout::{
 };
 use super::mapping::Mapping;
 use super::paths::{export_path, pid_alive, unix_ms};
-use super::reader::TelemetryReader;
+use super::reader::{raw_pid, TelemetryReader};
 
 fn name_bytes(s: &str) -> [u8; NAME_BYTES] {
     let mut out = [0u8; NAME_BYTES];
@@ -159,6 +159,13 @@ impl ExportWriter {
                 path: path.to_owned(),
                 pid: r.info().pid,
             }),
+            // Another layout version: its pid is still at bytes 20..24.
+            Err(ExportError::AbiMismatch { .. }) if raw_pid(path).is_some_and(pid_alive) => {
+                Err(ExportError::InUse {
+                    path: path.to_owned(),
+                    pid: raw_pid(path).unwrap_or(0),
+                })
+            }
             // A gyre export of any version from a dead writer: ours to replace.
             Ok(_) | Err(ExportError::AbiMismatch { .. }) => {
                 tracing::info!(path = %path.display(), "replacing stale telemetry export");

@@ -1,0 +1,149 @@
+//! loom model of the command hold during a handover (`gyre_core::command_gate`,
+//! `docs/protocol.md` §8 R1..R4): a user's commands race the handover that asks the
+//! kernel to stop with `HANDOVER`.
+//!
+//! Checked in every interleaving:
+//!
+//! * the kernel always reads `HANDOVER` (a command written over it would leave the kernel
+//!   running and the handover waiting forever: loom reports the endless spin);
+//! * once the handover is over, the command word is the user's last command, and the
+//!   successor's first read of the word is a command the user gave (or the initial one),
+//!   never `HANDOVER`;
+//! * a handover abandoned before R4 (the kernel ended for good) also leaves the user's
+//!   last command in the word.
+//!
+//! Run with (CI does):
+//!
+//! ```text
+//! RUSTFLAGS="--cfg gyre_loom" LOOM_MAX_PREEMPTIONS=3 \
+//!     cargo test -p gyre-core --release --test loom_command_gate
+//! ```
+#![cfg(gyre_loom)]
+
+use core::sync::atomic::Ordering::{Acquire, Release};
+
+use gyre_abi::{command, state};
+use gyre_core::command_gate::CommandGate;
+use loom::sync::atomic::AtomicU32;
+use loom::sync::Arc;
+use loom::thread;
+
+/// The control block words the model needs.
+struct Line0 {
+    command: AtomicU32,
+    state: AtomicU32,
+}
+
+fn write(l: &Line0) -> impl FnOnce(u32) + '_ {
+    move |c| l.command.store(c, Release)
+}
+
+/// The running kernel: polls the command word until it reads `HANDOVER`, then stops at
+/// the batch boundary and writes `HANDED_OVER`. Other commands are followed (here: only
+/// read).
+fn kernel(l: &Line0) {
+    loop {
+        if l.command.load(Acquire) == command::HANDOVER {
+            l.state.store(state::HANDED_OVER, Release);
+            return;
+        }
+        thread::yield_now();
+    }
+}
+
+/// R1..R4: hold, wait for the stop, hand the word to the successor; returns the
+/// successor's first read of the word.
+fn handover(gate: &CommandGate, l: &Line0) -> u32 {
+    gate.hold(write(l));
+    while l.state.load(Acquire) != state::HANDED_OVER {
+        thread::yield_now();
+    }
+    gate.hand_to_successor(write(l));
+    // The successor's K0 reads the word after its launch.
+    l.command.load(Acquire)
+}
+
+#[test]
+fn commands_during_a_handover_wait_for_the_successor() {
+    loom::model(|| {
+        let l = Arc::new(Line0 {
+            command: AtomicU32::new(command::RUN),
+            state: AtomicU32::new(state::ACTIVE),
+        });
+        let gate = Arc::new(CommandGate::new(command::RUN));
+        let k = {
+            let l = l.clone();
+            thread::spawn(move || kernel(&l))
+        };
+        let user = {
+            let (l, gate) = (l.clone(), gate.clone());
+            thread::spawn(move || {
+                gate.command(command::PAUSE, write(&l));
+                gate.command(command::RUN, write(&l));
+                gate.command(command::PAUSE, write(&l));
+            })
+        };
+        let first = handover(&gate, &l);
+        k.join().expect("the kernel read HANDOVER");
+        user.join().expect("user");
+        assert!(
+            first == command::RUN || first == command::PAUSE,
+            "the successor read {first}"
+        );
+        assert_eq!(gate.last(), command::PAUSE);
+        assert_eq!(
+            l.command.load(Acquire),
+            command::PAUSE,
+            "the last command wins"
+        );
+        assert!(!gate.is_held());
+    });
+}
+
+#[test]
+fn a_shutdown_racing_a_handover_reaches_the_successor() {
+    loom::model(|| {
+        let l = Arc::new(Line0 {
+            command: AtomicU32::new(command::RUN),
+            state: AtomicU32::new(state::ACTIVE),
+        });
+        let gate = Arc::new(CommandGate::new(command::RUN));
+        let k = {
+            let l = l.clone();
+            thread::spawn(move || kernel(&l))
+        };
+        let user = {
+            let (l, gate) = (l.clone(), gate.clone());
+            thread::spawn(move || gate.command(command::TERMINATE, write(&l)))
+        };
+        let first = handover(&gate, &l);
+        k.join().expect("the kernel read HANDOVER");
+        user.join().expect("user");
+        assert_ne!(first, command::HANDOVER);
+        assert_eq!(l.command.load(Acquire), command::TERMINATE);
+    });
+}
+
+#[test]
+fn an_abandoned_handover_leaves_the_last_command() {
+    loom::model(|| {
+        let l = Arc::new(Line0 {
+            command: AtomicU32::new(command::RUN),
+            state: AtomicU32::new(state::ACTIVE),
+        });
+        let gate = Arc::new(CommandGate::new(command::RUN));
+        let user = {
+            let (l, gate) = (l.clone(), gate.clone());
+            thread::spawn(move || {
+                gate.command(command::PAUSE, write(&l));
+                gate.command(command::TERMINATE, write(&l));
+            })
+        };
+        // The kernel died before it read HANDOVER: the handover gives up.
+        gate.hold(write(&l));
+        gate.abandon(write(&l));
+        user.join().expect("user");
+        assert_eq!(l.command.load(Acquire), command::TERMINATE);
+        assert!(!gate.is_held());
+    });
+}
