@@ -52,7 +52,7 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
 
     /// Publishes, waiting on this thread while the ring is full, until `timeout` (if any)
     /// has passed since `start`. A refusal is [`Error::Closed`].
-    fn publish_blocking(
+    pub(crate) fn publish_blocking(
         &self,
         kind: Kind,
         req: &Req,

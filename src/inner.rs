@@ -4,13 +4,14 @@
 
 use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use core::sync::atomic::{AtomicBool, AtomicU64};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use gyre_abi::{command, error, state};
 use gyre_core::bridge::BridgeAgent;
 use gyre_core::channel::driver::Driver;
-use gyre_core::shm::{ExportPublisher, ExportWriter};
+use gyre_core::loan::{LoanArena, LoanStats};
+use gyre_core::shm::{ExportPublisher, ExportSource, ExportWriter, LifecycleSnapshot};
 use gyre_core::{Channel, Error, IdleStrategy, Result};
 use parking_lot::Mutex;
 
@@ -57,6 +58,28 @@ pub(crate) struct Inner {
     ended: AtomicBool,
     /// The backend the kernel runs on (never `Auto`).
     pub(crate) backend: crate::Backend,
+    /// A loan kernel's pool (set once, right after the launch): its counters go to the
+    /// export file.
+    pub(crate) loans: Arc<OnceLock<Arc<LoanArena>>>,
+}
+
+/// What the export publisher reads besides the region: the lifecycle's counters and
+/// telemetry writer, and the loan pool's counters.
+struct ExportFeed {
+    life: Arc<Lifecycle>,
+    loans: Arc<OnceLock<Arc<LoanArena>>>,
+}
+
+impl ExportSource for ExportFeed {
+    fn copy_telemetry(&self) -> bool {
+        self.life.copy_telemetry()
+    }
+    fn lifecycle(&self) -> LifecycleSnapshot {
+        ExportSource::lifecycle(&*self.life)
+    }
+    fn loans(&self) -> Option<LoanStats> {
+        self.loans.get().map(|a| a.stats())
+    }
 }
 
 impl Inner {
@@ -80,6 +103,7 @@ impl Inner {
             export: Mutex::new(None),
             transfer,
             ended: AtomicBool::new(false),
+            loans: Arc::new(OnceLock::new()),
         }
     }
 
@@ -97,17 +121,16 @@ impl Inner {
         // publisher keeps to the control and lifecycle lines, so the line keeps a single
         // writer. The lifecycle says which, launch by launch.
         let copy_telemetry = !self.life.current().writes_export_telemetry();
-        let p = ExportPublisher::start(
-            self.ch.region().clone(),
-            writer,
-            interval,
-            self.life.clone(),
-        )
-        .map_err(|e| Error::Launch {
-            backend: "telemetry export",
-            kernel: self.ch.name().to_owned(),
-            source: gyre_core::Cause::new(e),
-        })?;
+        let feed = ExportFeed {
+            life: self.life.clone(),
+            loans: self.loans.clone(),
+        };
+        let p = ExportPublisher::start(self.ch.region().clone(), writer, interval, Arc::new(feed))
+            .map_err(|e| Error::Launch {
+                backend: "telemetry export",
+                kernel: self.ch.name().to_owned(),
+                source: gyre_core::Cause::new(e),
+            })?;
         tracing::info!(
             path = %p.path().display(),
             device_writes_telemetry = !copy_telemetry,

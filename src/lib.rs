@@ -43,6 +43,7 @@ mod inner;
 mod keep_alive;
 mod kernel;
 mod lifecycle;
+mod loan;
 #[cfg(feature = "metrics")]
 mod metrics_export;
 mod opencl;
@@ -55,6 +56,7 @@ pub use future::{CallFuture, RecvFuture, RepliesStream, SendFuture, ShutdownFutu
 pub use gyre_abi::TelemetrySnapshot;
 pub use gyre_core::bridge::TransferStats;
 pub use gyre_core::kernels::{self, ReduceSum, Sum, VecF32, VecScale};
+pub use gyre_core::loan::{LoanConfig, LoanHandle, LoanStats};
 pub use gyre_core::plan::{MemoryPlan, Source};
 pub use gyre_core::shm::{
     ControlSnapshot, ExportError, ExportInfo, ExportSnapshot, TelemetryReader,
@@ -67,6 +69,9 @@ pub use gyre_core::{Cause, Error, Handler, IdleStrategy, Result, TrySendError};
 pub use gyre_macros::{handler, handler_fn, DeviceType};
 pub use kernel::Kernel;
 pub use lifecycle::{Relaunches, ReloadFuture, RestartPolicy};
+pub use loan::{
+    Loan, LoanBuf, LoanCallFuture, LoanFuture, LoanKernel, LoanRecvFuture, LoanSendFuture,
+};
 pub use portable::{DeviceType, Lane, Portable, PortableLanes};
 pub use runtime::{
     backends, prepare_cuda_environment, Backend, BackendInfo, Runtime, RuntimeBuilder,

@@ -21,7 +21,11 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
     /// block's ring indices). Under a copy strategy it adds the bridge's counters
     /// ([`Kernel::transfer_stats`]), labelled also `direction = h2d | d2h`:
     /// `gyre_transfer_copies_total`, `gyre_transfer_bytes_total` and
-    /// `gyre_transfer_slots_total`. Call it periodically (for example before each
+    /// `gyre_transfer_slots_total`. A loan kernel ([`LoanKernel`](crate::LoanKernel))
+    /// adds its pool's: the counters `gyre_loan_{hits,misses,returns,exhausted}_total`
+    /// and the gauges `gyre_loan_pool_bytes`, `gyre_loan_in_use_bytes`,
+    /// `gyre_loan_in_use_blocks`, `gyre_loan_peak_in_use_bytes`, `gyre_loan_fragmentation`.
+    /// Call it periodically (for example before each
     /// scrape); returns the snapshot it recorded. See `docs/telemetry.md` ("Metrics").
     ///
     /// # Errors
@@ -77,6 +81,26 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
         ];
         for (metric, v) in gauges {
             metrics::gauge!(metric, "kernel" => name.clone()).set(v);
+        }
+        if let Some(pool) = self.inner().loans.get() {
+            let p = pool.stats();
+            for (metric, v) in [
+                ("gyre_loan_hits_total", p.hits),
+                ("gyre_loan_misses_total", p.misses),
+                ("gyre_loan_returns_total", p.returns),
+                ("gyre_loan_exhausted_total", p.exhausted),
+            ] {
+                metrics::counter!(metric, "kernel" => name.clone()).absolute(v);
+            }
+            for (metric, v) in [
+                ("gyre_loan_pool_bytes", p.pool_bytes as f64),
+                ("gyre_loan_in_use_bytes", p.in_use_bytes as f64),
+                ("gyre_loan_in_use_blocks", p.in_use_blocks as f64),
+                ("gyre_loan_peak_in_use_bytes", p.peak_in_use_bytes as f64),
+                ("gyre_loan_fragmentation", p.fragmentation()),
+            ] {
+                metrics::gauge!(metric, "kernel" => name.clone()).set(v);
+            }
         }
         if let Some(s) = self.transfer_stats() {
             let per_direction = [

@@ -653,6 +653,15 @@ impl Runtime {
         self.target_for(spec).map(|t| t.backend)
     }
 
+    /// Where `spec` would run: its backend and transfer strategy.
+    pub(crate) fn placement_for<Req, Resp>(
+        &self,
+        spec: &KernelSpec<Req, Resp>,
+    ) -> Result<(Backend, TransferStrategy)> {
+        let t = self.target_for(spec)?;
+        Ok((t.backend, t.plan.strategy))
+    }
+
     fn target_for<Req, Resp>(&self, spec: &KernelSpec<Req, Resp>) -> Result<&Target> {
         match (spec.runs_on(self.primary.backend.device()), &self.host) {
             (Ok(()), _) => Ok(&self.primary),

@@ -58,6 +58,8 @@ pub struct KernelSpec<Req, Resp> {
     pub(crate) epoch: Option<Duration>,
     pub(crate) restart: Option<crate::RestartPolicy>,
     pub(crate) watch: Option<PathBuf>,
+    /// A loan kernel's pool and byte handler ([`KernelSpec::loans`]).
+    pub(crate) loan: Option<crate::loan::LoanSetup>,
     _types: PhantomData<fn(Req) -> Resp>,
 }
 
@@ -71,6 +73,7 @@ impl<Req, Resp> Clone for KernelSpec<Req, Resp> {
             opencl_source: self.opencl_source.clone(),
             lane_handler: self.lane_handler.clone(),
             watch: self.watch.clone(),
+            loan: self.loan.clone(),
             _types: PhantomData,
             ..*self
         }
@@ -206,6 +209,7 @@ impl<Req: Pod, Resp: Pod> KernelSpec<Req, Resp> {
             epoch: None,
             restart: None,
             watch: None,
+            loan: None,
             _types: PhantomData,
         }
     }

@@ -8,6 +8,7 @@
 
 mod call;
 mod publish;
+pub(crate) use publish::poll_publish;
 mod recv;
 mod send;
 mod shutdown;

@@ -13,7 +13,7 @@ use crate::inner::Inner;
 /// Publishes `req`, or registers `cx` (as waiter `id`) to be woken when space frees up. A
 /// refusal — the ring is closed, or full behind a kernel that stopped — is
 /// [`Error::Closed`]: nothing was sent.
-pub(super) fn poll_publish<Req: Pod>(
+pub(crate) fn poll_publish<Req: Pod>(
     inner: &Inner,
     kind: Kind,
     req: &Req,

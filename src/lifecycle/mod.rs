@@ -182,6 +182,12 @@ impl Lifecycle {
         self.epoch_us != 0 || self.restart.is_some()
     }
 
+    /// Whether the export publisher copies the telemetry line: not while the running
+    /// launch writes it itself.
+    pub(crate) fn copy_telemetry(&self) -> bool {
+        !self.current().writes_export_telemetry()
+    }
+
     /// The counters of [`Relaunches`].
     pub(crate) fn relaunches(&self) -> Relaunches {
         Relaunches {
@@ -438,7 +444,7 @@ impl Lifecycle {
 /// line; the counters of [`Relaunches`] fill the lifecycle line.
 impl ExportSource for Lifecycle {
     fn copy_telemetry(&self) -> bool {
-        !self.current().writes_export_telemetry()
+        Lifecycle::copy_telemetry(self)
     }
 
     fn lifecycle(&self) -> LifecycleSnapshot {

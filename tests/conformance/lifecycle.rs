@@ -224,6 +224,7 @@ pub fn handler_statuses_never_pass_for_protocol_codes(b: Target) {
         (codes::KERNEL_GONE, codes::HANDLER_REJECTED),
         (codes::USER_BASE - 1, codes::HANDLER_REJECTED),
         (codes::HANDLER_REJECTED, codes::HANDLER_REJECTED),
+        (codes::BAD_LOAN, codes::BAD_LOAN),
         (codes::USER_BASE, codes::USER_BASE),
         (codes::USER_BASE + 7, codes::USER_BASE + 7),
     ] {

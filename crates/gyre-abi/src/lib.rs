@@ -139,6 +139,11 @@ pub mod error {
     /// A host <-> device copy of the bridge failed (reported by the host in its mirror of
     /// the control block; the kernel itself never writes it).
     pub const TRANSFER_FAILED: u32 = 11;
+    /// A loan handle named no block the kernel holds: an offset outside the pool or not
+    /// at a block's start, a length beyond the block, or a stale generation (the block
+    /// was returned or sent again). Answered instead of touching the bytes; the kernel
+    /// keeps serving.
+    pub const BAD_LOAN: u32 = 12;
     /// First code available to user handlers.
     pub const USER_BASE: u32 = 0x1000;
 
@@ -157,6 +162,7 @@ pub mod error {
             UNKNOWN_TYPE => "unknown message type",
             KERNEL_GONE => "kernel stopped before replying",
             TRANSFER_FAILED => "host-device transfer failed",
+            BAD_LOAN => "bad loan handle",
             c if c >= USER_BASE => "user error",
             _ => "unknown error",
         }

@@ -206,6 +206,7 @@ fn constants() -> Vec<Constant> {
         error::UNKNOWN_TYPE => GYRE_ERR_UNKNOWN_TYPE,
         error::KERNEL_GONE => GYRE_ERR_KERNEL_GONE,
         error::TRANSFER_FAILED => GYRE_ERR_TRANSFER_FAILED,
+        error::BAD_LOAN => GYRE_ERR_BAD_LOAN,
         error::USER_BASE => GYRE_ERR_USER_BASE,
         flags::CALL => GYRE_FLAG_CALL,
         host_flags::DOORBELL => GYRE_HOST_FLAG_DOORBELL,

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use gyre_core::loan::LoanStats;
 use gyre_core::shm::{
     self, ExportError, ExportInfo, ExportSnapshot, LifecycleSnapshot, TelemetryReader,
 };
@@ -201,6 +202,52 @@ const HEADERS: [&str; 17] = [
     "HEARTBEAT",
 ];
 
+const POOL_HEADERS: [&str; 11] = [
+    "SERVICE",
+    "KERNEL",
+    "POOL",
+    "IN USE",
+    "PEAK",
+    "BLOCKS",
+    "HITS",
+    "MISSES",
+    "RETURNS",
+    "EXHAUSTED",
+    "FRAG",
+];
+
+/// Bytes in KiB, MiB or GiB with one decimal (plain bytes below 1 KiB).
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 3] = ["KiB", "MiB", "GiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.1} {}", UNITS[u])
+}
+
+/// One row of the loan-pool table.
+fn pool_row(info: &ExportInfo, p: &LoanStats) -> Vec<String> {
+    vec![
+        info.service.clone(),
+        info.kernel.clone(),
+        bytes(p.pool_bytes),
+        bytes(p.in_use_bytes),
+        bytes(p.peak_in_use_bytes),
+        table::count(p.in_use_blocks),
+        table::count(p.hits),
+        table::count(p.misses),
+        table::count(p.returns),
+        table::count(p.exhausted),
+        format!("{:.0}%", p.fragmentation() * 100.0),
+    ]
+}
+
 /// Whether a sample's writer is stale, and why.
 fn staleness(snap: &ExportSnapshot, alive: bool, now_ms: u64) -> Option<String> {
     if !alive {
@@ -249,6 +296,7 @@ fn render(
 ) -> io::Result<()> {
     let now_ms = shm::unix_ms();
     let mut cells: Vec<Vec<String>> = Vec::new();
+    let mut pools: Vec<Vec<String>> = Vec::new();
     let mut notes: Vec<String> = Vec::new();
     for (path, s) in rows {
         match s {
@@ -297,6 +345,9 @@ fn render(
                 if let Some(n) = restart_note(l, now_ms) {
                     notes.push(format!("{}: {n}", path.display()));
                 }
+                if snap.loans.pool_bytes > 0 {
+                    pools.push(pool_row(info, &snap.loans));
+                }
             }
             Sample::Err(msg) => notes.push(msg.clone()),
         }
@@ -317,7 +368,11 @@ fn render(
         }
     )?;
     if !cells.is_empty() {
-        write_table(out, &cells)?;
+        write_table(out, &HEADERS, 4, &cells)?;
+    }
+    if !pools.is_empty() {
+        writeln!(out, "loan pools")?;
+        write_table(out, &POOL_HEADERS, 2, &pools)?;
     }
     for n in notes {
         writeln!(out, "  ! {n}")?;
@@ -326,14 +381,19 @@ fn render(
 }
 
 /// Header and rows, each column padded to its widest cell (text left, numbers right).
-fn write_table(out: &mut dyn Write, rows: &[Vec<String>]) -> io::Result<()> {
-    let mut w: Vec<usize> = HEADERS.iter().map(|h| h.chars().count()).collect();
+fn write_table(
+    out: &mut dyn Write,
+    headers: &[&str],
+    text_cols: usize,
+    rows: &[Vec<String>],
+) -> io::Result<()> {
+    let mut w: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
     for r in rows {
         for (i, c) in r.iter().enumerate() {
             w[i] = w[i].max(c.chars().count());
         }
     }
-    let left = |i: usize| i < 4;
+    let left = |i: usize| i < text_cols;
     let line = |cells: &mut dyn Iterator<Item = &str>| -> String {
         let mut s = String::new();
         for (i, c) in cells.enumerate() {
@@ -351,7 +411,7 @@ fn write_table(out: &mut dyn Write, rows: &[Vec<String>]) -> io::Result<()> {
         }
         s.trim_end().to_owned()
     };
-    writeln!(out, "{}", line(&mut HEADERS.iter().copied()))?;
+    writeln!(out, "{}", line(&mut headers.iter().copied()))?;
     for r in rows {
         writeln!(out, "{}", line(&mut r.iter().map(String::as_str)))?;
     }
@@ -378,6 +438,30 @@ mod tests {
     }
 
     #[test]
+    fn pool_rows_show_sizes_and_fragmentation() {
+        assert_eq!(bytes(512), "512 B");
+        assert_eq!(bytes(16 << 20), "16.0 MiB");
+        let info = ExportInfo {
+            service: "svc".into(),
+            kernel: "k".into(),
+            pid: 1,
+            created_unix_ms: 0,
+            abi_version: gyre_abi::ABI_VERSION,
+        };
+        let p = LoanStats {
+            pool_bytes: 1 << 20,
+            in_use_bytes: 3 << 10,
+            free_bytes: 4096,
+            largest_free_bytes: 1024,
+            ..LoanStats::default()
+        };
+        let row = pool_row(&info, &p);
+        assert_eq!(row.len(), POOL_HEADERS.len());
+        assert_eq!((row[2].as_str(), row[3].as_str()), ("1.0 MiB", "3.0 KiB"));
+        assert_eq!(row[10], "75%");
+    }
+
+    #[test]
     fn restarts_get_a_note_with_their_age() {
         let mut l = LifecycleSnapshot {
             generation: 3,
@@ -399,7 +483,13 @@ mod tests {
             r.extend((0..HEADERS.len() - 2).map(|i| "9".repeat(i % 3 + 1)));
             r
         };
-        write_table(&mut buf, &[row("echo"), row("a-much-longer-kernel")]).unwrap();
+        write_table(
+            &mut buf,
+            &HEADERS,
+            4,
+            &[row("echo"), row("a-much-longer-kernel")],
+        )
+        .unwrap();
         let text = String::from_utf8(buf).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3);

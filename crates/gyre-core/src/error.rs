@@ -257,6 +257,41 @@ pub enum Error {
         /// The reload spec's value.
         reload: String,
     },
+    /// A loan longer than the largest block of the kernel's loan pool.
+    #[error("loan of {len} bytes is larger than the loan pool's largest block of {max} bytes")]
+    LoanTooLarge {
+        /// Bytes asked for.
+        len: usize,
+        /// The largest block (the pool's size).
+        max: usize,
+    },
+    /// No free block of the loan pool fits the loan now (`try_loan`); the async and
+    /// blocking forms wait instead.
+    #[error("loan pool exhausted: no free block fits {len} bytes ({free} bytes free, largest free block {largest_free})")]
+    PoolExhausted {
+        /// Bytes asked for.
+        len: usize,
+        /// Bytes in free blocks.
+        free: u64,
+        /// The largest free block.
+        largest_free: u64,
+    },
+    /// A loan handle named no block its receiver holds: the kernel answered `BAD_LOAN`
+    /// for a request's handle, or a reply's handle failed the host's check. Nothing was
+    /// read outside the pool.
+    #[error("bad loan handle (offset {offset}, len {len}, generation {generation}) {side}: {why}")]
+    BadLoan {
+        /// `from the host` (the kernel refused it) or `from the kernel` (the host did).
+        side: &'static str,
+        /// The handle's offset.
+        offset: u64,
+        /// The handle's length.
+        len: u32,
+        /// The handle's generation.
+        generation: u32,
+        /// What was wrong.
+        why: &'static str,
+    },
     /// The backend cannot place a kernel's rings the way a transfer strategy needs.
     #[error("{backend} backend cannot run the {strategy} transfer strategy: {reason}")]
     StrategyUnsupported {

@@ -1,7 +1,7 @@
 //! The handler of a CPU ring kernel: what the kernel loop runs for each request, and the
 //! rule that keeps a handler's error statuses apart from the protocol's.
 
-use gyre_abi::error::{HANDLER_REJECTED, UNKNOWN_TYPE, USER_BASE};
+use gyre_abi::error::{BAD_LOAN, HANDLER_REJECTED, UNKNOWN_TYPE, USER_BASE};
 
 /// Processes one request.
 ///
@@ -15,7 +15,8 @@ use gyre_abi::error::{HANDLER_REJECTED, UNKNOWN_TYPE, USER_BASE};
 ///
 /// Codes below [`USER_BASE`] belong to gyre's protocol. A handler may return
 /// [`HANDLER_REJECTED`] (bad arguments), [`UNKNOWN_TYPE`] (a message type it does not
-/// serve) or a code of its own from [`USER_BASE`] up (`USER_BASE + n`). Any other code
+/// serve), [`BAD_LOAN`] (a loan handle naming no block it holds; gyre's loan adapter
+/// answers it) or a code of its own from [`USER_BASE`] up (`USER_BASE + n`). Any other code
 /// below `USER_BASE` — `0`, and the protocol's own codes such as `HANDLER_PANIC` or
 /// `BAD_SEQUENCE` — is answered as [`HANDLER_REJECTED`], so a handler's answer is never
 /// mistaken for a panic, a protocol error or a fault ([`reply_status`]).
@@ -48,8 +49,8 @@ where
 }
 
 /// The reply status the kernel sends for a handler's `Err(code)` (see [`Handler`], "Error
-/// statuses"): `code` itself when it is [`HANDLER_REJECTED`], [`UNKNOWN_TYPE`] or at
-/// least [`USER_BASE`]; [`HANDLER_REJECTED`] for every other code below `USER_BASE`.
+/// statuses"): `code` itself when it is [`HANDLER_REJECTED`], [`UNKNOWN_TYPE`],
+/// [`BAD_LOAN`] or at least [`USER_BASE`]; [`HANDLER_REJECTED`] for every other code below `USER_BASE`.
 ///
 /// # Examples
 ///
@@ -63,7 +64,7 @@ where
 /// }
 /// ```
 pub const fn reply_status(code: u32) -> u32 {
-    if code >= USER_BASE || code == HANDLER_REJECTED || code == UNKNOWN_TYPE {
+    if code >= USER_BASE || code == HANDLER_REJECTED || code == UNKNOWN_TYPE || code == BAD_LOAN {
         code
     } else {
         HANDLER_REJECTED

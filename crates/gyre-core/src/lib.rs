@@ -28,6 +28,7 @@ mod error;
 pub mod handler;
 pub mod idle;
 pub mod kernels;
+pub mod loan;
 pub mod memory;
 pub mod plan;
 pub mod region;

@@ -135,6 +135,7 @@ typedef unsigned long long uint64_t;
 #define GYRE_ERR_UNKNOWN_TYPE 9u
 #define GYRE_ERR_KERNEL_GONE 10u
 #define GYRE_ERR_TRANSFER_FAILED 11u
+#define GYRE_ERR_BAD_LOAN 12u
 /** First code available to user handlers. */
 #define GYRE_ERR_USER_BASE 0x1000u
 

@@ -482,7 +482,8 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k4_check(const gyre_ring *r, uint64_t
 /* ---- K5 handle (result) ----------------------------------------------------------- */
 
 /** K5 (after the handler ran): a handler error status is sent back as is when it is
- *  HANDLER_REJECTED, UNKNOWN_TYPE or at least USER_BASE, and as HANDLER_REJECTED when it is
+ *  HANDLER_REJECTED, UNKNOWN_TYPE, BAD_LOAN or at least USER_BASE, and as HANDLER_REJECTED
+ *  when it is
  *  any other code below USER_BASE (a protocol code: the host must never mistake a
  *  handler's status for one; gyre_core::handler::reply_status is the same rule); a reply
  *  longer than the payload is BAD_LENGTH; otherwise m->len = reply_len. */
@@ -491,7 +492,7 @@ static inline GYRE_DEVICE_FN void gyre_k5_result(const gyre_ring *r, gyre_slot_m
     m->len = 0u;
     if (status != GYRE_ERR_NONE) {
         m->status = (status >= GYRE_ERR_USER_BASE || status == GYRE_ERR_HANDLER_REJECTED ||
-                     status == GYRE_ERR_UNKNOWN_TYPE)
+                     status == GYRE_ERR_UNKNOWN_TYPE || status == GYRE_ERR_BAD_LOAN)
                         ? status
                         : GYRE_ERR_HANDLER_REJECTED;
     } else if (reply_len > r->payload) {

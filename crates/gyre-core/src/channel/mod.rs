@@ -165,6 +165,17 @@ pub struct Channel {
     doorbell: OnceLock<Arc<crate::doorbell::Doorbell>>,
     /// Whether a `Faulted` state is followed by a restart ([`Channel::arm_restart`]).
     restart_armed: AtomicBool,
+    /// Told about every request whose reply slot the host releases (loans).
+    release_hook: OnceLock<Arc<dyn ReleaseHook>>,
+}
+
+/// Told by the host side of a channel about each request it is done with: the reply slot
+/// of `index` is about to be released (its reply was consumed or discarded, or it will
+/// never come). The loan pool frees the block of a request nobody claimed.
+pub trait ReleaseHook: Send + Sync {
+    /// `request` is the request's payload as the host wrote it. Called before the slot
+    /// can be reused, on whichever host thread releases it; must not block.
+    fn released(&self, ch: &Channel, index: u64, request: &[u8]);
 }
 
 impl core::fmt::Debug for Channel {
@@ -207,6 +218,7 @@ impl Channel {
             lost: OnceLock::new(),
             doorbell: OnceLock::new(),
             restart_armed: AtomicBool::new(false),
+            release_hook: OnceLock::new(),
             region,
         }
     }
@@ -437,6 +449,15 @@ impl Channel {
     /// H3 for `n` consecutive indices from `first`, with one `k2h_tail` update.
     #[inline]
     pub(crate) fn free_run(&self, first: u64, n: u64) {
+        if let Some(hook) = self.release_hook.get() {
+            for i in first..first + n {
+                let slot = self.region.slot(RingId::Request, i);
+                // SAFETY: request slot `i` is not reused before reply `i` is released,
+                // below; its writer finished (a reply, or an abandonment, exists only
+                // after the request was published or tombstoned).
+                hook.released(self, i, unsafe { reply::request_payload(&slot) });
+            }
+        }
         for i in first..first + n {
             self.cell(i).freed.store(i + 1, Release);
         }
@@ -459,6 +480,35 @@ impl Channel {
         // SeqCst: a waiter that reads the successor's fault (acquire, after the launch
         // that follows this store) reads this store too.
         self.restart_armed.store(armed, SeqCst);
+    }
+
+    /// Calls `f` with the index and payload of each published request the kernel never
+    /// answered (from the last published reply to the last published request): what a
+    /// kernel that ended still held. Does nothing (returns `false`) while the kernel has
+    /// not stopped for good: its replies, and with them the reuse of those slots, could
+    /// still move.
+    pub fn for_each_unanswered(&self, mut f: impl FnMut(u64, &[u8])) -> bool {
+        if self.check_stopped().is_none() {
+            return false;
+        }
+        self.refresh();
+        let cb = self.region.control();
+        let (from, to) = (cb.k2h_head.load(Acquire), cb.h2k_head.load(Acquire));
+        for i in from..to.max(from) {
+            let slot = self.region.slot(RingId::Request, i);
+            // SAFETY: request slot `i` is published, so its producer is done with it; it
+            // is reused only by index i + capacity, whose claim waits for reply `i` to be
+            // released, and reply `i` will never be published (the kernel stopped for
+            // good, k2h_head <= i). The kernel never writes request slots.
+            f(i, unsafe { reply::request_payload(&slot) });
+        }
+        true
+    }
+
+    /// Installs the [`ReleaseHook`] (once; `false` if one is installed already). Install
+    /// it before the first request is published.
+    pub fn set_release_hook(&self, hook: Arc<dyn ReleaseHook>) -> bool {
+        self.release_hook.set(hook).is_ok()
     }
 
     /// Whether a fault is followed by a restart (see [`Channel::arm_restart`]).

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::idle::IdleStrategy;
 use crate::region::RingId;
-use crate::ring::slot::SlotMeta;
+use crate::ring::slot::{SlotMeta, SlotPtr};
 
 use super::{word, Channel, Kind, SEND_BIT, ST_ABANDONED, ST_DONE, ST_IDLE, ST_MASK, ST_WAITING};
 
@@ -35,6 +35,34 @@ pub struct ReplyView<'a> {
     /// (`BAD_LENGTH` for a request beyond the payload — a corrupt header, a tombstone — is
     /// `false`.) Always `false` for other statuses.
     pub reply_overflow: bool,
+    /// The request slot of the same index, as the host wrote it ([`ReplyView::request`]).
+    request: SlotPtr<'a>,
+}
+
+impl<'a> ReplyView<'a> {
+    /// The payload of the request this reply answers, as the host wrote it (its header's
+    /// length, at most the payload capacity): a loan kernel finds the request's handle
+    /// here. Read on demand; the slot is not reused before the reply is released.
+    pub fn request(&self) -> &'a [u8] {
+        // SAFETY: request slot `index` is reused only by index + capacity, which no
+        // producer can claim before reply `index` is released (flow control on
+        // k2h_tail); the reply is unreleased while the view lives, and the kernel never
+        // writes request slots.
+        unsafe { request_payload(&self.request) }
+    }
+}
+
+/// The payload of a request slot whose writer finished, clamped to the capacity.
+///
+/// # Safety
+///
+/// Nobody writes the slot while the returned slice lives.
+pub(crate) unsafe fn request_payload<'a>(slot: &SlotPtr<'a>) -> &'a [u8] {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let len = (slot.read_meta().len as usize).min(slot.payload_capacity());
+        slot.payload(len)
+    }
 }
 
 /// One step of `recv`.
@@ -126,6 +154,7 @@ impl Channel {
                 meta,
                 payload,
                 reply_overflow,
+                request: self.region.slot(RingId::Request, index),
             })
         }
     }

@@ -1,11 +1,12 @@
-//! The export file's byte layout (256 bytes: header, control line, telemetry line,
-//! lifecycle line) and the sequence locks of the lines the host writes.
+//! The export file's byte layout (320 bytes: header, control line, telemetry line,
+//! lifecycle line, loan-pool line) and the sequence locks of the lines the host writes.
 
 use core::sync::atomic::Ordering::Relaxed;
 use core::sync::atomic::{AtomicU32, AtomicU64};
 
 use gyre_abi::TelemetryBuffer;
 
+use crate::loan::LoanStats;
 use crate::seqlock;
 
 /// The first eight bytes of every export file.
@@ -13,7 +14,7 @@ pub const EXPORT_MAGIC: [u8; 8] = *b"GYRETLM1";
 /// Version of the export layout; bumped on any change to [`TelemetryExport`].
 pub const EXPORT_VERSION: u32 = 2;
 /// Size of an export file in bytes.
-pub const EXPORT_SIZE: usize = 256;
+pub const EXPORT_SIZE: usize = 320;
 /// Bytes of a service or kernel name kept in the header (longer names are cut; the
 /// path holds the full name).
 pub const NAME_BYTES: usize = 16;
@@ -150,6 +151,38 @@ pub struct LifecycleSnapshot {
     pub epoch_us: u32,
 }
 
+/// Bytes 256..320 (layout version 2): the kernel's loan pool (`gyre::LoanKernel`), all
+/// zero for a kernel without one; written by the publisher under a sequence lock. Byte
+/// figures are `u32` (a pool is at most 2 GiB).
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub struct ExportLoans {
+    /// Sequence lock word.
+    pub seq: AtomicU32,
+    /// Blocks out (host- or kernel-owned).
+    pub in_use_blocks: AtomicU32,
+    /// Loans served by a free block of exactly their size.
+    pub hits: AtomicU64,
+    /// Loans that split a larger block.
+    pub misses: AtomicU64,
+    /// Blocks returned.
+    pub returns: AtomicU64,
+    /// Loan attempts that found no block.
+    pub exhausted: AtomicU64,
+    /// Bytes of the pool (0: the kernel has none).
+    pub pool_bytes: AtomicU32,
+    /// Bytes out.
+    pub in_use_bytes: AtomicU32,
+    /// Highest `in_use_bytes` so far.
+    pub peak_in_use_bytes: AtomicU32,
+    /// Bytes in free blocks.
+    pub free_bytes: AtomicU32,
+    /// The largest free block.
+    pub largest_free_bytes: AtomicU32,
+    /// Zero; room for a later field.
+    pub reserved: u32,
+}
+
 /// The whole export file.
 #[repr(C, align(64))]
 #[derive(Debug)]
@@ -162,6 +195,8 @@ pub struct TelemetryExport {
     pub telemetry: TelemetryBuffer,
     /// Bytes 192..256.
     pub lifecycle: ExportLifecycle,
+    /// Bytes 256..320.
+    pub loans: ExportLoans,
 }
 
 const _: () = assert!(core::mem::size_of::<ExportHeader>() == 64);
@@ -175,6 +210,10 @@ const _: () = assert!(core::mem::size_of::<ExportLifecycle>() == 64);
 const _: () = assert!(core::mem::offset_of!(TelemetryExport, lifecycle) == 192);
 const _: () = assert!(core::mem::offset_of!(ExportLifecycle, last_restart_unix_ms) == 40);
 const _: () = assert!(core::mem::offset_of!(ExportLifecycle, epoch_us) == 48);
+const _: () = assert!(core::mem::size_of::<ExportLoans>() == 64);
+const _: () = assert!(core::mem::offset_of!(TelemetryExport, loans) == 256);
+const _: () = assert!(core::mem::offset_of!(ExportLoans, pool_bytes) == 40);
+const _: () = assert!(core::mem::offset_of!(ExportLoans, largest_free_bytes) == 56);
 
 /// Takes a consistent copy of an [`ExportControl`] (same protocol as
 /// [`read_consistent`](crate::telemetry::read_consistent)); `None` after `attempts` torn reads.
@@ -234,5 +273,40 @@ pub fn write_lifecycle(l: &ExportLifecycle, v: &LifecycleSnapshot) {
         l.last_restart_unix_ms
             .store(v.last_restart_unix_ms, Relaxed);
         l.epoch_us.store(v.epoch_us, Relaxed);
+    });
+}
+
+/// Takes a consistent copy of an [`ExportLoans`] line as a [`LoanStats`]; `None` after
+/// `attempts` torn reads.
+pub fn read_loans(l: &ExportLoans, attempts: u32) -> Option<LoanStats> {
+    seqlock::read(&l.seq, attempts, |_| LoanStats {
+        pool_bytes: u64::from(l.pool_bytes.load(Relaxed)),
+        hits: l.hits.load(Relaxed),
+        misses: l.misses.load(Relaxed),
+        exhausted: l.exhausted.load(Relaxed),
+        returns: l.returns.load(Relaxed),
+        in_use_blocks: u64::from(l.in_use_blocks.load(Relaxed)),
+        in_use_bytes: u64::from(l.in_use_bytes.load(Relaxed)),
+        peak_in_use_bytes: u64::from(l.peak_in_use_bytes.load(Relaxed)),
+        free_bytes: u64::from(l.free_bytes.load(Relaxed)),
+        largest_free_bytes: u64::from(l.largest_free_bytes.load(Relaxed)),
+    })
+}
+
+/// Writes `v` to `l` under its sequence lock (byte figures saturate at `u32::MAX`).
+/// Single writer only.
+pub fn write_loans(l: &ExportLoans, v: &LoanStats) {
+    let b = |x: u64| u32::try_from(x).unwrap_or(u32::MAX);
+    seqlock::write(&l.seq, || {
+        l.in_use_blocks.store(b(v.in_use_blocks), Relaxed);
+        l.hits.store(v.hits, Relaxed);
+        l.misses.store(v.misses, Relaxed);
+        l.returns.store(v.returns, Relaxed);
+        l.exhausted.store(v.exhausted, Relaxed);
+        l.pool_bytes.store(b(v.pool_bytes), Relaxed);
+        l.in_use_bytes.store(b(v.in_use_bytes), Relaxed);
+        l.peak_in_use_bytes.store(b(v.peak_in_use_bytes), Relaxed);
+        l.free_bytes.store(b(v.free_bytes), Relaxed);
+        l.largest_free_bytes.store(b(v.largest_free_bytes), Relaxed);
     });
 }

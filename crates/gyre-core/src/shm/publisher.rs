@@ -1,5 +1,5 @@
 //! [`ExportPublisher`]: the host thread that copies a region's control block, its
-//! telemetry and the kernel's relaunch counters into an export file.
+//! telemetry, the kernel's relaunch counters and its loan pool's into an export file.
 
 use core::sync::atomic::AtomicBool;
 use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
@@ -9,9 +9,12 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::error::ExportError;
-use super::layout::{write_control, write_lifecycle, ControlSnapshot, LifecycleSnapshot};
+use super::layout::{
+    write_control, write_lifecycle, write_loans, ControlSnapshot, LifecycleSnapshot,
+};
 use super::paths::unix_ms;
 use super::writer::ExportWriter;
+use crate::loan::LoanStats;
 use crate::region::SharedRegion;
 use crate::telemetry::{read_consistent, TelemetryWriter};
 
@@ -26,6 +29,11 @@ pub trait ExportSource: Send + Sync {
     fn copy_telemetry(&self) -> bool;
     /// The relaunch counters of the lifecycle line (`seq` is ignored).
     fn lifecycle(&self) -> LifecycleSnapshot;
+    /// The loan pool's counters, if the kernel has a pool (the loan line stays zero
+    /// otherwise).
+    fn loans(&self) -> Option<LoanStats> {
+        None
+    }
 }
 
 /// An [`ExportSource`] of a kernel that is never relaunched: a fixed telemetry-copy
@@ -65,6 +73,7 @@ struct Copier {
     /// relaunch counters.
     source: Arc<dyn ExportSource>,
     last_lifecycle: Option<LifecycleSnapshot>,
+    last_loans: Option<LoanStats>,
     tw: TelemetryWriter,
     last_hb: u64,
     hb_ms: u64,
@@ -98,6 +107,12 @@ impl Copier {
             // Rarely changes: written only then, so readers seldom retry.
             write_lifecycle(&ex.lifecycle, &l);
             self.last_lifecycle = Some(l);
+        }
+        if let Some(p) = self.source.loans() {
+            if self.last_loans != Some(p) {
+                write_loans(&ex.loans, &p);
+                self.last_loans = Some(p);
+            }
         }
         if !self.source.copy_telemetry() {
             return;
@@ -134,6 +149,7 @@ impl ExportPublisher {
             writer,
             source,
             last_lifecycle: None,
+            last_loans: None,
             tw: TelemetryWriter::default(),
         };
         c.copy();

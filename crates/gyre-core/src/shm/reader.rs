@@ -7,8 +7,8 @@ use gyre_abi::TelemetrySnapshot;
 
 use super::error::ExportError;
 use super::layout::{
-    read_control, read_lifecycle, ControlSnapshot, ExportHeader, LifecycleSnapshot, EXPORT_MAGIC,
-    EXPORT_SIZE, EXPORT_VERSION, NAME_BYTES,
+    read_control, read_lifecycle, read_loans, ControlSnapshot, ExportHeader, LifecycleSnapshot,
+    EXPORT_MAGIC, EXPORT_SIZE, EXPORT_VERSION, NAME_BYTES,
 };
 use super::mapping::Mapping;
 use super::paths::pid_alive;
@@ -32,7 +32,7 @@ pub struct ExportInfo {
     pub abi_version: u32,
 }
 
-/// One consistent read of an export: each part is consistent on its own (three
+/// One consistent read of an export: each part is consistent on its own (four
 /// seqlocks).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ExportSnapshot {
@@ -42,6 +42,8 @@ pub struct ExportSnapshot {
     pub telemetry: TelemetrySnapshot,
     /// Relaunches: generation, reloads, epochs, restarts.
     pub lifecycle: LifecycleSnapshot,
+    /// The loan pool (`pool_bytes == 0`: the kernel has none).
+    pub loans: crate::loan::LoanStats,
 }
 
 /// A read-only mapping of an export file. Never writes to it.
@@ -210,10 +212,12 @@ impl TelemetryReader {
         let control = read_control(&ex.control, READ_ATTEMPTS).ok_or_else(torn)?;
         let telemetry = read_consistent(&ex.telemetry, READ_ATTEMPTS).map_err(|_| torn())?;
         let lifecycle = read_lifecycle(&ex.lifecycle, READ_ATTEMPTS).ok_or_else(torn)?;
+        let loans = read_loans(&ex.loans, READ_ATTEMPTS).ok_or_else(torn)?;
         Ok(ExportSnapshot {
             control,
             telemetry,
             lifecycle,
+            loans,
         })
     }
 }

@@ -1,0 +1,620 @@
+//! [`LoanArena`]: one contiguous allocation of a kernel's memory kind, carved into
+//! power-of-two blocks by a buddy allocator, with a per-block owner and generation that
+//! every handle is checked against.
+//!
+//! The ownership protocol is described in the [`loan`](super) module documentation.
+
+use core::ptr::NonNull;
+use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use core::sync::atomic::{AtomicU64, AtomicUsize};
+use core::task::{Context, Poll, Waker};
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::Mutex;
+
+use super::buddy::Buddy;
+use super::{Loan, LoanConfig, LoanHandle, LoanStats};
+use crate::memory::{MemoryKind, RawAllocator, RawBlock};
+use crate::{Error, Result};
+
+/// Owner values of a state word (bits 32..34).
+pub(crate) mod owner {
+    pub(crate) const FREE: u64 = 0;
+    pub(crate) const HOST: u64 = 1;
+    pub(crate) const KERNEL: u64 = 2;
+    pub(crate) const BUSY: u64 = 3;
+}
+
+/// A state word: generation (bits 0..32), owner (32..34), order (40..46).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Word {
+    pub(crate) generation: u32,
+    pub(crate) owner: u64,
+    pub(crate) order: u8,
+}
+
+impl Word {
+    fn pack(self) -> u64 {
+        u64::from(self.generation) | (self.owner << 32) | (u64::from(self.order) << 40)
+    }
+    fn unpack(w: u64) -> Self {
+        Self {
+            generation: w as u32,
+            owner: (w >> 32) & 3,
+            order: ((w >> 40) & 0x3f) as u8,
+        }
+    }
+}
+
+/// A state word alone on its cache line.
+#[repr(align(64))]
+struct Line(AtomicU64);
+
+impl core::ops::Deref for Line {
+    type Target = AtomicU64;
+    fn deref(&self) -> &AtomicU64 {
+        &self.0
+    }
+}
+
+/// The tasks and threads waiting for a block (see [`LoanArena::poll_loan`]).
+#[derive(Default)]
+struct Waiters {
+    /// `list.len()`, readable without the lock (the freer's side of a Dekker pair).
+    count: AtomicUsize,
+    list: Mutex<Vec<Waker>>,
+}
+
+/// The allocator and its counters, under one lock (taken once per loan and per return).
+struct Book {
+    buddy: Buddy,
+    hits: u64,
+    misses: u64,
+    exhausted: u64,
+    returns: u64,
+    in_use_blocks: u64,
+    /// Units out.
+    in_use_units: u64,
+    peak_in_use_units: u64,
+}
+
+/// A loan pool: one allocation of a kernel's memory kind carved into power-of-two
+/// blocks, each with an owner and a generation (see the [`loan`](super) module
+/// documentation for the ownership protocol).
+pub struct LoanArena {
+    alloc: Box<dyn RawAllocator>,
+    /// The arena's memory; `None` only while dropping.
+    block: Option<RawBlock>,
+    /// Host address of the arena (every kind the loan pool supports has one).
+    base: NonNull<u8>,
+    bytes: usize,
+    min_shift: u32,
+    book: Mutex<Book>,
+    /// One state word per unit; only block starts are meaningful. One cache line each:
+    /// the kernel and the host work on neighbouring blocks at once, and words sharing a
+    /// line would bounce it between them on every transition.
+    words: Box<[Line]>,
+    waiters: Waiters,
+}
+
+// SAFETY: the arena's memory is reached only through `base` under the ownership protocol
+// of the module documentation (a block is touched by its one owner); every other field is
+// Sync. `RawAllocator` is Send + Sync.
+unsafe impl Send for LoanArena {}
+// SAFETY: as above.
+unsafe impl Sync for LoanArena {}
+
+impl core::fmt::Debug for LoanArena {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("LoanArena")
+            .field("kind", &self.alloc.kind())
+            .field("bytes", &self.bytes)
+            .field("min_block", &(1usize << self.min_shift))
+            .finish_non_exhaustive()
+    }
+}
+
+impl LoanArena {
+    /// An arena of `config.pool_bytes` from `alloc`, in blocks of `config.min_block` bytes
+    /// and up.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a bad `config` or an allocator without host access
+    /// (device memory needs the copy strategies' staging, not built yet), and the
+    /// allocator's [`Error::Alloc`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gyre_core::loan::{LoanArena, LoanConfig};
+    /// use gyre_core::memory::HostAllocator;
+    /// let arena = LoanArena::new(HostAllocator, LoanConfig::new(1 << 20, 1024))?;
+    /// let mut loan = arena.try_loan(3000)?; // a 4 KiB block
+    /// assert_eq!((loan.len(), loan.capacity()), (3000, 4096));
+    /// loan[..5].copy_from_slice(b"hello");
+    /// drop(loan); // back to the pool
+    /// assert_eq!(arena.stats().returns, 1);
+    /// # Ok::<(), gyre_core::Error>(())
+    /// ```
+    pub fn new(alloc: impl RawAllocator + 'static, config: LoanConfig) -> Result<Arc<Self>> {
+        config.validate()?;
+        if !alloc.kind().is_host_accessible() {
+            return Err(Error::InvalidArgument {
+                name: "loan pool memory",
+                value: alloc.kind().name().into(),
+                reason: "the loan pool needs host-addressable memory",
+            });
+        }
+        let block = alloc.alloc(config.pool_bytes, config.min_block)?;
+        let Some(base) = block.host_ptr() else {
+            // SAFETY: `block` came from `alloc` just now and nothing uses it.
+            unsafe { alloc.free(block) };
+            return Err(Error::InvalidArgument {
+                name: "loan pool memory",
+                value: alloc.kind().name().into(),
+                reason: "the allocator returned no host pointer",
+            });
+        };
+        let min_shift = config.min_block.trailing_zeros();
+        let max_order = (config.pool_bytes.trailing_zeros() - min_shift) as u8;
+        let units = config.pool_bytes >> min_shift;
+        Ok(Arc::new(Self {
+            alloc: Box::new(alloc),
+            block: Some(block),
+            base,
+            bytes: config.pool_bytes,
+            min_shift,
+            book: Mutex::new(Book {
+                buddy: Buddy::new(max_order),
+                hits: 0,
+                misses: 0,
+                exhausted: 0,
+                returns: 0,
+                in_use_blocks: 0,
+                in_use_units: 0,
+                peak_in_use_units: 0,
+            }),
+            words: (0..units).map(|_| Line(AtomicU64::new(0))).collect(),
+            waiters: Waiters::default(),
+        }))
+    }
+
+    /// The memory kind of the arena.
+    pub fn kind(&self) -> MemoryKind {
+        self.alloc.kind()
+    }
+
+    /// Bytes of the arena (also the largest loan).
+    pub fn pool_bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// The smallest block.
+    pub fn min_block(&self) -> usize {
+        1 << self.min_shift
+    }
+
+    /// The device address of the arena's first byte (for a device-side resolver).
+    pub fn device_addr(&self) -> u64 {
+        self.block.as_ref().map_or(0, RawBlock::device_addr)
+    }
+
+    fn order_for(&self, len: usize) -> Result<u8> {
+        if len > self.bytes {
+            return Err(Error::LoanTooLarge {
+                len,
+                max: self.bytes,
+            });
+        }
+        let units = len.max(1).div_ceil(1 << self.min_shift);
+        Ok(units.next_power_of_two().trailing_zeros() as u8)
+    }
+
+    /// A block for `len` bytes now, or [`Error::PoolExhausted`] (or
+    /// [`Error::LoanTooLarge`]). The loan's bytes are whatever the block held last
+    /// (zeros at first): initialised, not cleared.
+    ///
+    /// # Errors
+    ///
+    /// As above.
+    pub fn try_loan(self: &Arc<Self>, len: usize) -> Result<Loan> {
+        let order = self.order_for(len)?;
+        match self.take_block(order) {
+            Some(unit) => Ok(Loan::new(self.clone(), unit, order, len)),
+            None => {
+                let mut b = self.book.lock();
+                b.exhausted += 1;
+                Err(Error::PoolExhausted {
+                    len,
+                    free: b.buddy.free_units() << self.min_shift,
+                    largest_free: b.buddy.largest_free_units() << self.min_shift,
+                })
+            }
+        }
+    }
+
+    /// [`try_loan`](Self::try_loan) that waits (registering `cx`'s waker) while the pool
+    /// is exhausted. [`Error::LoanTooLarge`] is returned at once.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LoanTooLarge`].
+    pub fn poll_loan(self: &Arc<Self>, len: usize, cx: &mut Context<'_>) -> Poll<Result<Loan>> {
+        let order = match self.order_for(len) {
+            Ok(o) => o,
+            Err(e) => return Poll::Ready(Err(e)),
+        };
+        if let Some(unit) = self.take_block(order) {
+            return Poll::Ready(Ok(Loan::new(self.clone(), unit, order, len)));
+        }
+        self.register(cx.waker());
+        // Re-check after registering: a block freed before the registration is seen here;
+        // one freed after it wakes us (Dekker pair with `wake_waiters`).
+        match self.take_block(order) {
+            Some(unit) => Poll::Ready(Ok(Loan::new(self.clone(), unit, order, len))),
+            None => Poll::Pending,
+        }
+    }
+
+    /// [`poll_loan`](Self::poll_loan) on this thread, until `deadline` if one is given.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LoanTooLarge`]; [`Error::PoolExhausted`] when the deadline passed.
+    pub fn loan_blocking(self: &Arc<Self>, len: usize, deadline: Option<Instant>) -> Result<Loan> {
+        let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
+        let mut cx = Context::from_waker(&waker);
+        loop {
+            if let Poll::Ready(r) = self.poll_loan(len, &mut cx) {
+                return r;
+            }
+            match deadline {
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        return self.try_loan(len);
+                    }
+                    std::thread::park_timeout(d - now);
+                }
+                None => std::thread::park(),
+            }
+        }
+    }
+
+    /// Registers a waiter. No lost wake-up: the caller retries `take_block` after this,
+    /// which takes the book's lock; a return frees its block under the same lock and
+    /// reads `count` after it. Either the retry's lock comes after the return's (and sees
+    /// the block), or before it, and then this store happens before the return's read
+    /// (the lock's release/acquire), which sees a waiter.
+    fn register(&self, waker: &Waker) {
+        let mut list = self.waiters.list.lock();
+        if !list.iter().any(|w| w.will_wake(waker)) {
+            list.push(waker.clone());
+        }
+        self.waiters.count.store(list.len(), Relaxed);
+    }
+
+    /// Wakes every waiter; called after a block was freed under the book's lock.
+    fn wake_waiters(&self) {
+        if self.waiters.count.load(Relaxed) == 0 {
+            return;
+        }
+        let woken = {
+            let mut list = self.waiters.list.lock();
+            self.waiters.count.store(0, Relaxed);
+            std::mem::take(&mut *list)
+        };
+        for w in woken {
+            w.wake();
+        }
+    }
+
+    /// Takes a free block of `order` (free -> host, generation + 1).
+    fn take_block(&self, order: u8) -> Option<u32> {
+        let unit = {
+            let mut b = self.book.lock();
+            let (unit, exact) = b.buddy.alloc(order)?;
+            if exact {
+                b.hits += 1;
+            } else {
+                b.misses += 1;
+            }
+            b.in_use_blocks += 1;
+            b.in_use_units += 1 << order;
+            b.peak_in_use_units = b.peak_in_use_units.max(b.in_use_units);
+            unit
+        };
+        let w = &self.words[unit as usize];
+        let old = Word::unpack(w.load(Acquire));
+        debug_assert_eq!(old.owner, owner::FREE);
+        w.store(
+            Word {
+                generation: old.generation.wrapping_add(1),
+                owner: owner::HOST,
+                order,
+            }
+            .pack(),
+            Release,
+        );
+        Some(unit)
+    }
+
+    /// Gives a block back to the buddy allocator (its word already says free).
+    fn put_block(&self, unit: u32, order: u8) {
+        {
+            let mut b = self.book.lock();
+            b.buddy.free(unit, order);
+            b.returns += 1;
+            b.in_use_blocks -= 1;
+            b.in_use_units -= 1 << order;
+        }
+        self.wake_waiters();
+    }
+
+    /// Moves the block at `unit` from owner `from` to `to` if its word says `from` (and,
+    /// when given, `generation`); the new word keeps the order, and the generation
+    /// (plus one when `bump`).
+    fn transition(
+        &self,
+        unit: u32,
+        from: u64,
+        generation: Option<u32>,
+        to: u64,
+        bump: bool,
+    ) -> Option<Word> {
+        let w = self.words.get(unit as usize)?;
+        let cur = w.load(Acquire);
+        let old = Word::unpack(cur);
+        if old.owner != from || generation.is_some_and(|g| g != old.generation) {
+            return None;
+        }
+        let new = Word {
+            generation: if bump {
+                old.generation.wrapping_add(1)
+            } else {
+                old.generation
+            },
+            owner: to,
+            order: old.order,
+        };
+        w.compare_exchange(cur, new.pack(), AcqRel, Acquire)
+            .ok()
+            .map(|_| new)
+    }
+
+    /// The unit a handle's offset names, if it is a unit start inside the arena.
+    fn unit_of(&self, h: &LoanHandle) -> Option<u32> {
+        let off = usize::try_from(h.offset).ok()?;
+        if off >= self.bytes || off & ((1 << self.min_shift) - 1) != 0 {
+            return None;
+        }
+        u32::try_from(off >> self.min_shift).ok()
+    }
+
+    /// Host -> kernel (generation + 1): the handle a slot carries. Called with the block
+    /// host-owned by the [`Loan`] being sent.
+    pub(crate) fn send(&self, unit: u32, len: usize) -> LoanHandle {
+        let new = self.store_from(unit, owner::HOST, owner::KERNEL, true);
+        LoanHandle {
+            offset: u64::from(unit) << self.min_shift,
+            len: len as u32,
+            generation: new.generation,
+        }
+    }
+
+    /// A transition only the current owner can make (host-owned by one [`Loan`], busy
+    /// under one [`KernelBlock`]): no other party moves the word away from `from`, so a
+    /// plain release store does what a compare-and-swap would.
+    fn store_from(&self, unit: u32, from: u64, to: u64, bump: bool) -> Word {
+        let w = &self.words[unit as usize];
+        let old = Word::unpack(w.load(Acquire));
+        debug_assert_eq!(old.owner, from, "only the owner leaves this state");
+        let new = Word {
+            generation: if bump {
+                old.generation.wrapping_add(1)
+            } else {
+                old.generation
+            },
+            owner: to,
+            order: old.order,
+        };
+        w.store(new.pack(), Release);
+        new
+    }
+
+    /// The kernel's view of a request's handle: the block's bytes (its whole capacity),
+    /// held busy until the returned guard drops, if the block is kernel-owned with the
+    /// handle's generation and the length fits; otherwise why not (answered `BAD_LOAN`).
+    ///
+    /// # Errors
+    ///
+    /// A short reason: `offset outside the pool or not at a block start`, `no block sent
+    /// under this generation` (free, host-owned, busy, or another generation), `length
+    /// beyond the block`.
+    pub fn resolve(&self, h: &LoanHandle) -> Result<KernelBlock<'_>, &'static str> {
+        let unit = self
+            .unit_of(h)
+            .ok_or("offset outside the pool or not at a block start")?;
+        let w = self
+            .transition(unit, owner::KERNEL, Some(h.generation), owner::BUSY, false)
+            .ok_or("no block sent under this generation")?;
+        let cap = (1usize << w.order) << self.min_shift;
+        if h.len as usize > cap {
+            self.transition(unit, owner::BUSY, None, owner::KERNEL, false);
+            return Err("length beyond the block");
+        }
+        let off = (unit as usize) << self.min_shift;
+        debug_assert!(off + cap <= self.bytes);
+        // SAFETY: the block [off, off + cap) lies inside the arena (buddy blocks never
+        // cross its end); this call moved it to busy, which no other party can take
+        // (every other transition starts from another owner), so the bytes are ours
+        // until the guard gives them back; the arena's bytes are initialised (the
+        // allocator contract).
+        let bytes = unsafe { core::slice::from_raw_parts_mut(self.base.as_ptr().add(off), cap) };
+        Ok(KernelBlock {
+            arena: self,
+            unit,
+            bytes,
+        })
+    }
+
+    /// The host takes a reply's block back as a [`Loan`] of `reply.len` bytes: `reply`
+    /// must name the block `request` was sent in (same offset and generation), still
+    /// kernel-owned, with a length that fits it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::BadLoan`] (the request's block stays kernel-owned; the channel's release
+    /// of the request frees it).
+    pub fn claim(self: &Arc<Self>, reply: &LoanHandle, request: &LoanHandle) -> Result<Loan> {
+        let bad = |why| Error::BadLoan {
+            side: "from the kernel",
+            offset: reply.offset,
+            len: reply.len,
+            generation: reply.generation,
+            why,
+        };
+        if reply.offset != request.offset || reply.generation != request.generation {
+            return Err(bad("not the block of its request"));
+        }
+        let unit = self
+            .unit_of(reply)
+            .ok_or(bad("offset outside the pool or not at a block start"))?;
+        let w = Word::unpack(self.words[unit as usize].load(Acquire));
+        let cap = (1usize << w.order) << self.min_shift;
+        if reply.len as usize > cap {
+            return Err(bad("length beyond the block"));
+        }
+        let taken = self.transition(
+            unit,
+            owner::KERNEL,
+            Some(reply.generation),
+            owner::HOST,
+            false,
+        );
+        match taken {
+            Some(w) => Ok(Loan::new(self.clone(), unit, w.order, reply.len as usize)),
+            None => Err(bad("no block sent under this generation")),
+        }
+    }
+
+    /// The kernel is done with the request that carried `h` and nobody claimed its
+    /// block: kernel -> free. `false` if the handle names no kernel-owned block of its
+    /// generation (claimed already, or not a loan at all).
+    pub fn release_sent(&self, h: &LoanHandle) -> bool {
+        let Some(unit) = self.unit_of(h) else {
+            return false;
+        };
+        match self.transition(unit, owner::KERNEL, Some(h.generation), owner::FREE, false) {
+            Some(w) => {
+                self.put_block(unit, w.order);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Host-owns again a block whose send was never published (the ring refused it, or
+    /// the publication is retried later): kernel -> host, if the block is kernel-owned
+    /// under `h`'s generation and not busy.
+    pub fn take_back(self: &Arc<Self>, h: &LoanHandle) -> Option<Loan> {
+        let unit = self.unit_of(h)?;
+        let w = self.transition(unit, owner::KERNEL, Some(h.generation), owner::HOST, false)?;
+        Some(Loan::new(self.clone(), unit, w.order, h.len as usize))
+    }
+
+    /// Host-owned -> free: a [`Loan`] dropped.
+    pub(crate) fn drop_loan(&self, unit: u32, order: u8) {
+        self.store_from(unit, owner::HOST, owner::FREE, false);
+        self.put_block(unit, order);
+    }
+
+    /// The bytes of a host-owned block.
+    pub(crate) fn host_ptr(&self, unit: u32) -> *mut u8 {
+        // SAFETY: unit < units, so the offset is inside the arena.
+        unsafe { self.base.as_ptr().add((unit as usize) << self.min_shift) }
+    }
+
+    /// The block size of `order`.
+    pub(crate) fn block_bytes(&self, order: u8) -> usize {
+        (1usize << order) << self.min_shift
+    }
+
+    /// Current counters, all taken together.
+    pub fn stats(&self) -> LoanStats {
+        let b = self.book.lock();
+        LoanStats {
+            pool_bytes: self.bytes as u64,
+            hits: b.hits,
+            misses: b.misses,
+            exhausted: b.exhausted,
+            returns: b.returns,
+            in_use_blocks: b.in_use_blocks,
+            in_use_bytes: b.in_use_units << self.min_shift,
+            peak_in_use_bytes: b.peak_in_use_units << self.min_shift,
+            free_bytes: b.buddy.free_units() << self.min_shift,
+            largest_free_bytes: b.buddy.largest_free_units() << self.min_shift,
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn word(&self, unit: u32) -> Word {
+        Word::unpack(self.words[unit as usize].load(Acquire))
+    }
+}
+
+impl Drop for LoanArena {
+    fn drop(&mut self) {
+        if let Some(b) = self.block.take() {
+            // SAFETY: `b` came from `self.alloc`; every Loan holds an Arc of the arena and
+            // a kernel holds one through its handler, so nothing reaches the memory now.
+            unsafe { self.alloc.free(b) };
+        }
+    }
+}
+
+/// A kernel-owned block held busy by the kernel's handler ([`LoanArena::resolve`]): its
+/// whole capacity, writable. Dropping it hands the block back (kernel-owned), so the
+/// reply can be claimed.
+#[derive(Debug)]
+pub struct KernelBlock<'a> {
+    arena: &'a LoanArena,
+    unit: u32,
+    bytes: &'a mut [u8],
+}
+
+impl core::ops::Deref for KernelBlock<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.bytes
+    }
+}
+
+impl core::ops::DerefMut for KernelBlock<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        self.bytes
+    }
+}
+
+impl Drop for KernelBlock<'_> {
+    fn drop(&mut self) {
+        // The release orders the handler's writes before the reply's publication, and
+        // so before the host's claim.
+        self.arena
+            .store_from(self.unit, owner::BUSY, owner::KERNEL, false);
+    }
+}
+
+/// Wakes a thread parked in [`LoanArena::loan_blocking`].
+struct ThreadWaker(std::thread::Thread);
+
+impl std::task::Wake for ThreadWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
+}

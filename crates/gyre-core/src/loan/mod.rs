@@ -1,0 +1,166 @@
+//! Loans: messages larger than a slot. The bytes live in a block of the kernel's loan
+//! pool, a [`LoanArena`] in the memory kind the kernel reads; the slot carries a
+//! 16-byte [`LoanHandle`] (offset, length, generation). Nothing is copied between the
+//! host's buffer and the kernel's: the host writes a [`Loan`], sends it, and gets the
+//! reply back as a `Loan` of the same block.
+//!
+//! * [`LoanArena`] — one allocation carved by a buddy allocator, with a per-block owner
+//!   and generation that every handle is checked against (`arena.rs`, `buddy.rs`).
+//! * [`Loan`] — the RAII host-owned block (`block.rs`).
+//! * [`LoanHandle`] — the slot's view (`handle.rs`).
+//! * [`LoanStats`] — hits, misses, returns, in use, peak, fragmentation.
+//!
+//! # Ownership
+//!
+//! Each block start has one atomic *state word* on its own cache line: its owner (free,
+//! the host, the kernel, busy), its generation and its order. Ownership moves by
+//! compare-and-swap, or by a plain store where only the current owner can move it (a
+//! `Loan` sending or dropping its block, a `KernelBlock` ending its handler's run), so
+//! two parties can never both take a block:
+//!
+//! ```text
+//!   free --loan--> host --send (generation + 1)--> kernel --reply claimed--> host
+//!                   |                              |    ^
+//!                   +--drop--> free <--released----+    | handler done
+//!                                                  v    |
+//!                                                  busy-+   (kernel, in its handler)
+//! ```
+//!
+//! The kernel touches a block only while it holds it *busy*: [`LoanArena::resolve`]
+//! moves it kernel -> busy by compare-and-swap when the handle's generation is the
+//! block's, and the returned [`KernelBlock`] moves it back when the handler is done. The
+//! host touches a block only while it is host-owned, through the one [`Loan`] that owns
+//! it. Host-owned and busy are two values of one word, so the two never overlap: no
+//! handle, however forged or stale, gives two parties the same bytes. A wrong handle
+//! costs at most a refused request or a block kept out until the kernel's end, never a
+//! read or write outside its owner. The send's store of the state word happens before the
+//! slot's publication, and the handler's release before the reply's, so each side sees
+//! the other's transition.
+//!
+//! `docs/loans.md` describes the protocol, the checks and the memory kinds for users.
+
+mod arena;
+mod block;
+mod buddy;
+mod handle;
+#[cfg(test)]
+mod tests;
+
+pub use arena::{KernelBlock, LoanArena};
+pub use block::Loan;
+pub use handle::LoanHandle;
+
+use crate::{Error, Result};
+
+/// The shape of a loan pool: its size and smallest block (both powers of two).
+///
+/// # Examples
+///
+/// ```
+/// use gyre_core::loan::LoanConfig;
+/// let c = LoanConfig::default();
+/// assert_eq!((c.pool_bytes, c.min_block), (16 << 20, 1024));
+/// assert!(LoanConfig::new(1000, 64).validate().is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoanConfig {
+    /// Bytes of the pool: a power of two, at least `min_block`, at most 2 GiB. Also the
+    /// largest loan.
+    pub pool_bytes: usize,
+    /// The smallest block: a power of two from 64 bytes up. A loan takes the smallest
+    /// power-of-two multiple of it that fits.
+    pub min_block: usize,
+}
+
+impl Default for LoanConfig {
+    /// 16 MiB in blocks of 1 KiB and up.
+    fn default() -> Self {
+        Self::new(16 << 20, 1024)
+    }
+}
+
+impl LoanConfig {
+    /// A pool of `pool_bytes` in blocks of `min_block` bytes and up.
+    pub const fn new(pool_bytes: usize, min_block: usize) -> Self {
+        Self {
+            pool_bytes,
+            min_block,
+        }
+    }
+
+    /// Checks the sizes.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] naming the bad field.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |name, value: usize, reason| Error::InvalidArgument {
+            name,
+            value: value.to_string(),
+            reason,
+        };
+        if !self.min_block.is_power_of_two() || self.min_block < 64 {
+            return Err(bad(
+                "loan min_block",
+                self.min_block,
+                "must be a power of two of at least 64 bytes",
+            ));
+        }
+        if !self.pool_bytes.is_power_of_two()
+            || self.pool_bytes < self.min_block
+            || self.pool_bytes > 1 << 31
+        {
+            return Err(bad(
+                "loan pool_bytes",
+                self.pool_bytes,
+                "must be a power of two from min_block up to 2 GiB",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Counters of a loan pool ([`LoanArena::stats`]), taken together. Byte figures count
+/// blocks, not message lengths.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoanStats {
+    /// Bytes of the pool.
+    pub pool_bytes: u64,
+    /// Loans served by a free block of exactly their size.
+    pub hits: u64,
+    /// Loans that had to split a larger block.
+    pub misses: u64,
+    /// Loan attempts that found no block (`try_loan` errors, and each wait's first try).
+    pub exhausted: u64,
+    /// Blocks returned to the pool.
+    pub returns: u64,
+    /// Blocks out (host- or kernel-owned).
+    pub in_use_blocks: u64,
+    /// Bytes out.
+    pub in_use_bytes: u64,
+    /// Highest `in_use_bytes` so far.
+    pub peak_in_use_bytes: u64,
+    /// Bytes in free blocks.
+    pub free_bytes: u64,
+    /// The largest free block.
+    pub largest_free_bytes: u64,
+}
+
+impl LoanStats {
+    /// External fragmentation: the share of free bytes outside the largest free block,
+    /// `1 - largest_free / free` (0 when nothing or everything is free in one block).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let s = gyre_core::loan::LoanStats { free_bytes: 4096, largest_free_bytes: 1024, ..Default::default() };
+    /// assert_eq!(s.fragmentation(), 0.75);
+    /// ```
+    pub fn fragmentation(&self) -> f64 {
+        if self.free_bytes == 0 {
+            0.0
+        } else {
+            1.0 - self.largest_free_bytes as f64 / self.free_bytes as f64
+        }
+    }
+}

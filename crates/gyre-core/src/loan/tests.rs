@@ -1,0 +1,236 @@
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+
+use super::arena::owner;
+use super::*;
+use crate::memory::HostAllocator;
+
+fn arena(pool: usize, min: usize) -> Arc<LoanArena> {
+    LoanArena::new(HostAllocator, LoanConfig::new(pool, min)).expect("arena")
+}
+
+#[test]
+fn a_loan_goes_host_kernel_host_and_back_to_the_pool() {
+    let a = arena(1 << 16, 1024);
+    let mut l = a.try_loan(1500).unwrap();
+    assert_eq!(l.capacity(), 2048);
+    l.fill(7);
+    let h = l.into_handle();
+    assert_eq!((h.offset, h.len), (0, 1500));
+    assert_eq!(a.word(0).owner, owner::KERNEL);
+    // The kernel's view: the whole block, the bytes the host wrote.
+    let mut bytes = a.resolve(&h).unwrap();
+    assert_eq!(bytes.len(), 2048);
+    assert!(bytes[..1500].iter().all(|&b| b == 7));
+    bytes[0] = 9;
+    // Busy: nobody else gets it, not a second resolve, not a claim, not a take-back.
+    assert!(a.resolve(&h).is_err());
+    assert!(a.claim(&h, &h).is_err());
+    assert!(a.take_back(&h).is_none());
+    assert!(!a.release_sent(&h));
+    drop(bytes);
+    let reply = LoanHandle { len: 10, ..h };
+    let back = a.claim(&reply, &h).unwrap();
+    assert_eq!((back.len(), back[0]), (10, 9));
+    // Claimed: the release of the request's slot finds nothing to free.
+    assert!(!a.release_sent(&h));
+    assert_eq!(a.stats().in_use_blocks, 1);
+    drop(back);
+    let s = a.stats();
+    assert_eq!((s.in_use_blocks, s.returns, s.free_bytes), (0, 1, 1 << 16));
+}
+
+#[test]
+fn stale_foreign_and_oversized_handles_are_refused() {
+    let a = arena(1 << 16, 1024);
+    let l = a.try_loan(100).unwrap();
+    let h = l.into_handle();
+    let resolve = |h: LoanHandle| a.resolve(&h).map(|b| b.len());
+    assert!(resolve(h).is_ok());
+    for (bad, why) in [
+        (
+            LoanHandle {
+                generation: h.generation + 1,
+                ..h
+            },
+            "generation",
+        ),
+        (
+            LoanHandle {
+                generation: h.generation - 1,
+                ..h
+            },
+            "generation",
+        ),
+        (
+            LoanHandle {
+                offset: 1 << 16,
+                ..h
+            },
+            "outside",
+        ),
+        (
+            LoanHandle {
+                offset: u64::MAX,
+                ..h
+            },
+            "outside",
+        ),
+        (LoanHandle { offset: 512, ..h }, "block start"),
+        (LoanHandle { offset: 1024, ..h }, "generation"), // a free unit
+        (LoanHandle { len: 1025, ..h }, "beyond"),
+        (LoanHandle { len: u32::MAX, ..h }, "beyond"),
+    ] {
+        let e = resolve(bad).unwrap_err();
+        assert!(e.contains(why), "{bad:?}: {e}");
+        assert!(
+            a.claim(&bad, &h).is_err() || bad.len as usize > 1024,
+            "{bad:?}"
+        );
+    }
+    // A reply naming another block than its request's is refused, and changes nothing.
+    let other = a.try_loan(10).unwrap().into_handle();
+    let e = a.claim(&other, &h).unwrap_err();
+    assert!(
+        e.to_string().contains("not the block of its request"),
+        "{e}"
+    );
+    assert!(a.release_sent(&h) && a.release_sent(&other));
+    assert!(!a.release_sent(&h), "released once");
+    // Once released, the old handle is stale for the kernel too.
+    assert!(resolve(h).is_err());
+    assert_eq!(a.stats().in_use_blocks, 0);
+}
+
+#[test]
+fn each_send_is_a_new_generation() {
+    let a = arena(1 << 12, 1024);
+    let h1 = a.try_loan(8).unwrap().into_handle();
+    let l = a.claim(&h1, &h1).unwrap();
+    let h2 = l.into_handle();
+    assert_eq!(h1.offset, h2.offset);
+    assert_ne!(h1.generation, h2.generation);
+    // A stale copy of the first send (a slot from an earlier lap) frees nothing.
+    assert!(!a.release_sent(&h1));
+    let back = a.take_back(&h2).unwrap();
+    assert_eq!(back.len(), 8);
+}
+
+#[test]
+fn too_large_and_exhausted_are_typed() {
+    let a = arena(1 << 12, 1024);
+    assert!(matches!(
+        a.try_loan(5000),
+        Err(crate::Error::LoanTooLarge {
+            len: 5000,
+            max: 4096
+        })
+    ));
+    let x = a.try_loan(2048).unwrap();
+    let _y = a.try_loan(1024).unwrap();
+    match a.try_loan(2048) {
+        Err(crate::Error::PoolExhausted {
+            len: 2048,
+            free: 1024,
+            largest_free: 1024,
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    drop(x);
+    assert!(a.try_loan(2048).is_ok());
+    let s = a.stats();
+    assert_eq!(s.exhausted, 1);
+    assert!(s.peak_in_use_bytes >= 3072);
+}
+
+#[test]
+fn a_blocked_loan_wakes_when_a_block_returns() {
+    let a = arena(1 << 12, 1024);
+    let all = a.try_loan(4096).unwrap();
+    let a2 = a.clone();
+    let t = std::thread::spawn(move || a2.loan_blocking(1024, None).map(|l| l.capacity()));
+    std::thread::sleep(Duration::from_millis(20));
+    drop(all);
+    assert_eq!(t.join().unwrap().unwrap(), 1024);
+    // With a deadline and nothing returned: exhausted.
+    let _all = a.try_loan(4096).unwrap();
+    let t0 = Instant::now();
+    let e = a.loan_blocking(1, Some(t0 + Duration::from_millis(20)));
+    assert!(
+        matches!(e, Err(crate::Error::PoolExhausted { .. })),
+        "{e:?}"
+    );
+    assert!(t0.elapsed() >= Duration::from_millis(20));
+}
+
+#[test]
+fn concurrent_loans_never_share_a_block() {
+    let a = arena(1 << 16, 256);
+    let threads: Vec<_> = (0..4u8)
+        .map(|t| {
+            let a = a.clone();
+            std::thread::spawn(move || {
+                for i in 0..2000usize {
+                    let len = 1 + (i * 37 + usize::from(t) * 101) % 3000;
+                    let mut l = a.loan_blocking(len, None).unwrap();
+                    l.fill(t);
+                    std::thread::yield_now();
+                    assert!(l.iter().all(|&b| b == t), "another thread wrote my block");
+                    if i % 3 == 0 {
+                        let h = l.into_handle();
+                        assert!(a.release_sent(&h));
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let s = a.stats();
+    assert_eq!(
+        (s.in_use_blocks, s.free_bytes, s.largest_free_bytes),
+        (0, 1 << 16, 1 << 16)
+    );
+    assert_eq!(s.hits + s.misses, s.returns);
+}
+
+proptest! {
+    /// Handle decoding and resolution are total: any 16 bytes either name the one block
+    /// sent under that generation, within the pool, or are refused; nothing panics and no
+    /// resolved range leaves the pool.
+    #[test]
+    fn any_handle_bytes_resolve_safely(bytes in proptest::collection::vec(any::<u8>(), 0..40), sends in 0usize..6) {
+        let a = arena(1 << 14, 256);
+        let sent: Vec<LoanHandle> = (0..sends).map(|i| a.try_loan(100 * (i + 1)).unwrap().into_handle()).collect();
+        let Some(h) = LoanHandle::decode(&bytes) else {
+            prop_assert!(bytes.len() < 16);
+            return Ok(());
+        };
+        if let Ok(block) = a.resolve(&h) {
+            let s = sent.iter().find(|s| s.offset == h.offset && s.generation == h.generation);
+            prop_assert!(s.is_some(), "resolved a block never sent: {h:?}");
+            prop_assert!(h.offset as usize + block.len() <= 1 << 14);
+            prop_assert!(h.len as usize <= block.len());
+        }
+        let base = sent.first().copied().unwrap_or(h);
+        let _ = a.claim(&h, &base);
+    }
+
+    /// Mutated copies of a real handle resolve only when they equal it in offset and
+    /// generation and keep the length within the block.
+    #[test]
+    fn mutated_handles_are_refused(off_delta in any::<i64>(), gen_delta in any::<i32>(), len in any::<u32>()) {
+        let a = arena(1 << 14, 256);
+        let h = a.try_loan(700).unwrap().into_handle();
+        let m = LoanHandle {
+            offset: h.offset.wrapping_add(off_delta as u64),
+            generation: h.generation.wrapping_add(gen_delta as u32),
+            len,
+        };
+        let ok = a.resolve(&m).is_ok();
+        prop_assert_eq!(ok, off_delta == 0 && gen_delta == 0 && len <= 1024);
+    }
+}

@@ -1,0 +1,114 @@
+//! Batches of loans: many sends with one claim and one head store, many replies taken
+//! with one index update. The ring's per-message costs are what a loan adds to a copy;
+//! batches spread them.
+
+use gyre_core::channel::{Kind, PublishError};
+use gyre_core::loan::LoanHandle;
+use gyre_core::{Error, Result};
+
+use super::{claim, Loan, LoanKernel};
+use crate::decode::refused;
+
+impl LoanKernel {
+    /// Sends every loan of `loans` as consecutive requests (replies to
+    /// [`recv_loan`](Self::recv_loan) and friends, in order), with one claim and one head
+    /// store, if the ring has room for all of them now. All or nothing: `Ok(true)` sent
+    /// them all and emptied `loans`; `Ok(false)` the ring is full, `loans` is unchanged.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Closed`] (nothing was sent; `loans` is unchanged), and
+    /// [`Error::InvalidArgument`] for a batch longer than the ring.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gyre::{Backend, KernelSpec, LoanBuf, Runtime};
+    /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
+    /// let k = rt.launch_loans(KernelSpec::loans("echo", |_: &mut LoanBuf<'_>| Ok(())))?;
+    /// let mut batch = (0..8).map(|_| k.loan_blocking(4096)).collect::<Result<Vec<_>, _>>()?;
+    /// while !k.try_send_loans(&mut batch)? {}
+    /// let mut out = Vec::new();
+    /// while out.len() < 8 {
+    ///     k.recv_loans_blocking(&mut out, 8)?;
+    /// }
+    /// assert!(out.iter().all(|r| r.as_ref().is_ok_and(|l| l.len() == 4096)));
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
+    pub fn try_send_loans(&self, loans: &mut Vec<Loan>) -> Result<bool> {
+        if loans.is_empty() {
+            return Ok(true);
+        }
+        let inner = self.kernel.inner();
+        let handles: Vec<LoanHandle> = loans.drain(..).map(Loan::into_handle).collect();
+        let r = inner.ch.try_publish_uniform(
+            Kind::Send,
+            inner.polling.msg_type,
+            bytemuck::cast_slice(&handles),
+            LoanHandle::SIZE,
+        );
+        if r.is_ok() {
+            return Ok(true);
+        }
+        // Not published: every handle is ours to take back.
+        loans.extend(handles.iter().filter_map(|h| self.arena.take_back(h)));
+        match r {
+            Ok(_) | Err(PublishError::Full) => Ok(false),
+            Err(PublishError::BatchTooLarge { len, capacity }) => Err(Error::InvalidArgument {
+                name: "batch length",
+                value: format!("{len} (capacity {capacity})"),
+                reason: "a batch must fit the ring",
+            }),
+            Err(_) => Err(refused(&inner.ch)),
+        }
+    }
+
+    /// [`try_send_loans`](Self::try_send_loans), waiting on this thread while the ring
+    /// is full.
+    ///
+    /// # Errors
+    ///
+    /// As [`LoanKernel::try_send_loans`]; a kernel that stopped is [`Error::Closed`].
+    pub fn send_loans_blocking(&self, loans: &mut Vec<Loan>) -> Result<()> {
+        let inner = self.kernel.inner();
+        let mut idler = inner.polling.host_idle.idler();
+        let mut polls: u32 = 0;
+        while !self.try_send_loans(loans)? {
+            polls = polls.wrapping_add(1);
+            if polls % 256 == 0 && inner.ch.check_stopped().is_some() {
+                return Err(refused(&inner.ch));
+            }
+            idler.idle(false);
+        }
+        Ok(())
+    }
+
+    /// Takes up to `max` ready `send_loan` replies, in order, appending each (a loan, or
+    /// the error of its request) to `out`, with one index update. Returns how many (0:
+    /// none ready). Never waits.
+    ///
+    /// # Errors
+    ///
+    /// The end: the kernel stopped and every accepted send was delivered.
+    pub fn try_recv_loans(&self, out: &mut Vec<Result<Loan>>, max: usize) -> Result<usize> {
+        let ch = &self.kernel.inner().ch;
+        ch.try_recv_batch(max, out, |v| claim(&self.arena, ch, v))
+    }
+
+    /// [`try_recv_loans`](Self::try_recv_loans), waiting on this thread until at least
+    /// one reply is there.
+    ///
+    /// # Errors
+    ///
+    /// As [`LoanKernel::try_recv_loans`].
+    pub fn recv_loans_blocking(&self, out: &mut Vec<Result<Loan>>, max: usize) -> Result<usize> {
+        let mut idler = self.kernel.inner().polling.host_idle.idler();
+        loop {
+            let n = self.try_recv_loans(out, max)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            idler.idle(false);
+        }
+    }
+}

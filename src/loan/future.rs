@@ -1,0 +1,290 @@
+//! The futures of [`LoanKernel`]: waiting for a block, calling and sending with a loan,
+//! receiving a loaned reply.
+
+use core::future::Future;
+use core::pin::Pin;
+use core::task::{Context, Poll};
+use std::sync::Arc;
+
+use gyre_core::channel::Kind;
+use gyre_core::loan::{Loan, LoanArena};
+use gyre_core::{Error, Result};
+
+use super::{claim, LoanKernel};
+use crate::future::poll_publish;
+use crate::inner::Inner;
+use crate::keep_alive::KeepAlive;
+
+/// Future of [`LoanKernel::loan`]: a loan, once a block fits.
+///
+/// # Cancel safety
+///
+/// Cancel safe: a block is taken only in the poll that returns it.
+#[must_use = "futures do nothing unless polled"]
+#[derive(Debug)]
+pub struct LoanFuture {
+    arena: Arc<LoanArena>,
+    len: usize,
+}
+
+impl LoanFuture {
+    pub(crate) fn new(arena: Arc<LoanArena>, len: usize) -> Self {
+        Self { arena, len }
+    }
+}
+
+impl Future for LoanFuture {
+    type Output = Result<Loan>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Loan>> {
+        self.arena.poll_loan(self.len, cx)
+    }
+}
+
+/// Publishes `loan` (moving its block to the kernel), or takes it back and registers to
+/// be woken when the ring has space. A refusal returns the block to the pool.
+fn poll_publish_loan(
+    inner: &Inner,
+    arena: &Arc<LoanArena>,
+    kind: Kind,
+    loan: &mut Option<Loan>,
+    id: u64,
+    cx: &mut Context<'_>,
+) -> Poll<Result<u64>> {
+    let Some(l) = loan.take() else {
+        return Poll::Ready(Err(polled_after_completion()));
+    };
+    let h = l.into_handle();
+    let r = poll_publish(inner, kind, &h, id, cx);
+    if !matches!(r, Poll::Ready(Ok(_))) {
+        // Not published (pending or refused): no slot carries `h`.
+        *loan = arena.take_back(&h);
+        if r.is_ready() {
+            // Refused: the loan goes back to the pool.
+            loan.take();
+        }
+    }
+    r
+}
+
+fn polled_after_completion() -> Error {
+    Error::InvalidArgument {
+        name: "future",
+        value: "loan future".into(),
+        reason: "polled after completion",
+    }
+}
+
+enum CallState {
+    Start,
+    Wait { index: u64, spun: bool },
+    Done,
+}
+
+/// Future of [`LoanKernel::call_loan`]: sends a loan, resolves to the reply loan (the
+/// same block).
+///
+/// It keeps the kernel alive while pending, as a [`CallFuture`](crate::CallFuture) does.
+///
+/// # Cancel safety
+///
+/// Dropped before the request was accepted (waiting for a slot), it sent nothing and the
+/// loan returns to the pool. Dropped after, the kernel still answers; the reply is
+/// discarded and the block returns to the pool when its reply slot is released — never
+/// while the kernel may still use it.
+#[must_use = "futures do nothing unless polled"]
+pub struct LoanCallFuture {
+    keep: Arc<KeepAlive>,
+    arena: Arc<LoanArena>,
+    loan: Option<Loan>,
+    id: u64,
+    state: CallState,
+    registered: bool,
+}
+
+impl LoanCallFuture {
+    pub(crate) fn new(k: &LoanKernel, loan: Loan) -> Self {
+        let keep = k.kernel.keep.clone();
+        let id = keep.inner.next_id();
+        Self {
+            keep,
+            arena: k.arena.clone(),
+            loan: Some(loan),
+            id,
+            state: CallState::Start,
+            registered: false,
+        }
+    }
+}
+
+impl Future for LoanCallFuture {
+    type Output = Result<Loan>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Loan>> {
+        let this = self.get_mut();
+        let inner = &this.keep.inner;
+        loop {
+            match this.state {
+                CallState::Start => {
+                    match poll_publish_loan(
+                        inner,
+                        &this.arena,
+                        Kind::Call,
+                        &mut this.loan,
+                        this.id,
+                        cx,
+                    ) {
+                        Poll::Ready(Ok(index)) => {
+                            this.state = CallState::Wait { index, spun: false }
+                        }
+                        Poll::Ready(Err(e)) => {
+                            this.state = CallState::Done;
+                            return Poll::Ready(Err(e));
+                        }
+                        Poll::Pending => return Poll::Pending,
+                    }
+                }
+                CallState::Wait { index, spun } => {
+                    let spin = if spun {
+                        Default::default()
+                    } else {
+                        inner.polling.async_spin
+                    };
+                    this.state = CallState::Wait { index, spun: true };
+                    let ch = &inner.ch;
+                    let arena = &this.arena;
+                    let r = ch.poll_reply(index, cx, &mut this.registered, spin, |v| {
+                        claim(arena, ch, v)
+                    });
+                    if r.is_ready() {
+                        this.state = CallState::Done;
+                    }
+                    return r;
+                }
+                CallState::Done => return Poll::Ready(Err(polled_after_completion())),
+            }
+        }
+    }
+}
+
+impl Drop for LoanCallFuture {
+    fn drop(&mut self) {
+        let ch = &self.keep.inner.ch;
+        match self.state {
+            CallState::Start => ch.space_waiters().remove(ch, self.id),
+            // The release of its reply slot frees the block (the channel's release hook).
+            CallState::Wait { index, .. } => ch.abandon(index, self.registered),
+            CallState::Done => {}
+        }
+    }
+}
+
+/// Future of [`LoanKernel::send_loan`]: waits for a free slot and sends the loan.
+///
+/// # Cancel safety
+///
+/// Cancel safe: the loan is sent when the future completes with `Ok`, or not at all
+/// (dropped while waiting for space, it returns to the pool).
+#[must_use = "futures do nothing unless polled"]
+pub struct LoanSendFuture {
+    keep: Arc<KeepAlive>,
+    arena: Arc<LoanArena>,
+    loan: Option<Loan>,
+    id: u64,
+    done: bool,
+}
+
+impl LoanSendFuture {
+    pub(crate) fn new(k: &LoanKernel, loan: Loan) -> Self {
+        let keep = k.kernel.keep.clone();
+        let id = keep.inner.next_id();
+        Self {
+            keep,
+            arena: k.arena.clone(),
+            loan: Some(loan),
+            id,
+            done: false,
+        }
+    }
+}
+
+impl Future for LoanSendFuture {
+    type Output = Result<()>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        let this = self.get_mut();
+        if this.done {
+            return Poll::Ready(Err(polled_after_completion()));
+        }
+        match poll_publish_loan(
+            &this.keep.inner,
+            &this.arena,
+            Kind::Send,
+            &mut this.loan,
+            this.id,
+            cx,
+        ) {
+            Poll::Ready(r) => {
+                this.done = true;
+                Poll::Ready(r.map(|_| ()))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for LoanSendFuture {
+    fn drop(&mut self) {
+        let ch = &self.keep.inner.ch;
+        ch.space_waiters().remove(ch, self.id);
+    }
+}
+
+/// Future of [`LoanKernel::recv_loan`]: the next `send_loan` reply, in order.
+///
+/// Like [`RecvFuture`](crate::RecvFuture), it does not keep the kernel alive.
+///
+/// # Cancel safety
+///
+/// Cancel safe: a reply is taken only in the poll that returns it.
+#[must_use = "futures do nothing unless polled"]
+pub struct LoanRecvFuture {
+    inner: Arc<Inner>,
+    arena: Arc<LoanArena>,
+    id: u64,
+}
+
+impl LoanRecvFuture {
+    pub(crate) fn new(k: &LoanKernel) -> Self {
+        let inner = k.kernel.inner().clone();
+        let id = inner.next_id();
+        Self {
+            inner,
+            arena: k.arena.clone(),
+            id,
+        }
+    }
+}
+
+impl Future for LoanRecvFuture {
+    type Output = Result<Loan>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Loan>> {
+        let this = self.get_mut();
+        let ch = &this.inner.ch;
+        let arena = &this.arena;
+        match ch.poll_recv(cx, this.id, |v| claim(arena, ch, v)) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(r) => {
+                ch.recv_waiters().remove(ch, this.id);
+                Poll::Ready(r.unwrap_or_else(|| Err(ch.closed_error())))
+            }
+        }
+    }
+}
+
+impl Drop for LoanRecvFuture {
+    fn drop(&mut self) {
+        let ch = &self.inner.ch;
+        ch.recv_waiters().remove(ch, self.id);
+    }
+}

@@ -1,0 +1,506 @@
+//! Loan kernels: messages larger than a slot, lent from a pool instead of copied
+//! (`docs/loans.md`).
+//!
+//! A [`LoanKernel`] owns a [`LoanArena`] in the memory kind its kernel reads. The host
+//! takes a [`Loan`] from it, writes the message, and sends it: the slot carries a 16-byte
+//! [`LoanHandle`] and the block becomes the kernel's. The kernel's handler resolves the
+//! handle (checked: offset, length, generation), works on the bytes in place, and answers
+//! with the handle of the same block; the host claims it back as the reply `Loan`. A
+//! block no one claims (an error reply, a dropped call, a kernel that ended) is freed
+//! when the host releases its reply slot ([`ReleaseHook`]), never earlier.
+
+mod batch;
+mod buf;
+mod future;
+
+use std::sync::Arc;
+
+use gyre_abi::error;
+use gyre_core::channel::{ReleaseHook, ReplyView};
+use gyre_core::loan::{LoanArena, LoanConfig, LoanHandle, LoanStats};
+use gyre_core::memory::HostAllocator;
+use gyre_core::{Channel, Error, Result};
+
+pub use buf::LoanBuf;
+pub use future::{LoanCallFuture, LoanFuture, LoanRecvFuture, LoanSendFuture};
+pub use gyre_core::loan::Loan;
+
+use crate::decode::decode;
+use crate::{Backend, Kernel, KernelSpec, Runtime};
+
+/// The handler of a loan kernel (see [`KernelSpec::loans`]).
+type LoanFn = dyn Fn(&mut LoanBuf<'_>) -> core::result::Result<(), u32> + Send + Sync;
+
+/// A loan kernel's pool shape and handler, carried by its spec until launch.
+#[derive(Clone)]
+pub(crate) struct LoanSetup {
+    config: LoanConfig,
+    handler: Arc<LoanFn>,
+}
+
+impl KernelSpec<LoanHandle, LoanHandle> {
+    /// A loan kernel: each request is a [`Loan`] of up to the pool's size, which
+    /// `handler` reads and answers in place (see [`LoanBuf`]); launch it with
+    /// [`Runtime::launch_loans`]. `Err(status)` reaches the caller as
+    /// [`Error::Handler`] under the rules of [`KernelSpec::try_from_fn`]. The pool is
+    /// 16 MiB in blocks of 1 KiB and up unless [`KernelSpec::loan_pool`] says otherwise.
+    ///
+    /// **Where it runs:** the CPU backend, under the zero-copy (`Unified`) strategy.
+    /// Device handlers and the copy strategies do not take loans yet
+    /// ([`Error::HandlerUnsupported`], [`Error::StrategyUnsupported`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gyre::{Backend, KernelSpec, LoanBuf, Runtime};
+    /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
+    /// let k = rt.launch_loans(KernelSpec::loans("sum", |b: &mut LoanBuf<'_>| {
+    ///     let s: u64 = b.iter().map(|&x| u64::from(x)).sum();
+    ///     b.set_len(8).map_err(|_| gyre::codes::HANDLER_REJECTED)?;
+    ///     b.copy_from_slice(&s.to_le_bytes());
+    ///     Ok(())
+    /// }))?;
+    /// let reply = k.call_bytes_blocking(&[1u8; 10_000])?;
+    /// assert_eq!(reply[..], 10_000u64.to_le_bytes());
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
+    pub fn loans<F>(name: impl Into<String>, handler: F) -> Self
+    where
+        F: Fn(&mut LoanBuf<'_>) -> core::result::Result<(), u32> + Send + Sync + 'static,
+    {
+        // The raw handler is built at launch, around the pool the launch allocates.
+        let mut spec = Self::raw(name, |_: u32, _: &[u8], _: &mut [u8]| {
+            Err(error::HANDLER_REJECTED)
+        });
+        spec.loan = Some(LoanSetup {
+            config: LoanConfig::default(),
+            handler: Arc::new(handler),
+        });
+        spec
+    }
+
+    /// The loan pool's size and smallest block (see [`LoanConfig`]); checked at launch.
+    /// No effect on a spec that is not a loan kernel.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gyre::{KernelSpec, LoanBuf, LoanConfig};
+    /// let spec = KernelSpec::loans("echo", |_: &mut LoanBuf<'_>| Ok(()))
+    ///     .loan_pool(LoanConfig::new(64 << 20, 4096));
+    /// # let _ = spec;
+    /// ```
+    pub fn loan_pool(mut self, config: LoanConfig) -> Self {
+        if let Some(l) = &mut self.loan {
+            l.config = config;
+        }
+        self
+    }
+}
+
+/// The kernel's side of a loan: resolve the request's handle, run the user's handler on
+/// the block, answer with the handle of the same block.
+fn adapter(arena: Arc<LoanArena>, user: Arc<LoanFn>) -> impl gyre_core::Handler {
+    move |_ty: u32, req: &[u8], reply: &mut [u8]| -> core::result::Result<usize, u32> {
+        let h = LoanHandle::decode(req).ok_or(error::BAD_LOAN)?;
+        // Busy until `block` drops, which is before the reply is published.
+        let mut block = arena.resolve(&h).map_err(|_| error::BAD_LOAN)?;
+        let mut buf = LoanBuf::new(&mut block, h.len as usize);
+        user(&mut buf)?;
+        let out = LoanHandle {
+            len: buf.len() as u32,
+            ..h
+        };
+        drop(block);
+        let dst = reply
+            .get_mut(..LoanHandle::SIZE)
+            .ok_or(error::HANDLER_REJECTED)?;
+        dst.copy_from_slice(bytemuck::bytes_of(&out));
+        Ok(LoanHandle::SIZE)
+    }
+}
+
+/// Frees the block of a request nobody claimed, when the host releases its reply slot.
+struct Release(Arc<LoanArena>);
+
+impl ReleaseHook for Release {
+    fn released(&self, ch: &Channel, index: u64, request: &[u8]) {
+        let Some(h) = LoanHandle::decode(request) else {
+            return;
+        };
+        // A block the kernel is still working on (busy: a kernel the watchdog gave up
+        // on) is not freed: it stays out rather than be reused under the kernel.
+        let _ = (ch, index);
+        self.0.release_sent(&h);
+    }
+}
+
+/// Turns a loan kernel's reply into the caller's [`Loan`]: the reply's handle must name
+/// its request's block.
+pub(crate) fn claim(arena: &Arc<LoanArena>, ch: &Channel, v: ReplyView<'_>) -> Result<Loan> {
+    let request = LoanHandle::decode(v.request());
+    if v.meta.status == error::BAD_LOAN {
+        let h = request.unwrap_or(LoanHandle {
+            offset: 0,
+            len: 0,
+            generation: 0,
+        });
+        return Err(Error::BadLoan {
+            side: "from the host",
+            offset: h.offset,
+            len: h.len,
+            generation: h.generation,
+            why: "the kernel holds no block under this handle",
+        });
+    }
+    // Error statuses, and the reply's size, as for any typed kernel.
+    let reply: LoanHandle = decode(ch, v)?;
+    let request = request.ok_or(Error::BadLoan {
+        side: "from the kernel",
+        offset: reply.offset,
+        len: reply.len,
+        generation: reply.generation,
+        why: "its request carried no loan",
+    })?;
+    arena.claim(&reply, &request)
+}
+
+/// A kernel whose messages are [`Loan`]s (see [`KernelSpec::loans`]): messages of up to
+/// its pool's size, moved by handle, not copied. Clone it to share it.
+///
+/// # Examples
+///
+/// ```
+/// use gyre::{Backend, KernelSpec, LoanBuf, Runtime};
+/// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
+/// let k = rt.launch_loans(KernelSpec::loans("rev", |b: &mut LoanBuf<'_>| {
+///     b.reverse();
+///     Ok(())
+/// }))?;
+/// let mut loan = k.loan_blocking(64 * 1024)?; // far beyond a slot
+/// for (i, b) in loan.iter_mut().enumerate() { *b = i as u8; }
+/// let reply = k.call_loan_blocking(loan)?; // the same block, reversed in place
+/// assert_eq!(reply[0], ((64 * 1024 - 1) % 256) as u8);
+/// drop(reply); // back to the pool
+/// assert_eq!(k.pool_stats().in_use_blocks, 0);
+/// k.shutdown_blocking()?;
+/// # Ok::<(), gyre::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct LoanKernel {
+    pub(crate) kernel: Kernel<LoanHandle, LoanHandle>,
+    pub(crate) arena: Arc<LoanArena>,
+}
+
+impl core::fmt::Debug for LoanKernel {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("LoanKernel")
+            .field("name", &self.kernel.name())
+            .field("pool", &self.arena)
+            .finish()
+    }
+}
+
+impl Runtime {
+    /// Launches a loan kernel ([`KernelSpec::loans`]): allocates its pool in the memory
+    /// kind the kernel reads (host memory on the CPU backend), then launches as
+    /// [`Runtime::launch`] does.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a spec that is not a loan kernel or a bad
+    /// [`LoanConfig`]; [`Error::HandlerUnsupported`] off the CPU backend;
+    /// [`Error::StrategyUnsupported`] under a copy strategy; [`Error::Alloc`] for the
+    /// pool; and those of [`Runtime::launch`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gyre::{Backend, KernelSpec, LoanBuf, Runtime};
+    /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
+    /// let k = rt.launch_loans(KernelSpec::loans("echo", |_: &mut LoanBuf<'_>| Ok(())))?;
+    /// assert_eq!(&k.call_bytes_blocking(&[7; 3000])?[..], &[7; 3000][..]);
+    /// assert!(rt.launch_loans(KernelSpec::<gyre::LoanHandle, gyre::LoanHandle>::echo()).is_err());
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
+    pub fn launch_loans(&self, spec: KernelSpec<LoanHandle, LoanHandle>) -> Result<LoanKernel> {
+        let Some(setup) = spec.loan.clone() else {
+            return Err(Error::InvalidArgument {
+                name: "spec",
+                value: spec.name().to_owned(),
+                reason: "launch_loans takes a loan kernel (KernelSpec::loans)",
+            });
+        };
+        let (backend, strategy) = self.placement_for(&spec)?;
+        if backend != Backend::Cpu {
+            return Err(Error::HandlerUnsupported {
+                kernel: spec.name().to_owned(),
+                backend: backend.name(),
+                handler: "a loan kernel's Rust closure (KernelSpec::loans)",
+                remedy: "launch it on Backend::Cpu (device handlers for loans are not built yet)",
+            });
+        }
+        if strategy.copies() {
+            return Err(Error::StrategyUnsupported {
+                backend: backend.name(),
+                strategy: strategy.name(),
+                reason: "loans move by handle only under zero copy (Unified) so far; the \
+                         bridge does not move loaned bytes yet"
+                    .into(),
+            });
+        }
+        let arena = LoanArena::new(HostAllocator, setup.config)?;
+        let mut launch = spec;
+        launch.loan = None;
+        launch.handler = Arc::new(adapter(arena.clone(), setup.handler));
+        let kernel = self.launch(launch)?;
+        let inner = kernel.inner();
+        inner.ch.set_release_hook(Arc::new(Release(arena.clone())));
+        let _ = inner.loans.set(arena.clone());
+        tracing::info!(
+            kernel = %kernel.name(),
+            pool_bytes = arena.pool_bytes(),
+            min_block = arena.min_block(),
+            kind = arena.kind().name(),
+            "loan pool allocated"
+        );
+        Ok(LoanKernel { kernel, arena })
+    }
+}
+
+impl LoanKernel {
+    /// The kernel underneath: its state, telemetry, pause and resume, shutdown. (Its
+    /// `call`/`send` are not offered: only this type makes handles.)
+    pub fn kernel(&self) -> &Kernel<LoanHandle, LoanHandle> {
+        &self.kernel
+    }
+
+    /// The kernel's name.
+    pub fn name(&self) -> &str {
+        self.kernel.name()
+    }
+
+    /// The pool's counters: hits, misses, returns, blocks and bytes in use, peak, free
+    /// bytes and fragmentation ([`LoanStats::fragmentation`]).
+    pub fn pool_stats(&self) -> LoanStats {
+        self.arena.stats()
+    }
+
+    /// The largest loan (the pool's size).
+    pub fn max_loan(&self) -> usize {
+        self.arena.pool_bytes()
+    }
+
+    /// A loan of `len` bytes if a block is free now.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::PoolExhausted`] (nothing was taken), [`Error::LoanTooLarge`].
+    pub fn try_loan(&self, len: usize) -> Result<Loan> {
+        self.arena.try_loan(len)
+    }
+
+    /// A loan of `len` bytes, waiting on this thread while the pool is exhausted.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LoanTooLarge`] (at once, never waits for the impossible).
+    pub fn loan_blocking(&self, len: usize) -> Result<Loan> {
+        self.arena.loan_blocking(len, None)
+    }
+
+    /// A loan of `len` bytes, waiting (without blocking the thread) while the pool is
+    /// exhausted. Cancel safe: a dropped future took nothing.
+    pub fn loan(&self, len: usize) -> LoanFuture {
+        LoanFuture::new(self.arena.clone(), len)
+    }
+
+    /// Sends `loan` and waits for its reply, which comes back as a loan of the same
+    /// block. See [`LoanCallFuture`] for cancel safety.
+    pub fn call_loan(&self, loan: Loan) -> LoanCallFuture {
+        LoanCallFuture::new(self, loan)
+    }
+
+    /// Sends `loan`; its reply goes to [`recv_loan`](Self::recv_loan), in order.
+    pub fn send_loan(&self, loan: Loan) -> LoanSendFuture {
+        LoanSendFuture::new(self, loan)
+    }
+
+    /// The next `send_loan` reply, in order.
+    pub fn recv_loan(&self) -> LoanRecvFuture {
+        LoanRecvFuture::new(self)
+    }
+
+    /// Copies `bytes` into a loan (waiting for a block) and calls with it: for callers
+    /// who do not need zero copy.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`LoanKernel::loan`] and [`LoanKernel::call_loan`].
+    pub async fn call_bytes(&self, bytes: &[u8]) -> Result<Loan> {
+        let mut loan = self.loan(bytes.len()).await?;
+        loan.copy_from_slice(bytes);
+        self.call_loan(loan).await
+    }
+
+    /// Copies `bytes` into a loan and sends it.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`LoanKernel::loan`] and [`LoanKernel::send_loan`].
+    pub async fn send_bytes(&self, bytes: &[u8]) -> Result<()> {
+        let mut loan = self.loan(bytes.len()).await?;
+        loan.copy_from_slice(bytes);
+        self.send_loan(loan).await
+    }
+
+    /// [`call_loan`](Self::call_loan) on this thread.
+    ///
+    /// # Errors
+    ///
+    /// Refused (nothing was sent; the loan is returned to the pool): [`Error::Closed`].
+    /// Accepted: [`Error::Handler`] (the handler's status), [`Error::BadLoan`],
+    /// [`Error::Protocol`], or the kernel's end ([`Error::KernelFaulted`], ...), as for
+    /// [`Kernel::call_blocking`]. The block returns to the pool in every error case.
+    pub fn call_loan_blocking(&self, loan: Loan) -> Result<Loan> {
+        let h = loan.into_handle();
+        let inner = self.kernel.inner();
+        let idx = match self
+            .kernel
+            .publish_blocking(gyre_core::channel::Kind::Call, &h, None)
+        {
+            Ok(i) => i,
+            Err(e) => {
+                // Refused: no slot carries `h`; the block returns to the pool.
+                drop(self.arena.take_back(&h));
+                return Err(e);
+            }
+        };
+        let ch = &inner.ch;
+        ch.wait_blocking(idx, &inner.polling.host_idle, None, |v| {
+            claim(&self.arena, ch, v)
+        })
+    }
+
+    /// [`send_loan`](Self::send_loan) on this thread.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Closed`]: nothing was sent; the loan is returned to the pool.
+    pub fn send_loan_blocking(&self, loan: Loan) -> Result<()> {
+        let h = loan.into_handle();
+        match self
+            .kernel
+            .publish_blocking(gyre_core::channel::Kind::Send, &h, None)
+        {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                // Refused: no slot carries `h`; the block returns to the pool.
+                drop(self.arena.take_back(&h));
+                Err(e)
+            }
+        }
+    }
+
+    /// [`recv_loan`](Self::recv_loan) on this thread.
+    ///
+    /// # Errors
+    ///
+    /// As [`Kernel::recv_blocking`], and [`Error::BadLoan`].
+    pub fn recv_loan_blocking(&self) -> Result<Loan> {
+        let inner = self.kernel.inner();
+        let ch = &inner.ch;
+        let mut idler = inner.polling.host_idle.idler();
+        loop {
+            if let Some(l) = ch.try_recv(|v| claim(&self.arena, ch, v))? {
+                return Ok(l);
+            }
+            idler.idle(false);
+        }
+    }
+
+    /// [`call_bytes`](Self::call_bytes) on this thread.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`LoanKernel::loan_blocking`] and [`LoanKernel::call_loan_blocking`].
+    pub fn call_bytes_blocking(&self, bytes: &[u8]) -> Result<Loan> {
+        let mut loan = self.loan_blocking(bytes.len())?;
+        loan.copy_from_slice(bytes);
+        self.call_loan_blocking(loan)
+    }
+
+    /// [`send_bytes`](Self::send_bytes) on this thread.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`LoanKernel::loan_blocking`] and [`LoanKernel::send_loan_blocking`].
+    pub fn send_bytes_blocking(&self, bytes: &[u8]) -> Result<()> {
+        let mut loan = self.loan_blocking(bytes.len())?;
+        loan.copy_from_slice(bytes);
+        self.send_loan_blocking(loan)
+    }
+
+    /// Calls with a raw handle, as a corrupt or forged slot would carry it: for tests of
+    /// the kernel's checks. A handle naming no block the kernel holds is answered
+    /// [`Error::BadLoan`].
+    ///
+    /// Even a handle that names a block in flight cannot give two parties the same bytes
+    /// (see `gyre_core::loan`): at worst that request, or the one it copies, is refused.
+    ///
+    /// # Errors
+    ///
+    /// As [`LoanKernel::call_loan_blocking`].
+    #[doc(hidden)]
+    pub fn call_handle_blocking(&self, h: LoanHandle) -> Result<Loan> {
+        let inner = self.kernel.inner();
+        let idx = self
+            .kernel
+            .publish_blocking(gyre_core::channel::Kind::Call, &h, None)?;
+        let ch = &inner.ch;
+        ch.wait_blocking(idx, &inner.polling.host_idle, None, |v| {
+            claim(&self.arena, ch, v)
+        })
+    }
+
+    /// Shuts the kernel down ([`Kernel::shutdown_blocking`]), then returns to the pool
+    /// every block the kernel still held (requests it never answered). Loans the host
+    /// holds stay valid.
+    ///
+    /// # Errors
+    ///
+    /// As [`Kernel::shutdown_blocking`]. After [`Error::Unresponsive`] the kernel is not
+    /// joined and keeps its blocks.
+    pub fn shutdown_blocking(&self) -> Result<()> {
+        let r = self.kernel.shutdown_blocking();
+        self.reclaim(&r);
+        r
+    }
+
+    /// [`shutdown_blocking`](Self::shutdown_blocking) without blocking the thread.
+    ///
+    /// # Errors
+    ///
+    /// As [`Kernel::shutdown`].
+    pub async fn shutdown(&self) -> Result<()> {
+        let r = self.kernel.shutdown().await;
+        self.reclaim(&r);
+        r
+    }
+
+    fn reclaim(&self, r: &Result<()>) {
+        let ch = &self.kernel.inner().ch;
+        if matches!(r, Err(Error::Unresponsive { .. })) || ch.unresponsive().is_some() {
+            return;
+        }
+        let mut n = 0;
+        ch.for_each_unanswered(|_, req| {
+            if LoanHandle::decode(req).is_some_and(|h| self.arena.release_sent(&h)) {
+                n += 1;
+            }
+        });
+        if n > 0 {
+            tracing::info!(kernel = %self.name(), blocks = n, "loan blocks of unanswered requests returned to the pool");
+        }
+    }
+}
