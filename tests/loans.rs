@@ -9,9 +9,10 @@ use gyre::{
     RestartPolicy, Runtime, TransferStrategy,
 };
 
-fn rt() -> Runtime {
+fn rt(strategy: TransferStrategy) -> Runtime {
     Runtime::builder()
         .backend(Backend::Cpu)
+        .transfer_strategy(strategy)
         .build()
         .expect("runtime")
 }
@@ -48,9 +49,8 @@ fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
-#[test]
-fn large_messages_round_trip_in_place() {
-    let rt = rt();
+fn large_messages_round_trip_in_place(strategy: TransferStrategy) {
+    let rt = rt(strategy);
     let k = bump_kernel(&rt, LoanConfig::default());
     for (i, len) in [0usize, 1, 100, 1024, 4096, 5000, 64 << 10, 1 << 20]
         .into_iter()
@@ -72,9 +72,8 @@ fn large_messages_round_trip_in_place() {
     k.shutdown_blocking().unwrap();
 }
 
-#[test]
-fn replies_may_shrink_or_grow_within_the_block() {
-    let rt = rt();
+fn replies_may_shrink_or_grow_within_the_block(strategy: TransferStrategy) {
+    let rt = rt(strategy);
     let k = rt
         .launch_loans(KernelSpec::loans("resize", |b: &mut LoanBuf<'_>| {
             let want = usize::from(b[0]) * 100;
@@ -97,9 +96,8 @@ fn replies_may_shrink_or_grow_within_the_block() {
     assert_eq!(k.pool_stats().in_use_blocks, 0);
 }
 
-#[test]
-fn handler_errors_return_the_block_and_the_kernel_serves_on() {
-    let rt = rt();
+fn handler_errors_return_the_block_and_the_kernel_serves_on(strategy: TransferStrategy) {
+    let rt = rt(strategy);
     let k = bump_kernel(&rt, LoanConfig::default());
     for _ in 0..10 {
         let e = k.call_bytes_blocking(&[0xEF; 3000]).unwrap_err();
@@ -114,9 +112,8 @@ fn handler_errors_return_the_block_and_the_kernel_serves_on() {
     k.shutdown_blocking().unwrap();
 }
 
-#[test]
-fn corrupt_handles_are_refused_without_touching_the_pool() {
-    let rt = rt();
+fn corrupt_handles_are_refused_without_touching_the_pool(strategy: TransferStrategy) {
+    let rt = rt(strategy);
     let k = bump_kernel(&rt, LoanConfig::new(1 << 16, 1024));
     let held = k.loan_blocking(2000).unwrap(); // host-owned: a handle naming it is stale
     let live = LoanHandle {
@@ -185,9 +182,8 @@ fn corrupt_handles_are_refused_without_touching_the_pool() {
     k.shutdown_blocking().unwrap();
 }
 
-#[test]
-fn an_exhausted_pool_refuses_try_loan_and_async_loans_wait() {
-    let rt = rt();
+fn an_exhausted_pool_refuses_try_loan_and_async_loans_wait(strategy: TransferStrategy) {
+    let rt = rt(strategy);
     let k = bump_kernel(&rt, LoanConfig::new(1 << 14, 1024));
     let all = k.try_loan(1 << 14).unwrap();
     assert!(matches!(
@@ -224,9 +220,10 @@ fn an_exhausted_pool_refuses_try_loan_and_async_loans_wait() {
     assert!(k.pool_stats().exhausted >= 1);
 }
 
-#[test]
-fn a_panic_with_loans_in_flight_fails_them_and_shutdown_returns_every_block() {
-    let rt = rt();
+fn a_panic_with_loans_in_flight_fails_them_and_shutdown_returns_every_block(
+    strategy: TransferStrategy,
+) {
+    let rt = rt(strategy);
     let k = bump_kernel(&rt, LoanConfig::new(1 << 20, 1024));
     k.kernel().pause();
     // Queue sends behind a panicking one; the host keeps one loan of its own.
@@ -255,9 +252,8 @@ fn a_panic_with_loans_in_flight_fails_them_and_shutdown_returns_every_block() {
     assert_eq!(k.pool_stats().in_use_blocks, 0);
 }
 
-#[test]
-fn a_restarted_kernel_answers_the_loans_its_predecessor_left() {
-    let rt = rt();
+fn a_restarted_kernel_answers_the_loans_its_predecessor_left(strategy: TransferStrategy) {
+    let rt = rt(strategy);
     let k = rt
         .launch_loans(KernelSpec::loans("bump", bump).restart(
             RestartPolicy::new(3).backoff(Duration::from_micros(100), Duration::from_millis(1)),
@@ -291,9 +287,8 @@ fn a_restarted_kernel_answers_the_loans_its_predecessor_left() {
     k.shutdown_blocking().unwrap();
 }
 
-#[test]
-fn dropped_call_futures_return_their_block_only_after_the_reply() {
-    let rt = rt();
+fn dropped_call_futures_return_their_block_only_after_the_reply(strategy: TransferStrategy) {
+    let rt = rt(strategy);
     let k = rt
         .launch_loans(KernelSpec::loans("slow", |b: &mut LoanBuf<'_>| {
             std::thread::sleep(Duration::from_millis(2));
@@ -326,9 +321,8 @@ fn dropped_call_futures_return_their_block_only_after_the_reply() {
     k.shutdown_blocking().unwrap();
 }
 
-#[test]
-fn many_threads_loan_call_and_send_concurrently() {
-    let rt = rt();
+fn many_threads_loan_call_and_send_concurrently(strategy: TransferStrategy) {
+    let rt = rt(strategy);
     let k = bump_kernel(&rt, LoanConfig::new(1 << 22, 512));
     std::thread::scope(|s| {
         for t in 0..4u8 {
@@ -351,35 +345,47 @@ fn many_threads_loan_call_and_send_concurrently() {
     k.shutdown_blocking().unwrap();
 }
 
-#[test]
-fn loans_need_the_cpu_backend_and_zero_copy() {
-    for strategy in [TransferStrategy::Sync, TransferStrategy::Async] {
-        let rt = Runtime::builder()
-            .backend(Backend::Cpu)
-            .transfer_strategy(strategy)
-            .build()
-            .unwrap();
-        let e = rt
-            .launch_loans(KernelSpec::loans("x", |_: &mut LoanBuf<'_>| Ok(())))
-            .unwrap_err();
-        assert!(matches!(e, Error::StrategyUnsupported { .. }), "{e:?}");
-    }
-    let e = rt()
+fn bad_specs_are_refused_and_copies_move_loan_bytes(strategy: TransferStrategy) {
+    let e = rt(strategy)
         .launch_loans(KernelSpec::<LoanHandle, LoanHandle>::echo())
         .unwrap_err();
     assert!(matches!(e, Error::InvalidArgument { .. }), "{e:?}");
-    let e = rt()
+    let e = rt(strategy)
         .launch_loans(
             KernelSpec::loans("x", |_: &mut LoanBuf<'_>| Ok(()))
                 .loan_pool(LoanConfig::new(1000, 64)),
         )
         .unwrap_err();
     assert!(matches!(e, Error::InvalidArgument { .. }), "{e:?}");
+    // Under a copy strategy the bridge moves each loan's bytes, one copy per run of
+    // adjacent blocks, and counts them.
+    let rt = rt(strategy);
+    let k = bump_kernel(&rt, LoanConfig::new(1 << 20, 1024));
+    k.kernel().pause();
+    for i in 0..8u8 {
+        k.send_bytes_blocking(&pattern(4096, i)).unwrap();
+    }
+    k.kernel().resume();
+    for i in 0..8u8 {
+        let r = k.recv_loan_blocking().unwrap();
+        assert_eq!(
+            r[..],
+            pattern(4096, i).iter().map(|b| b + 1).collect::<Vec<_>>()[..]
+        );
+    }
+    match k.kernel().transfer_stats() {
+        None => assert!(!strategy.copies()),
+        Some(t) => {
+            assert!(strategy.copies());
+            assert_eq!((t.loans_down, t.loans_up), (8, 8));
+            assert!(t.h2d_bytes >= 8 * 4096 && t.d2h_bytes >= 8 * 4096, "{t:?}");
+        }
+    }
+    k.shutdown_blocking().unwrap();
 }
 
-#[test]
-fn batches_of_loans_go_and_come_back_in_order() {
-    let rt = rt();
+fn batches_of_loans_go_and_come_back_in_order(strategy: TransferStrategy) {
+    let rt = rt(strategy);
     let k = bump_kernel(&rt, LoanConfig::new(2 << 20, 1024));
     let mut sent = 0u8;
     let mut got = Vec::new();
@@ -411,15 +417,14 @@ fn batches_of_loans_go_and_come_back_in_order() {
     k.shutdown_blocking().unwrap();
 }
 
-#[test]
-fn the_export_file_shows_the_pool() {
+fn the_export_file_shows_the_pool(strategy: TransferStrategy) {
     let dir = std::env::temp_dir().join(format!(
         "gyre-loans-export-{}-{}",
         std::process::id(),
         gyre_core::shm::unix_ms()
     ));
     let path = dir.join("svc").join("bump");
-    let rt = rt();
+    let rt = rt(strategy);
     let k = rt
         .launch_loans(
             KernelSpec::loans("bump", bump)
@@ -445,3 +450,41 @@ fn the_export_file_shows_the_pool() {
     k.shutdown_blocking().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Every case under every transfer strategy of the CPU backend.
+macro_rules! strategies {
+    ($($case:ident),* $(,)?) => {
+        mod unified {
+            $(#[test] fn $case() { super::$case(gyre::TransferStrategy::Unified) })*
+        }
+        mod sync {
+            $(#[test] fn $case() { super::$case(gyre::TransferStrategy::Sync) })*
+        }
+        mod async_copies {
+            $(#[test] fn $case() { super::$case(gyre::TransferStrategy::Async) })*
+        }
+        mod dma_polling {
+            $(#[test] fn $case() {
+                super::$case(
+                    gyre::TransferStrategy::dma_polling(std::time::Duration::from_micros(20))
+                        .expect("poll interval"),
+                )
+            })*
+        }
+    };
+}
+
+strategies!(
+    large_messages_round_trip_in_place,
+    replies_may_shrink_or_grow_within_the_block,
+    handler_errors_return_the_block_and_the_kernel_serves_on,
+    corrupt_handles_are_refused_without_touching_the_pool,
+    an_exhausted_pool_refuses_try_loan_and_async_loans_wait,
+    a_panic_with_loans_in_flight_fails_them_and_shutdown_returns_every_block,
+    a_restarted_kernel_answers_the_loans_its_predecessor_left,
+    dropped_call_futures_return_their_block_only_after_the_reply,
+    many_threads_loan_call_and_send_concurrently,
+    bad_specs_are_refused_and_copies_move_loan_bytes,
+    batches_of_loans_go_and_come_back_in_order,
+    the_export_file_shows_the_pool,
+);

@@ -17,7 +17,8 @@ use std::sync::Arc;
 
 use gyre_abi::error;
 use gyre_core::channel::{ReleaseHook, ReplyView};
-use gyre_core::loan::{LoanArena, LoanConfig, LoanHandle, LoanStats};
+use gyre_core::copy::HostDeviceArena;
+use gyre_core::loan::{LoanArena, LoanConfig, LoanHandle, LoanMirror, LoanStats};
 use gyre_core::memory::HostAllocator;
 use gyre_core::{Channel, Error, Result};
 
@@ -45,9 +46,10 @@ impl KernelSpec<LoanHandle, LoanHandle> {
     /// [`Error::Handler`] under the rules of [`KernelSpec::try_from_fn`]. The pool is
     /// 16 MiB in blocks of 1 KiB and up unless [`KernelSpec::loan_pool`] says otherwise.
     ///
-    /// **Where it runs:** the CPU backend, under the zero-copy (`Unified`) strategy.
-    /// Device handlers and the copy strategies do not take loans yet
-    /// ([`Error::HandlerUnsupported`], [`Error::StrategyUnsupported`]).
+    /// **Where it runs:** the CPU backend, under every transfer strategy (zero copy: the
+    /// kernel reads the pool's host memory; a copy strategy: the bridge moves each loan's
+    /// bytes with its slot). Device backends do not take loans yet
+    /// ([`Error::HandlerUnsupported`]).
     ///
     /// # Examples
     ///
@@ -202,16 +204,16 @@ impl core::fmt::Debug for LoanKernel {
 }
 
 impl Runtime {
-    /// Launches a loan kernel ([`KernelSpec::loans`]): allocates its pool in the memory
-    /// kind the kernel reads (host memory on the CPU backend), then launches as
-    /// [`Runtime::launch`] does.
+    /// Launches a loan kernel ([`KernelSpec::loans`]): allocates its pool where the
+    /// kernel reads it (host memory shared with the kernel under zero copy; host memory
+    /// plus emulated device memory, kept in step by the bridge, under a copy strategy),
+    /// then launches as [`Runtime::launch`] does.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for a spec that is not a loan kernel or a bad
-    /// [`LoanConfig`]; [`Error::HandlerUnsupported`] off the CPU backend;
-    /// [`Error::StrategyUnsupported`] under a copy strategy; [`Error::Alloc`] for the
-    /// pool; and those of [`Runtime::launch`].
+    /// [`LoanConfig`]; [`Error::HandlerUnsupported`] off the CPU backend; [`Error::Alloc`]
+    /// for the pool; and those of [`Runtime::launch`].
     ///
     /// # Examples
     ///
@@ -240,16 +242,18 @@ impl Runtime {
                 remedy: "launch it on Backend::Cpu (device handlers for loans are not built yet)",
             });
         }
-        if strategy.copies() {
-            return Err(Error::StrategyUnsupported {
-                backend: backend.name(),
-                strategy: strategy.name(),
-                reason: "loans move by handle only under zero copy (Unified) so far; the \
-                         bridge does not move loaned bytes yet"
-                    .into(),
-            });
-        }
-        let arena = LoanArena::new(HostAllocator, setup.config)?;
+        // Zero copy: the kernel reads the pool's host memory. A copy strategy: the kernel
+        // works on emulated device memory, and the bridge moves each loan's bytes with
+        // its slot (a `LoanMirror`).
+        let device = if strategy.copies() {
+            Some(Arc::new(HostDeviceArena::new(setup.config.pool_bytes)?))
+        } else {
+            None
+        };
+        let arena = match &device {
+            Some(d) => LoanArena::new_split(HostAllocator, setup.config, d.clone())?,
+            None => LoanArena::new(HostAllocator, setup.config)?,
+        };
         let mut launch = spec;
         launch.loan = None;
         launch.handler = Arc::new(adapter(arena.clone(), setup.handler));
@@ -257,6 +261,10 @@ impl Runtime {
         let inner = kernel.inner();
         inner.ch.set_release_hook(Arc::new(Release(arena.clone())));
         let _ = inner.loans.set(arena.clone());
+        if let (Some(d), Some(t)) = (device, &inner.transfer) {
+            t.bridge()
+                .set_loans(Arc::new(LoanMirror::new(arena.clone(), d)?));
+        }
         tracing::info!(
             kernel = %kernel.name(),
             pool_bytes = arena.pool_bytes(),

@@ -23,6 +23,7 @@ mod cause;
 pub mod channel;
 pub mod clock;
 pub mod command_gate;
+pub mod copy;
 pub mod doorbell;
 mod error;
 pub mod handler;

@@ -60,7 +60,6 @@
 //! ```
 
 pub mod agent;
-mod host;
 mod lines;
 
 use core::sync::atomic::Ordering::{Relaxed, Release};
@@ -72,95 +71,17 @@ use gyre_abi::{state, TelemetrySnapshot, SLOT_HEADER_SIZE};
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
+use crate::loan::{LoanHandle, LoanMirror};
 use crate::region::{RegionMemory, RingId, SharedRegion, RINGS_OFFSET, TELEMETRY_OFFSET};
 use crate::ring::Geometry;
 use crate::telemetry::TelemetryWriter;
 
+pub use crate::copy::{CopyEngine, HostDeviceArena, HostDeviceMemory};
 pub use agent::BridgeAgent;
-pub use host::HostDeviceMemory;
 use lines::{HostLine, KernelLine, LINE};
 
 #[allow(unused_imports)] // rustdoc links
 use crate::strategy::TransferStrategy;
-
-/// A device's copy engine over one kernel's device region.
-///
-/// Offsets are byte offsets into the device region (laid out as [`SharedRegion`]).
-/// Copies of one engine run in the order they were issued (*stream order*): a copy
-/// issued after another starts once that one has completed, so it lands after it and
-/// reads after it (the telemetry sequence-lock read relies on the second half).
-///
-/// # Safety
-///
-/// Implementors guarantee that a copy moves exactly `len` bytes between the given host
-/// pointer and the device region, touches nothing else, and, when it returns `Ok` from a
-/// synchronous copy or from [`CopyEngine::synchronize`], has completed. Device-side stores
-/// must become visible to the kernel no earlier than the engine's earlier copies (release
-/// order); device-side loads must observe every kernel store that the kernel ordered
-/// before the value they read (acquire order).
-pub unsafe trait CopyEngine: Send + Sync + 'static {
-    /// Short name for errors (`host`, `cuda`).
-    fn name(&self) -> &'static str;
-
-    /// Length of the device region in bytes.
-    fn len(&self) -> usize;
-
-    /// Whether the region is empty (never, for a real kernel).
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Copies `len` bytes from host `src` to device offset `dst`, blocking until done.
-    ///
-    /// # Safety
-    ///
-    /// `src` is valid for `len` reads and nobody writes those bytes until the copy
-    /// completes.
-    unsafe fn copy_h2d(&self, dst: usize, src: *const u8, len: usize) -> Result<()>;
-
-    /// Copies `len` bytes from device offset `src` to host `dst`, blocking until done.
-    ///
-    /// # Safety
-    ///
-    /// `dst` is valid for `len` writes and nobody else accesses those bytes until the
-    /// copy completes.
-    unsafe fn copy_d2h(&self, dst: *mut u8, src: usize, len: usize) -> Result<()>;
-
-    /// [`CopyEngine::copy_h2d`] issued on the engine's stream without waiting; complete
-    /// after [`CopyEngine::synchronize`]. The default copies synchronously.
-    ///
-    /// # Safety
-    ///
-    /// As [`CopyEngine::copy_h2d`], until the next `synchronize` returns.
-    unsafe fn copy_h2d_async(&self, dst: usize, src: *const u8, len: usize) -> Result<()> {
-        // SAFETY: forwarded caller contract.
-        unsafe { self.copy_h2d(dst, src, len) }
-    }
-
-    /// [`CopyEngine::copy_d2h`] issued on the engine's stream without waiting.
-    ///
-    /// # Safety
-    ///
-    /// As [`CopyEngine::copy_d2h`], until the next `synchronize` returns.
-    unsafe fn copy_d2h_async(&self, dst: *mut u8, src: usize, len: usize) -> Result<()> {
-        // SAFETY: forwarded caller contract.
-        unsafe { self.copy_d2h(dst, src, len) }
-    }
-
-    /// Waits for every copy issued so far (a stream event).
-    fn synchronize(&self) -> Result<()> {
-        Ok(())
-    }
-
-    /// Host memory the engine copies to and from fastest (pinned for a GPU), zeroed,
-    /// 128-aligned. The default is an ordinary host allocation.
-    fn alloc_staging(&self, bytes: usize) -> Result<Box<dyn RegionMemory>> {
-        Ok(Box::new(crate::region::HostMemory::zeroed(bytes)?))
-    }
-
-    /// The engine as `Any`, so the backend that made it can find its own type again.
-    fn as_any(&self) -> &dyn core::any::Any;
-}
 
 /// Copies and bytes moved by a bridge since it was created.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -184,6 +105,12 @@ pub struct TransferStats {
     /// Telemetry line reads (two device -> host copies each: the line, then its
     /// sequence word again).
     pub telemetry_reads: u64,
+    /// Loans whose bytes were moved down with their requests (a loan kernel under a
+    /// copy strategy); their copies and bytes are in `h2d_copies` and `h2d_bytes`.
+    pub loans_down: u64,
+    /// Loans whose bytes were moved up with their replies; copies and bytes in
+    /// `d2h_copies` and `d2h_bytes`.
+    pub loans_up: u64,
 }
 
 #[derive(Debug, Default)]
@@ -197,6 +124,8 @@ struct Counters {
     pushes: AtomicU64,
     pulls: AtomicU64,
     telemetry_reads: AtomicU64,
+    loans_down: AtomicU64,
+    loans_up: AtomicU64,
 }
 
 /// Whether copies wait one by one or are issued on the stream and synchronised once per
@@ -255,6 +184,9 @@ pub struct RingBufferBridge {
     /// The doorbell of a kernel that parks (the CPU backend), rung after each push that
     /// moved line 0.
     doorbell: OnceLock<Arc<crate::doorbell::Doorbell>>,
+    /// A loan kernel's pool: every request and reply slot carries a loan handle whose
+    /// bytes move with it.
+    loans: OnceLock<Arc<LoanMirror>>,
 }
 
 impl core::fmt::Debug for RingBufferBridge {
@@ -312,6 +244,7 @@ impl RingBufferBridge {
             counters: Counters::default(),
             failed: OnceLock::new(),
             doorbell: OnceLock::new(),
+            loans: OnceLock::new(),
         })
     }
 
@@ -319,6 +252,13 @@ impl RingBufferBridge {
     /// once; later calls are ignored.
     pub fn set_doorbell(&self, d: Arc<crate::doorbell::Doorbell>) {
         let _ = self.doorbell.set(d);
+    }
+
+    /// Makes the bridge move loans: from now on each request's loan bytes go down before
+    /// its doorbell, and each reply's come up before it is republished (see
+    /// [`LoanMirror`]). Set once, before the first request; later calls are ignored.
+    pub fn set_loans(&self, mirror: Arc<LoanMirror>) {
+        let _ = self.loans.set(mirror);
     }
 
     /// Sets whether copies block one by one or go on the engine's stream.
@@ -353,6 +293,8 @@ impl RingBufferBridge {
             pushes: c.pushes.load(Relaxed),
             pulls: c.pulls.load(Relaxed),
             telemetry_reads: c.telemetry_reads.load(Relaxed),
+            loans_down: c.loans_down.load(Relaxed),
+            loans_up: c.loans_up.load(Relaxed),
         }
     }
 
@@ -395,6 +337,18 @@ impl RingBufferBridge {
         self.counters.d2h_copies.fetch_add(1, Relaxed);
         self.counters.d2h_bytes.fetch_add(len as u64, Relaxed);
         Ok(())
+    }
+
+    fn count_loans(&self, m: crate::loan::Moved, down: bool) {
+        let c = &self.counters;
+        let (copies, bytes, loans) = if down {
+            (&c.h2d_copies, &c.h2d_bytes, &c.loans_down)
+        } else {
+            (&c.d2h_copies, &c.d2h_bytes, &c.loans_up)
+        };
+        copies.fetch_add(m.copies, Relaxed);
+        bytes.fetch_add(m.bytes, Relaxed);
+        loans.fetch_add(m.loans, Relaxed);
     }
 
     fn sync_stream(&self) -> Result<()> {
@@ -464,6 +418,18 @@ impl RingBufferBridge {
             return Ok(());
         }
         if new_slots > 0 {
+            if let Some(m) = self.loans.get() {
+                // The loans' bytes first: the kernel reads them once line 0 lands.
+                let mut handles = (st.pushed..head).filter_map(|i| {
+                    let slot = self.mirror.slot(RingId::Request, i);
+                    // SAFETY: request `i` is below the mirror's published head: its
+                    // producer is done, and the slot is not reused before the kernel
+                    // answered it (module docs).
+                    unsafe { loan_of(&slot) }
+                });
+                let moved = m.down(&mut handles, self.stream())?;
+                self.count_loans(moved, true);
+            }
             let ring = RINGS_OFFSET;
             for (off, len) in self.ranges(st.pushed, head) {
                 if len > 0 {
@@ -536,6 +502,19 @@ impl RingBufferBridge {
                 }
             }
             self.sync_stream()?;
+            if let Some(m) = self.loans.get() {
+                // The replies' loan bytes, before the replies are republished.
+                let g = self.geometry;
+                let mut handles = (st.pulled..head).filter_map(|i| {
+                    let at = ST_RING + (i & g.mask()) as usize * g.slot_size() as usize;
+                    // SAFETY: staging slot `at` was filled by the completed copy above,
+                    // under the pull lock; `at + slot_size` is inside staging.
+                    unsafe { staged_loan(self.staging_ptr(at), g.payload()) }
+                });
+                let moved = m.up(&mut handles, self.stream())?;
+                self.sync_stream()?;
+                self.count_loans(moved, false);
+            }
             for i in st.pulled..head {
                 self.publish_reply(i);
             }
@@ -632,6 +611,47 @@ impl RingBufferBridge {
 
 /// Offset of `len` in a slot header.
 const LEN_OFFSET: usize = core::mem::offset_of!(gyre_abi::SlotHeader, len);
+/// Offset of `status` in a slot header.
+const STATUS_OFFSET: usize = core::mem::offset_of!(gyre_abi::SlotHeader, status);
+
+/// The loan handle a request slot carries, if its length is a handle's.
+///
+/// # Safety
+///
+/// Nobody writes the slot while this reads it.
+unsafe fn loan_of(slot: &crate::ring::slot::SlotPtr<'_>) -> Option<LoanHandle> {
+    // SAFETY: the caller's contract.
+    let meta = unsafe { slot.read_meta() };
+    if meta.len as usize != LoanHandle::SIZE || slot.payload_capacity() < LoanHandle::SIZE {
+        return None;
+    }
+    // SAFETY: as above; 16 <= payload capacity.
+    LoanHandle::decode(unsafe { slot.payload(LoanHandle::SIZE) })
+}
+
+/// The loan handle of a successful reply staged at `slot` (a raw copy of a reply slot),
+/// if its length is a handle's.
+///
+/// # Safety
+///
+/// `slot` points to a staged slot of `SLOT_HEADER_SIZE + payload` bytes nobody writes
+/// meanwhile.
+unsafe fn staged_loan(slot: *const u8, payload: usize) -> Option<LoanHandle> {
+    // SAFETY: the caller's contract: header fields inside the staged slot.
+    let (len, status) = unsafe {
+        (
+            core::ptr::read_unaligned(slot.add(LEN_OFFSET).cast::<u32>()) as usize,
+            core::ptr::read_unaligned(slot.add(STATUS_OFFSET).cast::<u32>()),
+        )
+    };
+    if status != gyre_abi::error::NONE || len != LoanHandle::SIZE || payload < LoanHandle::SIZE {
+        return None;
+    }
+    // SAFETY: the payload follows the header inside the staged slot; 16 <= payload.
+    let bytes =
+        unsafe { core::slice::from_raw_parts(slot.add(SLOT_HEADER_SIZE), LoanHandle::SIZE) };
+    LoanHandle::decode(bytes)
+}
 
 #[cfg(test)]
 mod tests;

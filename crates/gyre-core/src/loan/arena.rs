@@ -88,6 +88,11 @@ pub struct LoanArena {
     block: Option<RawBlock>,
     /// Host address of the arena (every kind the loan pool supports has one).
     base: NonNull<u8>,
+    /// Where the kernel reads the arena: `base` under zero copy; the device side of a
+    /// [`LoanMirror`](super::LoanMirror) under a copy strategy.
+    kernel_base: NonNull<u8>,
+    /// Keeps the kernel's side alive when it is not `block`.
+    _kernel_mem: Option<Arc<crate::copy::HostDeviceArena>>,
     bytes: usize,
     min_shift: u32,
     book: Mutex<Book>,
@@ -164,6 +169,8 @@ impl LoanArena {
             alloc: Box::new(alloc),
             block: Some(block),
             base,
+            kernel_base: base,
+            _kernel_mem: None,
             bytes: config.pool_bytes,
             min_shift,
             book: Mutex::new(Book {
@@ -179,6 +186,39 @@ impl LoanArena {
             words: (0..units).map(|_| Line(AtomicU64::new(0))).collect(),
             waiters: Waiters::default(),
         }))
+    }
+
+    /// An arena whose host side comes from `alloc` (the staging side the host writes)
+    /// and whose kernel side is `device` (the CPU backend's emulated device memory, which
+    /// the kernel works on in place), for the copy strategies; move bytes between them
+    /// with a [`LoanMirror`](super::LoanMirror) over `device`.
+    ///
+    /// # Errors
+    ///
+    /// As [`LoanArena::new`], and [`Error::InvalidArgument`] when `device` is smaller
+    /// than the pool.
+    pub fn new_split(
+        alloc: impl RawAllocator + 'static,
+        config: LoanConfig,
+        device: Arc<crate::copy::HostDeviceArena>,
+    ) -> Result<Arc<Self>> {
+        use crate::copy::CopyEngine;
+        if device.len() < config.pool_bytes {
+            return Err(Error::InvalidArgument {
+                name: "loan pool device memory",
+                value: format!("{} bytes", device.len()),
+                reason: "smaller than the pool",
+            });
+        }
+        let arena = Self::new(alloc, config)?;
+        let mut arena = Arc::into_inner(arena).ok_or(Error::InvalidArgument {
+            name: "loan pool",
+            value: "shared".into(),
+            reason: "a new arena has one owner",
+        })?;
+        arena.kernel_base = device.kernel_ptr();
+        arena._kernel_mem = Some(device);
+        Ok(Arc::new(arena))
     }
 
     /// The memory kind of the arena.
@@ -448,11 +488,13 @@ impl LoanArena {
         let off = (unit as usize) << self.min_shift;
         debug_assert!(off + cap <= self.bytes);
         // SAFETY: the block [off, off + cap) lies inside the arena (buddy blocks never
-        // cross its end); this call moved it to busy, which no other party can take
-        // (every other transition starts from another owner), so the bytes are ours
-        // until the guard gives them back; the arena's bytes are initialised (the
-        // allocator contract).
-        let bytes = unsafe { core::slice::from_raw_parts_mut(self.base.as_ptr().add(off), cap) };
+        // cross its end), on its kernel side, which is at least the pool's size; this
+        // call moved it to busy, which no other party can take (every other transition
+        // starts from another owner), and a mirror copies a block only while it is
+        // kernel-owned, so the bytes are ours until the guard gives them back; both sides
+        // are initialised (zeroed) memory.
+        let bytes =
+            unsafe { core::slice::from_raw_parts_mut(self.kernel_base.as_ptr().add(off), cap) };
         Ok(KernelBlock {
             arena: self,
             unit,
@@ -535,6 +577,23 @@ impl LoanArena {
     pub(crate) fn host_ptr(&self, unit: u32) -> *mut u8 {
         // SAFETY: unit < units, so the offset is inside the arena.
         unsafe { self.base.as_ptr().add((unit as usize) << self.min_shift) }
+    }
+
+    /// The host address of arena offset `off` (for a mirror's copies).
+    pub(crate) fn host_ptr_at(&self, off: usize) -> *mut u8 {
+        debug_assert!(off < self.bytes);
+        // SAFETY: callers pass offsets inside the arena (`sent_capacity` checked them).
+        unsafe { self.base.as_ptr().add(off) }
+    }
+
+    /// The capacity of the block `h` names, if it is kernel-owned under `h`'s generation
+    /// and `h.len` fits it (what a mirror may copy).
+    pub(crate) fn sent_capacity(&self, h: &LoanHandle) -> Option<usize> {
+        let unit = self.unit_of(h)?;
+        let w = Word::unpack(self.words[unit as usize].load(Acquire));
+        let cap = (1usize << w.order) << self.min_shift;
+        (w.owner == owner::KERNEL && w.generation == h.generation && h.len as usize <= cap)
+            .then_some(cap)
     }
 
     /// The block size of `order`.

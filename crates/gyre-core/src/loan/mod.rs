@@ -9,6 +9,8 @@
 //! * [`Loan`] — the RAII host-owned block (`block.rs`).
 //! * [`LoanHandle`] — the slot's view (`handle.rs`).
 //! * [`LoanStats`] — hits, misses, returns, in use, peak, fragmentation.
+//! * [`LoanMirror`] — under a copy strategy, the pool's host and device sides and the
+//!   coalesced copies the bridge makes between them (`mirror.rs`).
 //!
 //! # Ownership
 //!
@@ -43,12 +45,14 @@ mod arena;
 mod block;
 mod buddy;
 mod handle;
+mod mirror;
 #[cfg(test)]
 mod tests;
 
 pub use arena::{KernelBlock, LoanArena};
 pub use block::Loan;
 pub use handle::LoanHandle;
+pub use mirror::{LoanMirror, Moved};
 
 use crate::{Error, Result};
 

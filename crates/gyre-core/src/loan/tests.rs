@@ -234,3 +234,46 @@ proptest! {
         prop_assert_eq!(ok, off_delta == 0 && gen_delta == 0 && len <= 1024);
     }
 }
+
+#[test]
+fn a_mirror_moves_adjacent_blocks_in_one_copy_and_skips_what_it_may_not_touch() {
+    use crate::copy::{CopyEngine, HostDeviceArena};
+    let dev = Arc::new(HostDeviceArena::new(1 << 14).unwrap());
+    let a =
+        LoanArena::new_split(HostAllocator, LoanConfig::new(1 << 14, 1024), dev.clone()).unwrap();
+    let m = LoanMirror::new(a.clone(), dev.clone()).unwrap();
+    let mut sent = Vec::new();
+    for i in 0..3u8 {
+        let mut l = a.try_loan(1024).unwrap();
+        l.fill(i + 1);
+        sent.push(l.into_handle());
+    }
+    let held = a.try_loan(10).unwrap(); // host-owned: never copied
+    let stale = LoanHandle {
+        generation: 99,
+        ..sent[0]
+    };
+    let mut hs = sent.iter().copied().chain([stale]);
+    let moved = m.down(&mut hs, false).unwrap();
+    assert_eq!((moved.loans, moved.copies, moved.bytes), (3, 1, 3072));
+    // The kernel sees the bytes on its side, and answers in place.
+    for (i, h) in sent.iter().enumerate() {
+        let mut b = a.resolve(h).unwrap();
+        assert!(b[..1024].iter().all(|&x| x == i as u8 + 1));
+        b[0] = 0xAA;
+    }
+    let moved = m
+        .up(&mut sent.iter().map(|h| LoanHandle { len: 1, ..*h }), false)
+        .unwrap();
+    assert_eq!(
+        (moved.copies, moved.bytes),
+        (3, 24),
+        "1 byte rounds up to a word; gaps split"
+    );
+    let back = a
+        .claim(&LoanHandle { len: 1, ..sent[1] }, &sent[1])
+        .unwrap();
+    assert_eq!(&back[..], &[0xAA]);
+    assert!(dev.len() >= a.pool_bytes());
+    drop((back, held));
+}

@@ -1,0 +1,91 @@
+//! Copy engines: how host code reaches device memory it cannot address ([`CopyEngine`]),
+//! and the CPU backend's emulated device memory ([`HostDeviceMemory`] for a kernel's
+//! rings, [`HostDeviceArena`] for a loan pool), reached only by real copies. The bridge
+//! (`crate::bridge`) and the loan pool's mirror (`crate::loan::LoanMirror`) drive them.
+
+mod host;
+
+pub use host::{HostDeviceArena, HostDeviceMemory};
+
+use crate::error::Result;
+use crate::region::RegionMemory;
+
+/// A device's copy engine over one block of device memory: a kernel's device region
+/// (laid out as [`SharedRegion`](crate::SharedRegion)), or a loan pool's device side.
+///
+/// Offsets are byte offsets into that memory.
+/// Copies of one engine run in the order they were issued (*stream order*): a copy
+/// issued after another starts once that one has completed, so it lands after it and
+/// reads after it (the telemetry sequence-lock read relies on the second half).
+///
+/// # Safety
+///
+/// Implementors guarantee that a copy moves exactly `len` bytes between the given host
+/// pointer and the device region, touches nothing else, and, when it returns `Ok` from a
+/// synchronous copy or from [`CopyEngine::synchronize`], has completed. Device-side stores
+/// must become visible to the kernel no earlier than the engine's earlier copies (release
+/// order); device-side loads must observe every kernel store that the kernel ordered
+/// before the value they read (acquire order).
+pub unsafe trait CopyEngine: Send + Sync + 'static {
+    /// Short name for errors (`host`, `cuda`).
+    fn name(&self) -> &'static str;
+
+    /// Length of the device region in bytes.
+    fn len(&self) -> usize;
+
+    /// Whether the region is empty (never, for a real kernel).
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Copies `len` bytes from host `src` to device offset `dst`, blocking until done.
+    ///
+    /// # Safety
+    ///
+    /// `src` is valid for `len` reads and nobody writes those bytes until the copy
+    /// completes.
+    unsafe fn copy_h2d(&self, dst: usize, src: *const u8, len: usize) -> Result<()>;
+
+    /// Copies `len` bytes from device offset `src` to host `dst`, blocking until done.
+    ///
+    /// # Safety
+    ///
+    /// `dst` is valid for `len` writes and nobody else accesses those bytes until the
+    /// copy completes.
+    unsafe fn copy_d2h(&self, dst: *mut u8, src: usize, len: usize) -> Result<()>;
+
+    /// [`CopyEngine::copy_h2d`] issued on the engine's stream without waiting; complete
+    /// after [`CopyEngine::synchronize`]. The default copies synchronously.
+    ///
+    /// # Safety
+    ///
+    /// As [`CopyEngine::copy_h2d`], until the next `synchronize` returns.
+    unsafe fn copy_h2d_async(&self, dst: usize, src: *const u8, len: usize) -> Result<()> {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.copy_h2d(dst, src, len) }
+    }
+
+    /// [`CopyEngine::copy_d2h`] issued on the engine's stream without waiting.
+    ///
+    /// # Safety
+    ///
+    /// As [`CopyEngine::copy_d2h`], until the next `synchronize` returns.
+    unsafe fn copy_d2h_async(&self, dst: *mut u8, src: usize, len: usize) -> Result<()> {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.copy_d2h(dst, src, len) }
+    }
+
+    /// Waits for every copy issued so far (a stream event).
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Host memory the engine copies to and from fastest (pinned for a GPU), zeroed,
+    /// 128-aligned. The default is an ordinary host allocation.
+    fn alloc_staging(&self, bytes: usize) -> Result<Box<dyn RegionMemory>> {
+        Ok(Box::new(crate::region::HostMemory::zeroed(bytes)?))
+    }
+
+    /// The engine as `Any`, so the backend that made it can find its own type again.
+    fn as_any(&self) -> &dyn core::any::Any;
+}
