@@ -116,14 +116,15 @@ env -u GYRE_CUDA_VENV CUDA_HOME="$PWD/$cuda13_home" cargo test -p gyre --test po
 # loom explores every interleaving of the host-side protocol under a bounded number of
 # preemptions: claim/publish (loom_ring), shutdown and drain (loom_shutdown), the
 # completion driver's wake path (loom_wake), the doorbell that wakes a parked CPU kernel
-# (loom_doorbell), the command hold during a handover (loom_command_gate). Its own target
-# dir keeps the --cfg from
+# (loom_doorbell), the command hold during a handover (loom_command_gate), a loan block's
+# owners and the wake-up of a waiting loan (loom_loans). Its own target dir keeps the
+# --cfg from
 # invalidating the normal build.
 echo "==> loom models (LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:=3})"
 RUSTFLAGS="--cfg gyre_loom" LOOM_MAX_PREEMPTIONS="$LOOM_MAX_PREEMPTIONS" \
   CARGO_TARGET_DIR=target/loom \
   cargo test -p gyre-core --release --test loom_ring --test loom_shutdown --test loom_wake --test loom_doorbell \
-    --test loom_command_gate
+    --test loom_command_gate --test loom_loans
 
 # ThreadSanitizer on stable: RUSTC_BOOTSTRAP unlocks -Zsanitizer; std is not rebuilt
 # (no -Zbuild-std on stable), hence the ABI-mismatch allowance and .ci/tsan.supp (each

@@ -6,12 +6,39 @@
 
 use core::ptr::NonNull;
 use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+#[cfg(not(gyre_loom))]
 use core::sync::atomic::{AtomicU64, AtomicUsize};
 use core::task::{Context, Poll, Waker};
+#[cfg(gyre_loom)]
+use loom::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::Arc;
 use std::time::Instant;
 
+#[cfg(not(gyre_loom))]
 use parking_lot::Mutex;
+
+/// loom's mutex with parking_lot's `lock` (no poisoning), so the model checks this code.
+#[cfg(gyre_loom)]
+struct Mutex<T>(loom::sync::Mutex<T>);
+
+#[cfg(gyre_loom)]
+impl<T: Default> Default for Mutex<T> {
+    fn default() -> Self {
+        Self::new(T::default())
+    }
+}
+
+#[cfg(gyre_loom)]
+impl<T> Mutex<T> {
+    fn new(v: T) -> Self {
+        Self(loom::sync::Mutex::new(v))
+    }
+    fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
 
 use super::buddy::Buddy;
 use super::{Loan, LoanConfig, LoanHandle, LoanStats};
