@@ -3,7 +3,9 @@
 //! loan, sends it, and takes the reply loan back: one copy per message, the kernel works
 //! in place), against `memcpy` of the same bytes into a reused buffer, and against a
 //! `crossbeam-channel` echo thread moving `Vec<u8>` (the host copies its source into a
-//! fresh `Vec`, the thread sends it back). Each path keeps `WINDOW` messages in flight.
+//! fresh `Vec`, the thread sends it back). Each path keeps `WINDOW` messages in flight;
+//! every side busy-spins (gyre's kernel and host with `IdleStrategy::BusySpin`, the
+//! channel with `try_recv` / `try_send` loops), as in the other benches.
 //! One more loan path runs under the `async` copy strategy, where the bridge moves each
 //! loan's bytes to the kernel's (emulated) device memory and back.
 //! Prints messages/s, GB/s and the ratios. `cargo bench --bench loans` (results in
@@ -12,12 +14,12 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use gyre::{Backend, KernelSpec, LoanBuf, LoanConfig, Runtime};
+use gyre::{Backend, IdleStrategy, KernelSpec, LoanBuf, LoanConfig, Runtime};
 
 const WINDOW: usize = 32;
 const BATCH: usize = 16;
-const RUN: Duration = Duration::from_secs(2);
-const ROUNDS: usize = 3;
+const RUN: Duration = Duration::from_secs(1);
+const ROUNDS: usize = 7;
 
 struct Rate {
     msgs_per_s: f64,
@@ -53,7 +55,9 @@ fn loans(rt: &Runtime, len: usize) -> Rate {
     let k = rt
         .launch_loans(
             KernelSpec::loans("echo", |_: &mut LoanBuf<'_>| Ok(()))
-                .loan_pool(LoanConfig::new(16 << 20, 1024)),
+                .loan_pool(LoanConfig::new(16 << 20, 1024))
+                .idle(IdleStrategy::BusySpin)
+                .host_idle(IdleStrategy::BusySpin),
         )
         .expect("launch");
     let src = vec![7u8; len];
@@ -88,11 +92,21 @@ fn loans(rt: &Runtime, len: usize) -> Rate {
 
 /// Loans in batches of `BATCH`: one claim and one head store per batch of sends, one
 /// index update per batch of replies (`try_send_loans`, `recv_loans_blocking`).
-fn loans_batched(rt: &Runtime, len: usize) -> Rate {
+///
+/// `spin`: kernel and host busy-spin. Off under the async copy strategy, whose copy worker
+/// is a third thread: three spinning threads on two cores starve each other.
+fn loans_batched(rt: &Runtime, len: usize, spin: bool) -> Rate {
+    let idle = if spin {
+        IdleStrategy::BusySpin
+    } else {
+        IdleStrategy::default()
+    };
     let k = rt
         .launch_loans(
             KernelSpec::loans("echo", |_: &mut LoanBuf<'_>| Ok(()))
-                .loan_pool(LoanConfig::new(16 << 20, 1024)),
+                .loan_pool(LoanConfig::new(16 << 20, 1024))
+                .idle(idle)
+                .host_idle(idle),
         )
         .expect("launch");
     let src = vec![7u8; len];
@@ -130,17 +144,33 @@ fn loans_batched(rt: &Runtime, len: usize) -> Rate {
     rate(n, len, dt)
 }
 
-/// A `crossbeam-channel` echo thread moving `Vec<u8>`.
+/// A `crossbeam-channel` echo thread moving `Vec<u8>`; both sides busy-spin
+/// (`try_recv` / `try_send` in a loop), as gyre's kernel and host do here.
 fn channel(len: usize) -> Rate {
     let (to_tx, to_rx) = crossbeam_channel::bounded::<Vec<u8>>(WINDOW);
     let (back_tx, back_rx) = crossbeam_channel::bounded::<Vec<u8>>(WINDOW);
-    let echo = std::thread::spawn(move || {
-        for v in to_rx {
-            if back_tx.send(v).is_err() {
-                break;
-            }
+    let echo = std::thread::spawn(move || loop {
+        match to_rx.try_recv() {
+            Ok(mut v) => loop {
+                match back_tx.try_send(v) {
+                    Ok(()) => break,
+                    Err(crossbeam_channel::TrySendError::Full(back)) => {
+                        v = back;
+                        std::hint::spin_loop();
+                    }
+                    Err(crossbeam_channel::TrySendError::Disconnected(_)) => return,
+                }
+            },
+            Err(crossbeam_channel::TryRecvError::Empty) => std::hint::spin_loop(),
+            Err(crossbeam_channel::TryRecvError::Disconnected) => return,
         }
     });
+    let recv = || loop {
+        match back_rx.try_recv() {
+            Ok(v) => return v,
+            Err(_) => std::hint::spin_loop(),
+        }
+    };
     let src = vec![7u8; len];
     for _ in 0..WINDOW {
         to_tx.send(black_box(&src).to_vec()).expect("send");
@@ -149,7 +179,7 @@ fn channel(len: usize) -> Rate {
     let mut n = 0u64;
     while t0.elapsed() < RUN {
         for _ in 0..64 {
-            let v = back_rx.recv().expect("recv");
+            let v = recv();
             black_box(v[len - 1]);
             drop(v);
             to_tx.send(black_box(&src).to_vec()).expect("send");
@@ -157,25 +187,33 @@ fn channel(len: usize) -> Rate {
         n += 64;
     }
     let dt = t0.elapsed();
+    for _ in 0..WINDOW {
+        drop(recv());
+    }
     drop(to_tx);
-    for _ in back_rx.iter() {}
     echo.join().expect("echo thread");
     rate(n, len, dt)
 }
 
 /// Runs every path once per round, interleaved (so drift in the machine's speed hits all
-/// alike), and keeps each path's best round.
-fn best_of(paths: &[&dyn Fn() -> Rate]) -> Vec<Rate> {
-    let mut best: Vec<Option<Rate>> = paths.iter().map(|_| None).collect();
-    for _ in 0..ROUNDS {
-        for (b, f) in best.iter_mut().zip(paths) {
-            let r = f();
-            if b.as_ref().is_none_or(|x| r.msgs_per_s > x.msgs_per_s) {
-                *b = Some(r);
-            }
-        }
-    }
-    best.into_iter().flatten().collect()
+/// alike); returns each round's rates, `[round][path]`.
+fn rounds(paths: &[&dyn Fn() -> Rate]) -> Vec<Vec<Rate>> {
+    (0..ROUNDS)
+        .map(|_| paths.iter().map(|f| f()).collect())
+        .collect()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Median and range of `f(round)` over the rounds.
+fn stat(r: &[Vec<Rate>], f: impl Fn(&[Rate]) -> f64) -> (f64, f64, f64) {
+    let v: Vec<f64> = r.iter().map(|x| f(x)).collect();
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(0.0, f64::max);
+    (median(v), lo, hi)
 }
 
 fn main() {
@@ -186,24 +224,24 @@ fn main() {
     if std::env::var_os("GYRE_BENCH_LOANS_ONLY").is_some() {
         // For profilers: the loan paths alone.
         for len in [4 << 10, 64 << 10] {
-            let r = best_of(&[&|| loans(&rt, len), &|| loans_batched(&rt, len)]);
+            let r = rounds(&[&|| loans(&rt, len), &|| loans_batched(&rt, len, true)]);
             println!(
-                "{:>4} KiB  loans {:>9.0}/s  batched {:>9.0}/s",
+                "{:>4} KiB  loans {:>9.0}/s  batched {:>9.0}/s (medians)",
                 len >> 10,
-                r[0].msgs_per_s,
-                r[1].msgs_per_s
+                stat(&r, |x| x[0].msgs_per_s).0,
+                stat(&r, |x| x[1].msgs_per_s).0
             );
         }
         return;
     }
     println!(
-        "echo throughput, {WINDOW} in flight, best of {ROUNDS} interleaved rounds x {} s, CPU backend",
+        "echo throughput, {WINDOW} in flight, {ROUNDS} interleaved rounds x {} s per path, CPU backend",
         RUN.as_secs()
     );
-    let cell = |r: &Rate| format!("{:>9.0}/s {:>6.2} GB/s", r.msgs_per_s, r.gb_per_s);
+    println!("medians of the rounds; ratios are medians of per-round ratios [min..max]");
     println!(
-        "{:>7}  {:>26}  {:>22}  {:>22}  {:>9}  {:>10}",
-        "size", "path", "rate", "memcpy", "/memcpy", "/channel"
+        "{:>7}  {:>28}  {:>12}  {:>8}  {:>20}  {:>20}",
+        "size", "path", "msg/s", "GB/s", "/ memcpy", "/ channel"
     );
     // The copy strategies: the kernel works on emulated device memory and the bridge
     // moves every loan's bytes down and up (two more copies per message).
@@ -212,29 +250,36 @@ fn main() {
         .transfer_strategy(gyre::TransferStrategy::Async)
         .build()
         .expect("runtime");
+    const NAMES: [&str; 5] = [
+        "loans, one by one",
+        "loans, batches of 16",
+        "memcpy",
+        "channel<Vec<u8>>",
+        "loans, batches, async copies",
+    ];
     for len in [4 << 10, 64 << 10] {
-        let r = best_of(&[
+        let r = rounds(&[
             &|| loans(&rt, len),
-            &|| loans_batched(&rt, len),
+            &|| loans_batched(&rt, len, true),
             &|| memcpy(len),
             &|| channel(len),
-            &|| loans_batched(&copies, len),
+            &|| loans_batched(&copies, len, false),
         ]);
-        let (m, c) = (&r[2], &r[3]);
-        for (name, x) in [
-            ("loans, one by one", &r[0]),
-            ("loans, batches of 16", &r[1]),
-            ("loans, batches, async copies", &r[4]),
-            ("channel<Vec<u8>>", c),
-        ] {
+        for (p, name) in NAMES.iter().enumerate() {
+            let (msgs, _, _) = stat(&r, |x| x[p].msgs_per_s);
+            let (gb, _, _) = stat(&r, |x| x[p].gb_per_s);
+            let ratio = |to: usize| {
+                let (m, lo, hi) = stat(&r, |x| x[p].gb_per_s / x[to].gb_per_s);
+                format!("{m:.2}x [{lo:.2}..{hi:.2}]")
+            };
             println!(
-                "{:>4} KiB  {:>26}  {}  {}  {:>8.2}x  {:>9.2}x",
+                "{:>4} KiB  {:>28}  {:>12.0}  {:>8.2}  {:>20}  {:>20}",
                 len >> 10,
                 name,
-                cell(x),
-                cell(m),
-                x.gb_per_s / m.gb_per_s,
-                x.gb_per_s / c.gb_per_s
+                msgs,
+                gb,
+                ratio(2),
+                ratio(3)
             );
         }
     }
