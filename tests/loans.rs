@@ -173,6 +173,40 @@ fn corrupt_handles_are_refused_without_touching_the_pool(strategy: TransferStrat
             other => panic!("{why}: {other:?}"),
         }
     }
+    // The kernel's own checks, on a block it does hold: a stale generation and a length
+    // beyond the block, queued ahead of the real request while the kernel is paused.
+    k.kernel().pause();
+    let real = {
+        let mut l = k.loan_blocking(100).unwrap();
+        l.fill(3);
+        l.into_handle()
+    };
+    let too_long = LoanHandle { len: 4096, ..real };
+    let stale = LoanHandle {
+        generation: real.generation.wrapping_add(2),
+        ..real
+    };
+    k.kernel().send_blocking(too_long).unwrap();
+    k.kernel().send_blocking(stale).unwrap();
+    k.kernel().send_blocking(real).unwrap();
+    k.kernel().resume();
+    for (what, want_ok) in [
+        ("length beyond", false),
+        ("stale generation", false),
+        ("real", true),
+    ] {
+        match (k.recv_loan_blocking(), want_ok) {
+            (Ok(l), true) => assert!(l.iter().all(|&b| b == 4)),
+            (
+                Err(Error::BadLoan {
+                    side: "from the host",
+                    ..
+                }),
+                false,
+            ) => {}
+            (other, _) => panic!("{what}: {other:?}"),
+        }
+    }
     // Nothing moved: the held loan is intact and the kernel serves.
     assert_eq!(k.pool_stats().in_use_blocks, 1);
     drop(held);
@@ -203,19 +237,22 @@ fn an_exhausted_pool_refuses_try_loan_and_async_loans_wait(strategy: TransferStr
         .build()
         .unwrap();
     tokio.block_on(async {
-        let waiting = k.loan(5000);
-        tokio::pin!(waiting);
-        assert!(
-            tokio::time::timeout(Duration::from_millis(20), &mut waiting)
-                .await
-                .is_err(),
-            "nothing is free: it waits"
-        );
+        // A task waiting for a block: it must be woken by the return, not re-polled.
+        let waiter = {
+            let k = k.clone();
+            tokio::spawn(async move { k.loan(5000).await.map(|l| l.capacity()) })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiter.is_finished(), "nothing is free: it waits");
         // The whole pool goes to the kernel and back; dropping the reply frees it.
         let reply = k.call_loan(all).await.unwrap();
         drop(reply);
-        let loan = waiting.await.unwrap();
-        assert_eq!(loan.capacity(), 8192);
+        let got = tokio::time::timeout(Duration::from_secs(20), waiter)
+            .await
+            .expect("the waiter was woken")
+            .unwrap()
+            .unwrap();
+        assert_eq!(got, 8192);
     });
     assert!(k.pool_stats().exhausted >= 1);
 }
@@ -309,6 +346,11 @@ fn dropped_call_futures_return_their_block_only_after_the_reply(strategy: Transf
             // slot is released by the completion driver.
             let _ = tokio::time::timeout(Duration::from_micros(200), call).await;
         }
+        // The kernel (2 ms a request) still holds most of them: their blocks are out.
+        assert!(
+            k.pool_stats().in_use_blocks > 0,
+            "blocks returned while the kernel still had their requests"
+        );
         // Never polled at all: nothing was sent, the loan returns at once.
         let before = k.pool_stats().returns;
         drop(k.call_loan(k.loan(100).await.unwrap()));
@@ -319,9 +361,16 @@ fn dropped_call_futures_return_their_block_only_after_the_reply(strategy: Transf
     });
     assert_eq!(k.kernel().protocol_errors(), 0);
     k.shutdown_blocking().unwrap();
+    // A block freed early would have been reused under its dropped call, and the kernel
+    // would have refused that call's stale handle: an error reply, counted here.
+    assert_eq!(
+        k.kernel().telemetry().unwrap().errors,
+        0,
+        "no request was refused"
+    );
 }
 
-fn many_threads_loan_call_and_send_concurrently(strategy: TransferStrategy) {
+fn many_threads_loan_and_call_concurrently(strategy: TransferStrategy) {
     let rt = rt(strategy);
     let k = bump_kernel(&rt, LoanConfig::new(1 << 22, 512));
     std::thread::scope(|s| {
@@ -451,6 +500,46 @@ fn the_export_file_shows_the_pool(strategy: TransferStrategy) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+fn a_handle_sent_twice_never_gives_its_block_two_writers(strategy: TransferStrategy) {
+    // The handler fills the whole block with a token, waits, and checks nobody else wrote
+    // it meanwhile (under a copy strategy: not the bridge copying a duplicate down).
+    let rt = rt(strategy);
+    let k = rt
+        .launch_loans(
+            KernelSpec::loans("guard", |b: &mut LoanBuf<'_>| {
+                let token = b[0].wrapping_add(100);
+                b.fill(token);
+                std::thread::sleep(Duration::from_micros(300));
+                if b.iter().any(|&x| x != token) {
+                    return Err(codes::USER_BASE + 9);
+                }
+                Ok(())
+            })
+            .loan_pool(LoanConfig::new(1 << 16, 4096)),
+        )
+        .unwrap();
+    for round in 0..30u8 {
+        let mut l = k.loan_blocking(4096).unwrap();
+        l.fill(round);
+        let h = l.into_handle();
+        // The same handle twice, through the raw kernel: one of them is answered, the
+        // other refused or answered after; never two writers at once.
+        k.kernel().send_blocking(h).unwrap();
+        k.kernel().send_blocking(h).unwrap();
+        for _ in 0..2 {
+            match k.recv_loan_blocking() {
+                Ok(_) | Err(Error::BadLoan { .. }) => {}
+                Err(Error::Handler { status, .. }) if status == codes::USER_BASE + 9 => {
+                    panic!("round {round}: a block had two writers")
+                }
+                Err(e) => panic!("round {round}: {e:?}"),
+            }
+        }
+    }
+    k.shutdown_blocking().unwrap();
+    assert_eq!(k.pool_stats().in_use_blocks, 0);
+}
+
 /// Every case under every transfer strategy of the CPU backend.
 macro_rules! strategies {
     ($($case:ident),* $(,)?) => {
@@ -483,8 +572,9 @@ strategies!(
     a_panic_with_loans_in_flight_fails_them_and_shutdown_returns_every_block,
     a_restarted_kernel_answers_the_loans_its_predecessor_left,
     dropped_call_futures_return_their_block_only_after_the_reply,
-    many_threads_loan_call_and_send_concurrently,
+    many_threads_loan_and_call_concurrently,
     bad_specs_are_refused_and_copies_move_loan_bytes,
     batches_of_loans_go_and_come_back_in_order,
     the_export_file_shows_the_pool,
+    a_handle_sent_twice_never_gives_its_block_two_writers,
 );

@@ -41,7 +41,11 @@ impl<Req, Resp> KernelSpec<Req, Resp> {
     /// for i in 0..100 {
     ///     assert_eq!(k.call_blocking(i)?, i + 1);
     /// }
-    /// std::thread::sleep(Duration::from_millis(20));
+    /// // Handovers happen in the background (bounded wait: a loaded machine is slower).
+    /// let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    /// while k.relaunches().epochs == 0 && std::time::Instant::now() < deadline {
+    ///     std::thread::sleep(Duration::from_millis(1));
+    /// }
     /// assert!(k.relaunches().epochs > 0);
     /// # Ok::<(), gyre::Error>(())
     /// ```

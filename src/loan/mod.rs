@@ -126,14 +126,17 @@ fn adapter(arena: Arc<LoanArena>, user: Arc<LoanFn>) -> impl gyre_core::Handler 
 struct Release(Arc<LoanArena>);
 
 impl ReleaseHook for Release {
-    fn released(&self, ch: &Channel, index: u64, request: &[u8]) {
-        let Some(h) = LoanHandle::decode(request) else {
+    fn released(&self, _ch: &Channel, _index: u64, request: &[u8], status: u32) {
+        // `BAD_LOAN`: the kernel refused the handle, so this request never held a block;
+        // the block its handle names (if any) belongs to someone else.
+        if status == error::BAD_LOAN {
             return;
-        };
-        // A block the kernel is still working on (busy: a kernel the watchdog gave up
-        // on) is not freed: it stays out rather than be reused under the kernel.
-        let _ = (ch, index);
-        self.0.release_sent(&h);
+        }
+        // A block the kernel is still working on (busy) is not freed: `release_sent`
+        // takes only a kernel-owned block of the handle's generation.
+        if let Some(h) = LoanHandle::decode(request) {
+            self.0.release_sent(&h);
+        }
     }
 }
 
@@ -277,8 +280,10 @@ impl Runtime {
 }
 
 impl LoanKernel {
-    /// The kernel underneath: its state, telemetry, pause and resume, shutdown. (Its
-    /// `call`/`send` are not offered: only this type makes handles.)
+    /// The kernel underneath: its state, telemetry, pause and resume, relaunches. Its own
+    /// `call` / `send` take raw handles: a handle that names no block sent to the kernel
+    /// under its generation is refused (`BAD_LOAN`) and can never reach another owner's
+    /// bytes; use this type's methods to send loans.
     pub fn kernel(&self) -> &Kernel<LoanHandle, LoanHandle> {
         &self.kernel
     }

@@ -169,13 +169,16 @@ pub struct Channel {
     release_hook: OnceLock<Arc<dyn ReleaseHook>>,
 }
 
-/// Told by the host side of a channel about each request it is done with: the reply slot
-/// of `index` is about to be released (its reply was consumed or discarded, or it will
-/// never come). The loan pool frees the block of a request nobody claimed.
+/// Told by the host side of a channel about each answered request it is done with: the
+/// reply slot of `index` holds its reply and is about to be released (the reply was
+/// consumed or discarded). Requests never answered are not reported (see
+/// [`Channel::for_each_unanswered`]). The loan pool frees the block of a request nobody
+/// claimed.
 pub trait ReleaseHook: Send + Sync {
-    /// `request` is the request's payload as the host wrote it. Called before the slot
-    /// can be reused, on whichever host thread releases it; must not block.
-    fn released(&self, ch: &Channel, index: u64, request: &[u8]);
+    /// `request` is the request's payload as the host wrote it, `status` the reply's
+    /// status. Called before the slot can be reused, on whichever host thread releases
+    /// it; must not block.
+    fn released(&self, ch: &Channel, index: u64, request: &[u8], status: u32);
 }
 
 impl core::fmt::Debug for Channel {
@@ -451,11 +454,26 @@ impl Channel {
     pub(crate) fn free_run(&self, first: u64, n: u64) {
         if let Some(hook) = self.release_hook.get() {
             for i in first..first + n {
+                // Only requests the kernel answered: an unanswered one (the kernel
+                // stopped) may still be being written by its producer, whose cell word
+                // names it before the payload is written; `for_each_unanswered` covers
+                // those once the ring is settled.
+                let seq = self.region.slot(RingId::Reply, i).sequence().load(Acquire);
+                if seq != i + 1 {
+                    continue;
+                }
                 let slot = self.region.slot(RingId::Request, i);
-                // SAFETY: request slot `i` is not reused before reply `i` is released,
-                // below; its writer finished (a reply, or an abandonment, exists only
-                // after the request was published or tombstoned).
-                hook.released(self, i, unsafe { reply::request_payload(&slot) });
+                // SAFETY: reply `i` is published, so request `i` was published before it
+                // (the kernel answers only published requests) and its producer is done;
+                // neither slot is reused before reply `i` is released, below, and the
+                // kernel does not write a reply slot it published.
+                let (request, status) = unsafe {
+                    (
+                        reply::request_payload(&slot),
+                        self.region.slot(RingId::Reply, i).read_meta().status,
+                    )
+                };
+                hook.released(self, i, request, status);
             }
         }
         for i in first..first + n {

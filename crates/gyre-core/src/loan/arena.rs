@@ -517,9 +517,9 @@ impl LoanArena {
         // SAFETY: the block [off, off + cap) lies inside the arena (buddy blocks never
         // cross its end), on its kernel side, which is at least the pool's size; this
         // call moved it to busy, which no other party can take (every other transition
-        // starts from another owner), and a mirror copies a block only while it is
-        // kernel-owned, so the bytes are ours until the guard gives them back; both sides
-        // are initialised (zeroed) memory.
+        // starts from another owner; a mirror copies a block only while it holds it busy
+        // itself), so the bytes are ours until the guard gives them back; both sides are
+        // initialised (zeroed) memory.
         let bytes =
             unsafe { core::slice::from_raw_parts_mut(self.kernel_base.as_ptr().add(off), cap) };
         Ok(KernelBlock {
@@ -613,14 +613,24 @@ impl LoanArena {
         unsafe { self.base.as_ptr().add(off) }
     }
 
-    /// The capacity of the block `h` names, if it is kernel-owned under `h`'s generation
-    /// and `h.len` fits it (what a mirror may copy).
-    pub(crate) fn sent_capacity(&self, h: &LoanHandle) -> Option<usize> {
+    /// Holds the block `h` names busy for a mirror's copy, if it is kernel-owned under
+    /// `h`'s generation and `h.len` fits it: its unit and capacity. Nobody else touches
+    /// it until [`LoanArena::unhold`] (not the kernel, which refuses a busy block, nor a
+    /// claim or a release); a second hold of the same block fails.
+    pub(crate) fn hold_sent(&self, h: &LoanHandle) -> Option<(u32, usize)> {
         let unit = self.unit_of(h)?;
-        let w = Word::unpack(self.words[unit as usize].load(Acquire));
+        let w = self.transition(unit, owner::KERNEL, Some(h.generation), owner::BUSY, false)?;
         let cap = (1usize << w.order) << self.min_shift;
-        (w.owner == owner::KERNEL && w.generation == h.generation && h.len as usize <= cap)
-            .then_some(cap)
+        if h.len as usize > cap {
+            self.unhold(unit);
+            return None;
+        }
+        Some((unit, cap))
+    }
+
+    /// Ends a [`LoanArena::hold_sent`]: busy -> kernel.
+    pub(crate) fn unhold(&self, unit: u32) {
+        self.store_from(unit, owner::BUSY, owner::KERNEL, false);
     }
 
     /// The block size of `order`.
@@ -643,6 +653,15 @@ impl LoanArena {
             free_bytes: b.buddy.free_units() << self.min_shift,
             largest_free_bytes: b.buddy.largest_free_units() << self.min_shift,
         }
+    }
+
+    /// Whether `h` names a kernel-owned block under its generation (tests).
+    #[cfg(test)]
+    pub(crate) fn sent_capacity_for_tests(&self, h: &LoanHandle) -> bool {
+        self.unit_of(h).is_some_and(|u| {
+            let w = self.word(u);
+            w.owner == owner::KERNEL && w.generation == h.generation
+        })
     }
 
     #[cfg(test)]

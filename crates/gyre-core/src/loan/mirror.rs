@@ -40,21 +40,24 @@ impl core::fmt::Debug for LoanMirror {
     }
 }
 
-/// Byte ranges `(offset, len)` of the arena to move: each handle's bytes rounded up to 8
-/// (copy engines move words; a block is at least 64 bytes and 64-aligned, so the
-/// rounding stays inside it), sorted, adjacent ranges merged.
+/// Byte ranges `(offset, len)` of the arena to move, with the blocks held busy for the
+/// copy (their units): each handle's bytes rounded up to 8 (copy engines move words; a
+/// block is at least 64 bytes and 64-aligned, so the rounding stays inside it), sorted,
+/// adjacent ranges merged. A handle whose block is not kernel-owned under its generation
+/// (or is held already: a duplicate) is skipped.
 fn coalesce(
     arena: &LoanArena,
     handles: &mut dyn Iterator<Item = LoanHandle>,
-) -> (u64, Vec<(usize, usize)>) {
+) -> (Vec<u32>, Vec<(usize, usize)>) {
+    let mut held = Vec::new();
     let mut r: Vec<(usize, usize)> = handles
         .filter_map(|h| {
-            let cap = arena.sent_capacity(&h)?;
+            let (unit, cap) = arena.hold_sent(&h)?;
+            held.push(unit);
             let len = (h.len as usize).div_ceil(8) * 8;
             (len > 0).then_some((h.offset as usize, len.min(cap)))
         })
         .collect();
-    let loans = r.len() as u64;
     r.sort_unstable();
     let mut out: Vec<(usize, usize)> = Vec::with_capacity(r.len());
     for (off, len) in r {
@@ -63,7 +66,7 @@ fn coalesce(
             _ => out.push((off, len)),
         }
     }
-    (loans, out)
+    (held, out)
 }
 
 impl LoanMirror {
@@ -89,69 +92,75 @@ impl LoanMirror {
         &self.arena
     }
 
-    /// Copies the bytes of published requests' loans down (their blocks are
-    /// kernel-owned: nobody on the host writes them, and the kernel reads them only after
-    /// the doorbell that follows in stream order). Handles that name no kernel-owned
-    /// block are skipped: the kernel will refuse them.
+    /// Copies the bytes of published requests' loans down, before the doorbell that
+    /// lets the kernel read them. Each block is held busy for its copy (and the copies
+    /// synchronised before it is let go), so nothing else touches it meanwhile; a handle
+    /// whose block is not kernel-owned under its generation, or a second handle of a
+    /// block already held, is skipped: the kernel refuses it.
     ///
     /// # Errors
     ///
-    /// The engine's error.
+    /// The engine's error (the blocks are let go first).
     pub fn down(
         &self,
         handles: &mut dyn Iterator<Item = LoanHandle>,
         stream: bool,
     ) -> Result<Moved> {
-        let (loans, ranges) = coalesce(&self.arena, handles);
-        let mut m = Moved {
-            loans,
-            ..Moved::default()
-        };
-        for (off, len) in ranges {
-            let src = self.arena.host_ptr_at(off);
-            // SAFETY: [off, off + len) lies inside kernel-owned blocks of the arena (checked
-            // by `coalesce`), which no host party writes until the kernel answers; the
-            // device side is at least the arena's size.
-            unsafe {
-                if stream {
-                    self.device.copy_h2d_async(off, src, len)?;
-                } else {
-                    self.device.copy_h2d(off, src, len)?;
-                }
-            }
-            m.copies += 1;
-            m.bytes += len as u64;
-        }
-        Ok(m)
+        self.copy(handles, stream, true)
     }
 
-    /// Copies the bytes of replies' loans up (the kernel published them, so it is done
-    /// with their blocks; the host reads them only after the reply is republished).
-    /// Handles that name no kernel-owned block are skipped: the host will refuse them.
+    /// Copies the bytes of replies' loans up, before the replies are republished (the
+    /// kernel published them, so it is done with their blocks). Held and skipped as in
+    /// [`LoanMirror::down`]; the host refuses a reply whose block was skipped.
     ///
     /// # Errors
     ///
-    /// The engine's error.
+    /// The engine's error (the blocks are let go first).
     pub fn up(&self, handles: &mut dyn Iterator<Item = LoanHandle>, stream: bool) -> Result<Moved> {
-        let (loans, ranges) = coalesce(&self.arena, handles);
-        let mut m = Moved {
-            loans,
-            ..Moved::default()
-        };
-        for (off, len) in ranges {
-            let dst = self.arena.host_ptr_at(off);
-            // SAFETY: as in `down`: kernel-owned blocks, which no host party reads or
-            // writes before the reply that returns them is republished, after this copy.
+        self.copy(handles, stream, false)
+    }
+
+    fn copy(
+        &self,
+        handles: &mut dyn Iterator<Item = LoanHandle>,
+        stream: bool,
+        down: bool,
+    ) -> Result<Moved> {
+        let (held, ranges) = coalesce(&self.arena, handles);
+        let r = self.copy_held(&ranges, stream, down);
+        for unit in &held {
+            self.arena.unhold(*unit);
+        }
+        let (copies, bytes) = r?;
+        Ok(Moved {
+            loans: held.len() as u64,
+            copies,
+            bytes,
+        })
+    }
+
+    fn copy_held(&self, ranges: &[(usize, usize)], stream: bool, down: bool) -> Result<(u64, u64)> {
+        let (mut copies, mut bytes) = (0, 0);
+        for &(off, len) in ranges {
+            let host = self.arena.host_ptr_at(off);
+            // SAFETY: [off, off + len) lies inside blocks this mirror holds busy
+            // (`coalesce`), which no other party reads or writes until they are let go,
+            // after the copies completed (synchronised below); the device side is at
+            // least the arena's size.
             unsafe {
-                if stream {
-                    self.device.copy_d2h_async(dst, off, len)?;
-                } else {
-                    self.device.copy_d2h(dst, off, len)?;
+                match (down, stream) {
+                    (true, true) => self.device.copy_h2d_async(off, host, len)?,
+                    (true, false) => self.device.copy_h2d(off, host, len)?,
+                    (false, true) => self.device.copy_d2h_async(host, off, len)?,
+                    (false, false) => self.device.copy_d2h(host, off, len)?,
                 }
             }
-            m.copies += 1;
-            m.bytes += len as u64;
+            copies += 1;
+            bytes += len as u64;
         }
-        Ok(m)
+        if stream && copies > 0 {
+            self.device.synchronize()?;
+        }
+        Ok((copies, bytes))
     }
 }

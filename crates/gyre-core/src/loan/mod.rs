@@ -68,13 +68,16 @@ use crate::{Error, Result};
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LoanConfig {
-    /// Bytes of the pool: a power of two, at least `min_block`, at most 2 GiB. Also the
-    /// largest loan.
+    /// Bytes of the pool: a power of two, at least `min_block`, at most 2 GiB and at most
+    /// [`MAX_UNITS`] times `min_block`. Also the largest loan.
     pub pool_bytes: usize,
     /// The smallest block: a power of two from 64 bytes up. A loan takes the smallest
     /// power-of-two multiple of it that fits.
     pub min_block: usize,
 }
+
+/// The most smallest blocks a pool may hold (each has a 64-byte state word).
+pub const MAX_UNITS: usize = 1 << 20;
 
 impl Default for LoanConfig {
     /// 16 MiB in blocks of 1 KiB and up.
@@ -120,6 +123,14 @@ impl LoanConfig {
                 "must be a power of two from min_block up to 2 GiB",
             ));
         }
+        // One 64-byte state word per smallest block: bounded to 64 MiB of them.
+        if self.pool_bytes / self.min_block > MAX_UNITS {
+            return Err(bad(
+                "loan pool_bytes",
+                self.pool_bytes,
+                "holds more than 2^20 smallest blocks: raise min_block",
+            ));
+        }
         Ok(())
     }
 }
@@ -134,7 +145,7 @@ pub struct LoanStats {
     pub hits: u64,
     /// Loans that had to split a larger block.
     pub misses: u64,
-    /// Loan attempts that found no block (`try_loan` errors, and each wait's first try).
+    /// `try_loan` attempts that found no block (waits are not counted).
     pub exhausted: u64,
     /// Blocks returned to the pool.
     pub returns: u64,

@@ -248,14 +248,23 @@ fn a_mirror_moves_adjacent_blocks_in_one_copy_and_skips_what_it_may_not_touch() 
         l.fill(i + 1);
         sent.push(l.into_handle());
     }
-    let held = a.try_loan(10).unwrap(); // host-owned: never copied
+    // Host-owned (the lowest free block: offset 3072): never copied.
+    let held = a.try_loan(10).unwrap();
+    let held_h = LoanHandle {
+        offset: 3072,
+        len: 10,
+        generation: 1,
+    };
     let stale = LoanHandle {
         generation: 99,
         ..sent[0]
     };
-    let mut hs = sent.iter().copied().chain([stale]);
+    // A duplicate of a handle is skipped: its block is held by the first.
+    let mut hs = sent.iter().copied().chain([stale, held_h, sent[1]]);
     let moved = m.down(&mut hs, false).unwrap();
     assert_eq!((moved.loans, moved.copies, moved.bytes), (3, 1, 3072));
+    // Let go after the copy: the kernel can take them.
+    assert!(sent.iter().all(|h| a.sent_capacity_for_tests(h)));
     // The kernel sees the bytes on its side, and answers in place.
     for (i, h) in sent.iter().enumerate() {
         let mut b = a.resolve(h).unwrap();

@@ -167,7 +167,7 @@ pub struct ExportLoans {
     pub misses: AtomicU64,
     /// Blocks returned.
     pub returns: AtomicU64,
-    /// Loan attempts that found no block.
+    /// `try_loan` attempts that found no block.
     pub exhausted: AtomicU64,
     /// Bytes of the pool (0: the kernel has none).
     pub pool_bytes: AtomicU32,
