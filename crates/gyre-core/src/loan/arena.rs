@@ -88,9 +88,25 @@ impl core::ops::Deref for Line {
 /// The tasks and threads waiting for a block (see [`LoanArena::poll_loan`]).
 #[derive(Default)]
 struct Waiters {
-    /// `list.len()`, readable without the lock (the freer's side of a Dekker pair).
+    /// Wakers plus blocked threads, readable without the lock (the freer's side of a
+    /// Dekker pair).
     count: AtomicUsize,
-    list: Mutex<Vec<Waker>>,
+    list: Mutex<WaitList>,
+    /// Where blocked threads (`loan_blocking`) sleep, under `list`'s lock.
+    #[cfg(not(gyre_loom))]
+    cv: parking_lot::Condvar,
+}
+
+#[derive(Default)]
+struct WaitList {
+    wakers: Vec<Waker>,
+    blocked: usize,
+}
+
+impl WaitList {
+    fn count(&self) -> usize {
+        self.wakers.len() + self.blocked
+    }
 }
 
 /// The allocator and its counters, under one lock (taken once per loan and per return).
@@ -325,27 +341,61 @@ impl LoanArena {
         }
     }
 
-    /// [`poll_loan`](Self::poll_loan) on this thread, until `deadline` if one is given.
+    /// [`try_loan`](Self::try_loan) that waits on this thread while the pool is
+    /// exhausted, until `deadline` if one is given.
     ///
     /// # Errors
     ///
     /// [`Error::LoanTooLarge`]; [`Error::PoolExhausted`] when the deadline passed.
+    #[cfg(not(gyre_loom))]
     pub fn loan_blocking(self: &Arc<Self>, len: usize, deadline: Option<Instant>) -> Result<Loan> {
-        let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
-        let mut cx = Context::from_waker(&waker);
+        let order = self.order_for(len)?;
         loop {
-            if let Poll::Ready(r) = self.poll_loan(len, &mut cx) {
-                return r;
+            if let Some(unit) = self.take_block(order) {
+                return Ok(Loan::new(self.clone(), unit, order, len));
             }
-            match deadline {
-                Some(d) => {
-                    let now = Instant::now();
-                    if now >= d {
-                        return self.try_loan(len);
+            let mut g = self.waiters.list.lock();
+            g.blocked += 1;
+            self.waiters.count.store(g.count(), Relaxed);
+            // Re-check with the list locked: a return before this is seen here (the book's
+            // lock orders it); one after it reads the count, and its notify waits for the
+            // list lock, which the wait below releases.
+            let got = self.take_block(order);
+            let mut expired = false;
+            if got.is_none() {
+                match deadline {
+                    Some(d) if Instant::now() >= d => expired = true,
+                    Some(d) => {
+                        self.waiters.cv.wait_until(&mut g, d);
                     }
-                    std::thread::park_timeout(d - now);
+                    None => self.waiters.cv.wait(&mut g),
                 }
-                None => std::thread::park(),
+            }
+            g.blocked -= 1;
+            self.waiters.count.store(g.count(), Relaxed);
+            drop(g);
+            if let Some(unit) = got {
+                return Ok(Loan::new(self.clone(), unit, order, len));
+            }
+            if expired {
+                return self.try_loan(len);
+            }
+        }
+    }
+
+    /// The loom build's `loan_blocking` (not modelled): try, yield, try again.
+    ///
+    /// # Errors
+    ///
+    /// As above.
+    #[cfg(gyre_loom)]
+    pub fn loan_blocking(self: &Arc<Self>, len: usize, deadline: Option<Instant>) -> Result<Loan> {
+        loop {
+            match self.try_loan(len) {
+                Err(Error::PoolExhausted { .. }) if deadline.is_none_or(|d| Instant::now() < d) => {
+                    loom::thread::yield_now()
+                }
+                r => return r,
             }
         }
     }
@@ -357,10 +407,10 @@ impl LoanArena {
     /// (the lock's release/acquire), which sees a waiter.
     fn register(&self, waker: &Waker) {
         let mut list = self.waiters.list.lock();
-        if !list.iter().any(|w| w.will_wake(waker)) {
-            list.push(waker.clone());
+        if !list.wakers.iter().any(|w| w.will_wake(waker)) {
+            list.wakers.push(waker.clone());
         }
-        self.waiters.count.store(list.len(), Relaxed);
+        self.waiters.count.store(list.count(), Relaxed);
     }
 
     /// Wakes every waiter; called after a block was freed under the book's lock.
@@ -370,8 +420,13 @@ impl LoanArena {
         }
         let woken = {
             let mut list = self.waiters.list.lock();
-            self.waiters.count.store(0, Relaxed);
-            std::mem::take(&mut *list)
+            let woken = std::mem::take(&mut list.wakers);
+            self.waiters.count.store(list.count(), Relaxed);
+            #[cfg(not(gyre_loom))]
+            if list.blocked > 0 {
+                self.waiters.cv.notify_all();
+            }
+            woken
         };
         for w in woken {
             w.wake();
@@ -709,17 +764,5 @@ impl Drop for KernelBlock<'_> {
         // so before the host's claim.
         self.arena
             .store_from(self.unit, owner::BUSY, owner::KERNEL, false);
-    }
-}
-
-/// Wakes a thread parked in [`LoanArena::loan_blocking`].
-struct ThreadWaker(std::thread::Thread);
-
-impl std::task::Wake for ThreadWaker {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.0.unpark();
     }
 }
