@@ -40,30 +40,54 @@ impl Future for LoanFuture {
     }
 }
 
-/// Publishes `loan` (moving its block to the kernel), or takes it back and registers to
-/// be woken when the ring has space. A refusal returns the block to the pool.
-fn poll_publish_loan(
-    inner: &Inner,
-    arena: &Arc<LoanArena>,
-    kind: Kind,
-    loan: &mut Option<Loan>,
+/// What a call or send with a loan holds until it is published: the kernel (kept alive),
+/// its pool, the loan, and the future's waiter id. Dropping it drops its space-waiter
+/// registration (and an unsent loan, which returns to the pool).
+struct Outgoing {
+    keep: Arc<KeepAlive>,
+    arena: Arc<LoanArena>,
+    loan: Option<Loan>,
     id: u64,
-    cx: &mut Context<'_>,
-) -> Poll<Result<u64>> {
-    let Some(l) = loan.take() else {
-        return Poll::Ready(Err(polled_after_completion()));
-    };
-    let h = l.into_handle();
-    let r = poll_publish(inner, kind, &h, id, cx);
-    if !matches!(r, Poll::Ready(Ok(_))) {
-        // Not published (pending or refused): no slot carries `h`.
-        *loan = arena.take_back(&h);
-        if r.is_ready() {
-            // Refused: the loan goes back to the pool.
-            loan.take();
+}
+
+impl Outgoing {
+    fn new(k: &LoanKernel, loan: Loan) -> Self {
+        let keep = k.kernel.keep.clone();
+        let id = keep.inner.next_id();
+        Self {
+            keep,
+            arena: k.arena.clone(),
+            loan: Some(loan),
+            id,
         }
     }
-    r
+
+    /// Publishes the loan (moving its block to the kernel), or takes it back and
+    /// registers to be woken when the ring has space. A refusal returns the block to the
+    /// pool.
+    fn poll_publish(&mut self, kind: Kind, cx: &mut Context<'_>) -> Poll<Result<u64>> {
+        let Some(l) = self.loan.take() else {
+            return Poll::Ready(Err(polled_after_completion()));
+        };
+        let h = l.into_handle();
+        let r = poll_publish(&self.keep.inner, kind, &h, self.id, cx);
+        if !matches!(r, Poll::Ready(Ok(_))) {
+            // Not published (pending or refused): no slot carries `h`.
+            self.loan = self.arena.take_back(&h);
+            if r.is_ready() {
+                // Refused: the loan goes back to the pool.
+                self.loan.take();
+            }
+        }
+        r
+    }
+}
+
+impl Drop for Outgoing {
+    fn drop(&mut self) {
+        let ch = &self.keep.inner.ch;
+        ch.space_waiters().remove(ch, self.id);
+    }
 }
 
 fn polled_after_completion() -> Error {
@@ -93,23 +117,15 @@ enum CallState {
 /// while the kernel may still use it.
 #[must_use = "futures do nothing unless polled"]
 pub struct LoanCallFuture {
-    keep: Arc<KeepAlive>,
-    arena: Arc<LoanArena>,
-    loan: Option<Loan>,
-    id: u64,
+    out: Outgoing,
     state: CallState,
     registered: bool,
 }
 
 impl LoanCallFuture {
     pub(crate) fn new(k: &LoanKernel, loan: Loan) -> Self {
-        let keep = k.kernel.keep.clone();
-        let id = keep.inner.next_id();
         Self {
-            keep,
-            arena: k.arena.clone(),
-            loan: Some(loan),
-            id,
+            out: Outgoing::new(k, loan),
             state: CallState::Start,
             registered: false,
         }
@@ -121,29 +137,18 @@ impl Future for LoanCallFuture {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Loan>> {
         let this = self.get_mut();
-        let inner = &this.keep.inner;
         loop {
             match this.state {
-                CallState::Start => {
-                    match poll_publish_loan(
-                        inner,
-                        &this.arena,
-                        Kind::Call,
-                        &mut this.loan,
-                        this.id,
-                        cx,
-                    ) {
-                        Poll::Ready(Ok(index)) => {
-                            this.state = CallState::Wait { index, spun: false }
-                        }
-                        Poll::Ready(Err(e)) => {
-                            this.state = CallState::Done;
-                            return Poll::Ready(Err(e));
-                        }
-                        Poll::Pending => return Poll::Pending,
+                CallState::Start => match this.out.poll_publish(Kind::Call, cx) {
+                    Poll::Ready(Ok(index)) => this.state = CallState::Wait { index, spun: false },
+                    Poll::Ready(Err(e)) => {
+                        this.state = CallState::Done;
+                        return Poll::Ready(Err(e));
                     }
-                }
+                    Poll::Pending => return Poll::Pending,
+                },
                 CallState::Wait { index, spun } => {
+                    let inner = &this.out.keep.inner;
                     let spin = if spun {
                         Default::default()
                     } else {
@@ -151,7 +156,7 @@ impl Future for LoanCallFuture {
                     };
                     this.state = CallState::Wait { index, spun: true };
                     let ch = &inner.ch;
-                    let arena = &this.arena;
+                    let arena = &this.out.arena;
                     let r = ch.poll_reply(index, cx, &mut this.registered, spin, |v| {
                         claim(arena, ch, v)
                     });
@@ -168,12 +173,10 @@ impl Future for LoanCallFuture {
 
 impl Drop for LoanCallFuture {
     fn drop(&mut self) {
-        let ch = &self.keep.inner.ch;
-        match self.state {
-            CallState::Start => ch.space_waiters().remove(ch, self.id),
-            // The release of its reply slot frees the block (the channel's release hook).
-            CallState::Wait { index, .. } => ch.abandon(index, self.registered),
-            CallState::Done => {}
+        // Waiting for a slot: `Outgoing` leaves the space waiters. Accepted: the release of
+        // its reply slot frees the block (the channel's release hook).
+        if let CallState::Wait { index, .. } = self.state {
+            self.out.keep.inner.ch.abandon(index, self.registered);
         }
     }
 }
@@ -186,22 +189,14 @@ impl Drop for LoanCallFuture {
 /// (dropped while waiting for space, it returns to the pool).
 #[must_use = "futures do nothing unless polled"]
 pub struct LoanSendFuture {
-    keep: Arc<KeepAlive>,
-    arena: Arc<LoanArena>,
-    loan: Option<Loan>,
-    id: u64,
+    out: Outgoing,
     done: bool,
 }
 
 impl LoanSendFuture {
     pub(crate) fn new(k: &LoanKernel, loan: Loan) -> Self {
-        let keep = k.kernel.keep.clone();
-        let id = keep.inner.next_id();
         Self {
-            keep,
-            arena: k.arena.clone(),
-            loan: Some(loan),
-            id,
+            out: Outgoing::new(k, loan),
             done: false,
         }
     }
@@ -215,27 +210,13 @@ impl Future for LoanSendFuture {
         if this.done {
             return Poll::Ready(Err(polled_after_completion()));
         }
-        match poll_publish_loan(
-            &this.keep.inner,
-            &this.arena,
-            Kind::Send,
-            &mut this.loan,
-            this.id,
-            cx,
-        ) {
+        match this.out.poll_publish(Kind::Send, cx) {
             Poll::Ready(r) => {
                 this.done = true;
                 Poll::Ready(r.map(|_| ()))
             }
             Poll::Pending => Poll::Pending,
         }
-    }
-}
-
-impl Drop for LoanSendFuture {
-    fn drop(&mut self) {
-        let ch = &self.keep.inner.ch;
-        ch.space_waiters().remove(ch, self.id);
     }
 }
 

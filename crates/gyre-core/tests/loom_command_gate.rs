@@ -34,6 +34,15 @@ struct Line0 {
     state: AtomicU32,
 }
 
+/// A running kernel's line 0 and the host's gate, both at `RUN`.
+fn running() -> (Arc<Line0>, Arc<CommandGate>) {
+    let l = Arc::new(Line0 {
+        command: AtomicU32::new(command::RUN),
+        state: AtomicU32::new(state::ACTIVE),
+    });
+    (l, Arc::new(CommandGate::new(command::RUN)))
+}
+
 fn write(l: &Line0) -> impl FnOnce(u32) + '_ {
     move |c| l.command.store(c, Release)
 }
@@ -66,11 +75,7 @@ fn handover(gate: &CommandGate, l: &Line0) -> u32 {
 #[test]
 fn commands_during_a_handover_wait_for_the_successor() {
     loom::model(|| {
-        let l = Arc::new(Line0 {
-            command: AtomicU32::new(command::RUN),
-            state: AtomicU32::new(state::ACTIVE),
-        });
-        let gate = Arc::new(CommandGate::new(command::RUN));
+        let (l, gate) = running();
         let k = {
             let l = l.clone();
             thread::spawn(move || kernel(&l))
@@ -103,11 +108,7 @@ fn commands_during_a_handover_wait_for_the_successor() {
 #[test]
 fn a_shutdown_racing_a_handover_reaches_the_successor() {
     loom::model(|| {
-        let l = Arc::new(Line0 {
-            command: AtomicU32::new(command::RUN),
-            state: AtomicU32::new(state::ACTIVE),
-        });
-        let gate = Arc::new(CommandGate::new(command::RUN));
+        let (l, gate) = running();
         let k = {
             let l = l.clone();
             thread::spawn(move || kernel(&l))
@@ -127,11 +128,7 @@ fn a_shutdown_racing_a_handover_reaches_the_successor() {
 #[test]
 fn an_abandoned_handover_leaves_the_last_command() {
     loom::model(|| {
-        let l = Arc::new(Line0 {
-            command: AtomicU32::new(command::RUN),
-            state: AtomicU32::new(state::ACTIVE),
-        });
-        let gate = Arc::new(CommandGate::new(command::RUN));
+        let (l, gate) = running();
         let user = {
             let (l, gate) = (l.clone(), gate.clone());
             thread::spawn(move || {

@@ -65,6 +65,19 @@ impl Word {
     fn pack(self) -> u64 {
         u64::from(self.generation) | (self.owner << 32) | (u64::from(self.order) << 40)
     }
+    /// The same block under a new owner; the generation plus one when `bump`.
+    fn moved(self, owner: u64, bump: bool) -> Self {
+        Self {
+            generation: if bump {
+                self.generation.wrapping_add(1)
+            } else {
+                self.generation
+            },
+            owner,
+            order: self.order,
+        }
+    }
+
     fn unpack(w: u64) -> Self {
         Self {
             generation: w as u32,
@@ -492,15 +505,7 @@ impl LoanArena {
         if old.owner != from || generation.is_some_and(|g| g != old.generation) {
             return None;
         }
-        let new = Word {
-            generation: if bump {
-                old.generation.wrapping_add(1)
-            } else {
-                old.generation
-            },
-            owner: to,
-            order: old.order,
-        };
+        let new = old.moved(to, bump);
         w.compare_exchange(cur, new.pack(), AcqRel, Acquire)
             .ok()
             .map(|_| new)
@@ -533,15 +538,7 @@ impl LoanArena {
         let w = &self.words[unit as usize];
         let old = Word::unpack(w.load(Acquire));
         debug_assert_eq!(old.owner, from, "only the owner leaves this state");
-        let new = Word {
-            generation: if bump {
-                old.generation.wrapping_add(1)
-            } else {
-                old.generation
-            },
-            owner: to,
-            order: old.order,
-        };
+        let new = old.moved(to, bump);
         w.store(new.pack(), Release);
         new
     }
@@ -562,7 +559,7 @@ impl LoanArena {
         let w = self
             .transition(unit, owner::KERNEL, Some(h.generation), owner::BUSY, false)
             .ok_or("no block sent under this generation")?;
-        let cap = (1usize << w.order) << self.min_shift;
+        let cap = self.block_bytes(w.order);
         if h.len as usize > cap {
             self.transition(unit, owner::BUSY, None, owner::KERNEL, false);
             return Err("length beyond the block");
@@ -607,7 +604,7 @@ impl LoanArena {
             .unit_of(reply)
             .ok_or(bad("offset outside the pool or not at a block start"))?;
         let w = Word::unpack(self.words[unit as usize].load(Acquire));
-        let cap = (1usize << w.order) << self.min_shift;
+        let cap = self.block_bytes(w.order);
         if reply.len as usize > cap {
             return Err(bad("length beyond the block"));
         }
@@ -675,7 +672,7 @@ impl LoanArena {
     pub(crate) fn hold_sent(&self, h: &LoanHandle) -> Option<(u32, usize)> {
         let unit = self.unit_of(h)?;
         let w = self.transition(unit, owner::KERNEL, Some(h.generation), owner::BUSY, false)?;
-        let cap = (1usize << w.order) << self.min_shift;
+        let cap = self.block_bytes(w.order);
         if h.len as usize > cap {
             self.unhold(unit);
             return None;
