@@ -66,8 +66,14 @@ extern "C" __global__ void __launch_bounds__(GYRE_MAX_LANES, 1)
     gyre_ring_kernel(unsigned char *region, gyre_telemetry_buffer *export_tel) {
     __shared__ gyre_block_shared sh;
     gyre_ring r; /* thread 0's */
+    gyre_loan_pool pool; /* no loans on CUDA yet (docs/loans.md) */
     if (blockIdx.x != 0u || blockIdx.y != 0u || blockIdx.z != 0u) {
         return; /* one block runs the loop */
     }
-    gyre_block_run(region, export_tel, 1u, (uint32_t)blockDim.x, &sh, &r);
+    pool.base = 0;
+    pool.words = 0;
+    pool.bytes = 0u;
+    pool.min_shift = 0u;
+    pool.pad = 0u;
+    gyre_block_run(region, export_tel, 1u, (uint32_t)blockDim.x, &sh, &r, &pool);
 }

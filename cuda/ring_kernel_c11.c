@@ -63,6 +63,10 @@ typedef struct gyre_c11_kernel {
     uint32_t kind;
     uint32_t lanes;
     uint32_t descending; /* emulate the lanes in descending order (tests) */
+    /* The loan pool: always empty here (bytes 0). The CPU backend's loan kernels run Rust
+     * closures, which resolve their handles in Rust (LoanArena::resolve, the twin of
+     * gyre_loan_resolve: crates/gyre-cpu/src/loan_probe.rs checks they agree). */
+    gyre_loan_pool pool;
 } gyre_c11_kernel;
 
 /** The kernel whose block-shared handler memory is `b` (b == &k->sh.h). */
@@ -155,7 +159,7 @@ void gyre_c11_run(gyre_c11_kernel *k) {
         if (gyre_block_poll(&k->sh, &k->r, 1u) == GYRE_POLL_STOPPED) {
             return;
         }
-        if (gyre_block_answer(k->r.region, &k->sh, &k->r) != 0u) {
+        if (gyre_block_answer(k->r.region, &k->sh, &k->r, &k->pool) != 0u) {
             return;
         }
     }
@@ -178,7 +182,7 @@ int64_t gyre_c11_step(gyre_c11_kernel *k) {
     if (n == 0u) {
         return 0;
     }
-    if (gyre_block_answer(k->r.region, &k->sh, &k->r) != 0u) {
+    if (gyre_block_answer(k->r.region, &k->sh, &k->r, &k->pool) != 0u) {
         return -1;
     }
     return (int64_t)n;
@@ -187,4 +191,37 @@ int64_t gyre_c11_step(gyre_c11_kernel *k) {
 /** The state the kernel last wrote (GYRE_STATE_*). */
 uint32_t gyre_c11_state(const gyre_c11_kernel *k) {
     return k->r.state;
+}
+
+/* ---- the loan resolver, for crates/gyre-cpu/src/loan_probe.rs --------------------- */
+
+/** gyre_loan_resolve of gyre/loan.h over a pool at `base` / `words` of `bytes`
+ *  (min block 2^min_shift) for the handle { offset, len, generation }: GYRE_ERR_NONE with
+ *  *cap set (the block is then busy: give it back with gyre_c11_loan_unhold), or
+ *  GYRE_ERR_BAD_LOAN. */
+uint32_t gyre_c11_loan_resolve(unsigned char *base, unsigned char *words, uint64_t bytes,
+                               uint32_t min_shift, uint64_t offset, uint32_t len,
+                               uint32_t generation, uint64_t *cap) {
+    gyre_loan_pool p;
+    gyre_loan_handle h;
+    p.base = base;
+    p.words = words;
+    p.bytes = bytes;
+    p.min_shift = min_shift;
+    p.pad = 0u;
+    h.offset = offset;
+    h.len = len;
+    h.generation = generation;
+    return gyre_loan_resolve(&p, &h, cap);
+}
+
+/** gyre_loan_unhold of gyre/loan.h. */
+void gyre_c11_loan_unhold(unsigned char *words, uint32_t min_shift, uint64_t offset) {
+    gyre_loan_pool p;
+    p.base = 0;
+    p.words = words;
+    p.bytes = 0u;
+    p.min_shift = min_shift;
+    p.pad = 0u;
+    gyre_loan_unhold(&p, offset);
 }

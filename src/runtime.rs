@@ -653,13 +653,20 @@ impl Runtime {
         self.target_for(spec).map(|t| t.backend)
     }
 
-    /// Where `spec` would run: its backend and transfer strategy.
-    pub(crate) fn placement_for<Req, Resp>(
+    /// Where loan kernel `spec` runs: its backend, strategy and backend implementation.
+    /// CUDA does not take loans yet, so under [`Backend::Auto`] a spec that would go to
+    /// CUDA runs its Rust closure on the CPU backend instead.
+    pub(crate) fn loan_target<Req, Resp>(
         &self,
         spec: &KernelSpec<Req, Resp>,
-    ) -> Result<(Backend, TransferStrategy)> {
-        let t = self.target_for(spec)?;
-        Ok((t.backend, t.plan.strategy))
+    ) -> Result<(Backend, TransferStrategy, Arc<dyn gyre_core::Backend>)> {
+        let mut t = self.target_for(spec)?;
+        if t.backend == Backend::Cuda {
+            if let Some(host) = &self.host {
+                t = host;
+            }
+        }
+        Ok((t.backend, t.plan.strategy, t.imp.clone()))
     }
 
     fn target_for<Req, Resp>(&self, spec: &KernelSpec<Req, Resp>) -> Result<&Target> {

@@ -60,6 +60,9 @@ pub struct KernelSpec<Req, Resp> {
     pub(crate) watch: Option<PathBuf>,
     /// A loan kernel's pool and byte handler ([`KernelSpec::loans`]).
     pub(crate) loan: Option<crate::loan::LoanSetup>,
+    /// The launched loan kernel's pool (set by `Runtime::launch_loans`; relaunches and
+    /// restarts reuse it, so their kernels answer the same blocks).
+    pub(crate) loan_arena: Option<Arc<gyre_core::loan::LoanArena>>,
     _types: PhantomData<fn(Req) -> Resp>,
 }
 
@@ -74,6 +77,7 @@ impl<Req, Resp> Clone for KernelSpec<Req, Resp> {
             lane_handler: self.lane_handler.clone(),
             watch: self.watch.clone(),
             loan: self.loan.clone(),
+            loan_arena: self.loan_arena.clone(),
             _types: PhantomData,
             ..*self
         }
@@ -210,6 +214,7 @@ impl<Req: Pod, Resp: Pod> KernelSpec<Req, Resp> {
             restart: None,
             watch: None,
             loan: None,
+            loan_arena: None,
             _types: PhantomData,
         }
     }

@@ -18,6 +18,7 @@ fn main() {
         "include/gyre/abi.h",
         "include/gyre/handler.h",
         "include/gyre/block.h",
+        "include/gyre/loan.h",
         "handlers/echo.h",
         "handlers/vec_scale.h",
         "handlers/reduce_sum.h",

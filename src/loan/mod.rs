@@ -46,10 +46,14 @@ impl KernelSpec<LoanHandle, LoanHandle> {
     /// [`Error::Handler`] under the rules of [`KernelSpec::try_from_fn`]. The pool is
     /// 16 MiB in blocks of 1 KiB and up unless [`KernelSpec::loan_pool`] says otherwise.
     ///
-    /// **Where it runs:** the CPU backend, under every transfer strategy (zero copy: the
-    /// kernel reads the pool's host memory; a copy strategy: the bridge moves each loan's
-    /// bytes with its slot). Device backends do not take loans yet
-    /// ([`Error::HandlerUnsupported`]).
+    /// **Where it runs:** the CPU backend (this closure), under every transfer strategy
+    /// (zero copy: the kernel reads the pool's host memory; a copy strategy: the bridge
+    /// moves each loan's bytes with its slot); OpenCL when the spec also has device code
+    /// ([`KernelSpec::device_handler`] or [`KernelSpec::opencl_handler`]: a handler over
+    /// the block in place, `req == reply`, see `docs/loans.md`), with the pool in
+    /// fine-grained SVM and each handle resolved by the ring kernel. CUDA does not take
+    /// loans yet ([`Error::HandlerUnsupported`]; [`Backend::Auto`] runs the closure on the
+    /// CPU backend instead).
     ///
     /// # Examples
     ///
@@ -208,14 +212,16 @@ impl core::fmt::Debug for LoanKernel {
 
 impl Runtime {
     /// Launches a loan kernel ([`KernelSpec::loans`]): allocates its pool where the
-    /// kernel reads it (host memory shared with the kernel under zero copy; host memory
-    /// plus emulated device memory, kept in step by the bridge, under a copy strategy),
-    /// then launches as [`Runtime::launch`] does.
+    /// kernel reads it (on the CPU backend, host memory shared with the kernel under zero
+    /// copy, or host memory plus emulated device memory, kept in step by the bridge, under
+    /// a copy strategy; on OpenCL, fine-grained SVM), then launches as [`Runtime::launch`]
+    /// does.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidArgument`] for a spec that is not a loan kernel or a bad
-    /// [`LoanConfig`]; [`Error::HandlerUnsupported`] off the CPU backend; [`Error::Alloc`]
+    /// [`LoanConfig`]; [`Error::HandlerUnsupported`] on CUDA, or on OpenCL without an
+    /// OpenCL source; [`Error::Alloc`] or [`Error::Launch`]
     /// for the pool; and those of [`Runtime::launch`].
     ///
     /// # Examples
@@ -236,18 +242,34 @@ impl Runtime {
                 reason: "launch_loans takes a loan kernel (KernelSpec::loans)",
             });
         };
-        let (backend, strategy) = self.placement_for(&spec)?;
-        if backend != Backend::Cpu {
-            return Err(Error::HandlerUnsupported {
-                kernel: spec.name().to_owned(),
-                backend: backend.name(),
-                handler: "a loan kernel's Rust closure (KernelSpec::loans)",
-                remedy: "launch it on Backend::Cpu (device handlers for loans are not built yet)",
-            });
+        let (backend, strategy, imp) = self.loan_target(&spec)?;
+        match backend {
+            Backend::Cpu => {}
+            Backend::OpenCl { .. } if spec.opencl_source.is_some() => {}
+            Backend::OpenCl { .. } => {
+                return Err(Error::HandlerUnsupported {
+                    kernel: spec.name().to_owned(),
+                    backend: backend.name(),
+                    handler: "a loan kernel's Rust closure (KernelSpec::loans) with no OpenCL C \
+                              source",
+                    remedy: "add KernelSpec::opencl_handler or device_handler (a handler over the \
+                             loaned bytes, in place: docs/loans.md), or launch it on Backend::Cpu",
+                });
+            }
+            _ => {
+                return Err(Error::HandlerUnsupported {
+                    kernel: spec.name().to_owned(),
+                    backend: backend.name(),
+                    handler: "a loan kernel (KernelSpec::loans)",
+                    remedy: "loans on CUDA are not built yet (docs/loans.md): launch it on \
+                             Backend::Cpu, Backend::OpenCl or Backend::Auto",
+                });
+            }
         }
-        // Zero copy: the kernel reads the pool's host memory. A copy strategy: the kernel
-        // works on emulated device memory, and the bridge moves each loan's bytes with
-        // its slot (a `LoanMirror`).
+        // Zero copy: the kernel reads the pool where the backend put it (host memory on
+        // the CPU backend, fine-grained SVM on OpenCL). A copy strategy (CPU backend): the
+        // kernel works on emulated device memory, and the bridge moves each loan's bytes
+        // with its slot (a `LoanMirror`).
         let device = if strategy.copies() {
             Some(Arc::new(HostDeviceArena::new(setup.config.pool_bytes)?))
         } else {
@@ -255,10 +277,16 @@ impl Runtime {
         };
         let arena = match &device {
             Some(d) => LoanArena::new_split(HostAllocator, setup.config, d.clone())?,
-            None => LoanArena::new(HostAllocator, setup.config)?,
+            None => LoanArena::new(imp.loan_allocator()?, setup.config)?,
         };
         let mut launch = spec;
         launch.loan = None;
+        launch.loan_arena = Some(arena.clone());
+        if backend == Backend::Cpu {
+            // Its Rust closure runs; device sources would send `launch` elsewhere.
+            launch.cuda_source = None;
+            launch.opencl_source = None;
+        }
         launch.handler = Arc::new(adapter(arena.clone(), setup.handler));
         let kernel = self.launch(launch)?;
         let inner = kernel.inner();

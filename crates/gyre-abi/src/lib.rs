@@ -169,6 +169,29 @@ pub mod error {
     }
 }
 
+/// Loans (`docs/loans.md`): the handle a loan kernel's slot carries, and the state
+/// word each smallest block (unit) of its pool has, which host and kernel change by
+/// compare-and-swap. A word: generation in bits 0..32, owner in bits 32..34, order (the
+/// block is 2^order units) in bits 40..46; only a block's first unit's word counts.
+pub mod loan {
+    /// Bytes of a handle `{ offset: u64, len: u32, generation: u32 }` in a payload.
+    pub const HANDLE_SIZE: u32 = 16;
+    /// Bytes from one state word to the next (one cache line each).
+    pub const WORD_STRIDE: u32 = 64;
+    /// First bit of the owner in a state word.
+    pub const OWNER_SHIFT: u32 = 32;
+    /// First bit of the order in a state word.
+    pub const ORDER_SHIFT: u32 = 40;
+    /// Owner: in the allocator.
+    pub const OWNER_FREE: u64 = 0;
+    /// Owner: the host (one `Loan`).
+    pub const OWNER_HOST: u64 = 1;
+    /// Owner: the kernel (sent, not being worked on).
+    pub const OWNER_KERNEL: u64 = 2;
+    /// Owner: the kernel, in a handler (or the host's bridge, copying it).
+    pub const OWNER_BUSY: u64 = 3;
+}
+
 /// Slot header flags ([`SlotHeader::flags`]).
 pub mod flags {
     /// The request came from `call` (its reply completes a waiting caller) rather than

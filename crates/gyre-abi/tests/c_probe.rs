@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use gyre_abi::{
-    command, error, flags, host_flags, state, ControlBlock, SlotHeader, TelemetryBuffer,
+    command, error, flags, host_flags, loan, state, ControlBlock, SlotHeader, TelemetryBuffer,
     ABI_VERSION, MAGIC, MAX_CAPACITY, MAX_SLOT_SIZE, MIN_CAPACITY, MIN_SLOT_SIZE, SLOT_ALIGN,
     SLOT_HEADER_SIZE,
 };
@@ -208,6 +208,14 @@ fn constants() -> Vec<Constant> {
         error::TRANSFER_FAILED => GYRE_ERR_TRANSFER_FAILED,
         error::BAD_LOAN => GYRE_ERR_BAD_LOAN,
         error::USER_BASE => GYRE_ERR_USER_BASE,
+        loan::HANDLE_SIZE => GYRE_LOAN_HANDLE_SIZE,
+        loan::WORD_STRIDE => GYRE_LOAN_WORD_STRIDE,
+        loan::OWNER_SHIFT => GYRE_LOAN_OWNER_SHIFT,
+        loan::ORDER_SHIFT => GYRE_LOAN_ORDER_SHIFT,
+        loan::OWNER_FREE => GYRE_LOAN_OWNER_FREE,
+        loan::OWNER_HOST => GYRE_LOAN_OWNER_HOST,
+        loan::OWNER_KERNEL => GYRE_LOAN_OWNER_KERNEL,
+        loan::OWNER_BUSY => GYRE_LOAN_OWNER_BUSY,
         flags::CALL => GYRE_FLAG_CALL,
         host_flags::DOORBELL => GYRE_HOST_FLAG_DOORBELL,
     ]

@@ -47,6 +47,13 @@ pub struct LaunchSpec {
     /// epoch's handover, a restart) is rung by the channel and bridge that rang its
     /// predecessor. `None`: the backend makes one (see [`KernelInstance::doorbell`]).
     pub doorbell: Option<Arc<crate::doorbell::Doorbell>>,
+    /// The loan pool of a loan kernel (`docs/loans.md`), allocated with the backend's
+    /// [`Backend::loan_allocator`]. A device backend passes its
+    /// [`view`](crate::loan::LoanArena::view) to the ring kernel, whose block loop resolves
+    /// each request's handle (`cuda/include/gyre/loan.h`), and keeps this `Arc` until the
+    /// kernel has finished. The CPU backend ignores it: its loan kernels' handlers are
+    /// Rust closures that resolve handles themselves.
+    pub loans: Option<Arc<crate::loan::LoanArena>>,
 }
 
 /// A handler whose work is split over the lanes of a block; the CPU backend emulates
@@ -179,6 +186,18 @@ pub trait Backend: Send + Sync {
         region: Arc<SharedRegion>,
         spec: &LaunchSpec,
     ) -> Result<Box<dyn KernelInstance>>;
+
+    /// The memory a loan pool of this backend's kernels lives in (its bytes and its
+    /// state words, which host and kernel both compare-and-swap): host memory by default
+    /// (the CPU backend); a device backend gives memory its kernels address like the host
+    /// and whose atomics are atomic with the host's, or refuses.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::StrategyUnsupported`] when the backend cannot hold loans, naming why.
+    fn loan_allocator(&self) -> Result<Arc<dyn crate::memory::RawAllocator>> {
+        Ok(Arc::new(crate::memory::HostAllocator))
+    }
 
     /// Device-resident memory for a kernel of geometry `g` under a copy strategy
     /// ([`crate::bridge`]): zeroed, laid out as a [`SharedRegion`], reachable from the host

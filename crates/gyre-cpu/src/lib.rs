@@ -30,6 +30,7 @@
 //!     lane_handler: None,
 //!     export: None,
 //!     doorbell: None,
+//!     loans: None,
 //! };
 //! let kernel = backend.launch(region.clone(), &spec)?;
 //! let ch = Channel::new(region, "echo");
@@ -48,6 +49,8 @@
 
 mod ffi;
 mod kernel;
+#[cfg(test)]
+mod loan_probe;
 
 use std::sync::Arc;
 use std::thread::JoinHandle;

@@ -20,13 +20,14 @@ const RING_H: &str = include_str!("../../../cuda/include/gyre/ring.h");
 const PORT_CUDA_H: &str = include_str!("../../../cuda/include/gyre/port_cuda.h");
 const HANDLER_H: &str = include_str!("../../../cuda/include/gyre/handler.h");
 const BLOCK_H: &str = include_str!("../../../cuda/include/gyre/block.h");
+const LOAN_H: &str = include_str!("../../../cuda/include/gyre/loan.h");
 const PORTABLE_H: &str = include_str!("../../../cuda/include/gyre/portable.h");
 
 /// gyre's device headers as NVRTC sees them: `(include name, text)`. Each is registered
 /// under its path from `cuda/include` (`gyre/abi.h`, as handlers and `ring_kernel.cu`
 /// include them) and its bare name (`abi.h`, as the headers include each other); the
 /// include guards make the two names one header.
-pub const HEADERS: [(&str, &str); 12] = [
+pub const HEADERS: [(&str, &str); 14] = [
     ("gyre/abi.h", ABI_H),
     ("abi.h", ABI_H),
     ("gyre/ring.h", RING_H),
@@ -37,6 +38,8 @@ pub const HEADERS: [(&str, &str); 12] = [
     ("handler.h", HANDLER_H),
     ("gyre/block.h", BLOCK_H),
     ("block.h", BLOCK_H),
+    ("gyre/loan.h", LOAN_H),
+    ("loan.h", LOAN_H),
     ("gyre/portable.h", PORTABLE_H),
     ("portable.h", PORTABLE_H),
 ];

@@ -27,7 +27,7 @@ use opencl3::program::Program;
 
 use crate::clock;
 use crate::error::{check, Error, Result};
-use crate::memory::{SvmRegion, SvmRegistry};
+use crate::memory::{SvmAllocator, SvmRegion, SvmRegistry};
 use crate::probe::{self, DeviceInfo, DeviceKind};
 use crate::program::{self as prog, BuildOptions, Handler, RING_KERNEL_ENTRY};
 
@@ -259,15 +259,40 @@ impl OpenClBackend {
         }
         let reservation = Reservation(self.dev.clone());
         let lanes = [self.dev.options.lanes as usize];
-        // SAFETY: the ring kernel's one argument is the region, an SVM pointer of this
-        // context (checked above); the region outlives the kernel (OpenClKernel keeps its
-        // Arc and leaks it if the kernel never finishes). One group: global == local.
+        // The loan pool (cuda/ring_kernel.cl's launch contract): its bytes and state words
+        // in SVM of this context (`loan_allocator`), or the region twice and a size of 0.
+        let loans = spec.loans.as_ref().map(|a| a.view());
+        let (loan_base, loan_words, loan_bytes, loan_shift) = match loans {
+            Some(v) => (v.base as *mut u8, v.words as *mut u8, v.bytes, v.min_shift),
+            None => (base, base, 0u64, 0u32),
+        };
+        // SAFETY: the ring kernel's arguments are the region, an SVM pointer of this
+        // context (checked above), and the loan pool's two SVM pointers (from this
+        // backend's `loan_allocator`) with its size and shift; the region and the pool
+        // outlive the kernel (OpenClKernel keeps their Arcs and leaks them if the kernel
+        // never finishes). One group: global == local.
         let event = unsafe {
             check(
                 "clSetKernelArgSVMPointer",
                 kernel.set_arg_svm_pointer(0, base.cast()),
                 || ", the shared region".into(),
             )?;
+            check(
+                "clSetKernelArgSVMPointer",
+                kernel.set_arg_svm_pointer(1, loan_base.cast()),
+                || ", the loan pool".into(),
+            )?;
+            check(
+                "clSetKernelArgSVMPointer",
+                kernel.set_arg_svm_pointer(2, loan_words.cast()),
+                || ", the loan pool's state words".into(),
+            )?;
+            check("clSetKernelArg", kernel.set_arg(3, &loan_bytes), || {
+                ", the loan pool's size".into()
+            })?;
+            check("clSetKernelArg", kernel.set_arg(4, &loan_shift), || {
+                ", the loan pool's block shift".into()
+            })?;
             check(
                 "clEnqueueNDRangeKernel",
                 queue.enqueue_nd_range_kernel(
@@ -292,6 +317,7 @@ impl OpenClBackend {
                 _queue: queue,
                 _kernel: kernel,
                 _region: region.clone(),
+                _loans: spec.loans.clone(),
                 _reservation: reservation,
             })),
         })
@@ -309,6 +335,12 @@ fn to_core(kernel: &str, e: Error) -> gyre_core::Error {
 impl gyre_core::Backend for OpenClBackend {
     fn name(&self) -> &'static str {
         "opencl"
+    }
+
+    /// Fine-grained SVM with atomics ([`SvmAllocator`]): the kernel reads loaned bytes in
+    /// place and its compare-and-swaps of the state words are atomic with the host's.
+    fn loan_allocator(&self) -> gyre_core::Result<Arc<dyn gyre_core::memory::RawAllocator>> {
+        Ok(Arc::new(SvmAllocator::new(&self.dev.ctx)))
     }
 
     fn alloc_region(&self, bytes: usize) -> gyre_core::Result<Box<dyn RegionMemory>> {
@@ -362,6 +394,7 @@ struct Running {
     _queue: CommandQueue,
     _kernel: Kernel,
     _region: Arc<SharedRegion>,
+    _loans: Option<Arc<gyre_core::loan::LoanArena>>,
     _reservation: Reservation,
 }
 

@@ -30,6 +30,6 @@ mod scale;
 pub use backend::OpenClBackend;
 pub use clock::ClockScale;
 pub use error::{Error, Result};
-pub use memory::SvmRegion;
+pub use memory::{SvmAllocator, SvmRegion};
 pub use probe::{probe, DeviceInfo, DeviceKind, PlatformInfo, Scope, SvmCaps};
 pub use program::Handler;

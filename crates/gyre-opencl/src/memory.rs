@@ -1,5 +1,6 @@
 //! [`SvmRegion`]: a shared region in fine-grained SVM with atomics, the zero-copy
-//! (`Unified`) placement of control block, telemetry and rings.
+//! (`Unified`) placement of control block, telemetry and rings; [`SvmAllocator`]: the same
+//! memory for loan pools.
 
 use std::collections::HashSet;
 use std::ffi::c_void;
@@ -134,5 +135,133 @@ unsafe impl gyre_core::region::RegionMemory for SvmRegion {
     }
     fn len(&self) -> usize {
         self.len
+    }
+}
+
+/// Fine-grained SVM with atomics as a [`RawAllocator`](gyre_core::memory::RawAllocator)
+/// (kind `Unified`): where a loan kernel's pool and its state words live on OpenCL, so the
+/// kernel reads the loaned bytes in place and compare-and-swaps the words atomically with
+/// the host (`CL_MEM_SVM_ATOMICS`). Blocks are zeroed and aligned to at least 128 bytes;
+/// a larger alignment, which implementations may refuse (PoCL does), is made by
+/// allocating `align` bytes more and starting at the first aligned byte.
+///
+/// # Examples
+///
+/// ```no_run
+/// use gyre_core::Backend as _;
+/// let backend = gyre_opencl::OpenClBackend::new(0, 0)?;
+/// let alloc = backend.loan_allocator()?;
+/// let block = alloc.alloc(1 << 20, 4096)?;
+/// assert_eq!(block.device_addr() % 4096, 0);
+/// // SAFETY: the block came from this allocator and nothing uses it.
+/// unsafe { alloc.free(block) };
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct SvmAllocator {
+    ctx: Arc<Context>,
+    /// Over-aligned blocks: the address handed out -> the one clSVMAlloc returned.
+    origins: Mutex<std::collections::HashMap<usize, usize>>,
+}
+
+impl SvmAllocator {
+    pub(crate) fn new(ctx: &Arc<Context>) -> Self {
+        Self {
+            ctx: ctx.clone(),
+            origins: Mutex::default(),
+        }
+    }
+}
+
+fn alloc_error(what: String) -> gyre_core::Error {
+    gyre_core::Error::Launch {
+        backend: "opencl",
+        kernel: "(loan pool)".into(),
+        source: gyre_core::Cause::new(crate::error::cl_error(
+            "clSVMAlloc",
+            opencl3::error_codes::CL_OUT_OF_RESOURCES,
+            what,
+        )),
+    }
+}
+
+// SAFETY: (1) `alloc` returns `bytes` bytes aligned to at least `align` from clSVMAlloc,
+// (2) zeroed here, host-accessible without mapping (fine-grained), (3) live until
+// `free` passes them to clSVMFree once, (4) OpenCL's SVM calls are thread-safe.
+unsafe impl gyre_core::memory::RawAllocator for SvmAllocator {
+    fn kind(&self) -> gyre_core::memory::MemoryKind {
+        gyre_core::memory::MemoryKind::Unified
+    }
+
+    fn alloc(&self, bytes: usize, align: usize) -> gyre_core::Result<gyre_core::memory::RawBlock> {
+        if bytes == 0 || !align.is_power_of_two() {
+            return Err(gyre_core::Error::InvalidArgument {
+                name: "SVM allocation",
+                value: format!("{bytes} bytes aligned to {align}"),
+                reason: "needs at least one byte and a power-of-two alignment",
+            });
+        }
+        let align = align.max(REGION_ALIGN as usize);
+        let extra = if align > REGION_ALIGN as usize {
+            align
+        } else {
+            0
+        };
+        let total = bytes
+            .checked_add(extra)
+            .ok_or(gyre_core::Error::Alloc { size: bytes, align })?;
+        let flags = CL_MEM_READ_WRITE | CL_MEM_SVM_FINE_GRAIN_BUFFER | CL_MEM_SVM_ATOMICS;
+        // SAFETY: a valid context; size and alignment are checked by the implementation,
+        // which returns null (an Err here) on failure.
+        let raw =
+            unsafe { svm_alloc(self.ctx.get(), flags, total, REGION_ALIGN) }.map_err(|_| {
+                alloc_error(format!(
+                    ", {total} bytes aligned to {REGION_ALIGN} for a loan pool (null: out of \
+                 memory, or above CL_DEVICE_MAX_MEM_ALLOC_SIZE)"
+                ))
+            })?;
+        let origin = raw as usize;
+        let start = origin.next_multiple_of(align);
+        let ptr = NonNull::new(start as *mut u8)
+            .ok_or_else(|| alloc_error(format!(", {total} bytes (null)")))?;
+        if start != origin {
+            self.origins
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(start, origin);
+        }
+        // SAFETY: fine-grained SVM is host-accessible; [start, start + bytes) lies inside
+        // the `total` bytes just allocated (start - origin < align = extra).
+        unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, bytes) };
+        Ok(gyre_core::memory::RawBlock::new(
+            Some(ptr),
+            ptr.as_ptr() as u64,
+            bytes,
+            align,
+        ))
+    }
+
+    unsafe fn free(&self, block: gyre_core::memory::RawBlock) {
+        let Some(ptr) = block.host_ptr() else {
+            return;
+        };
+        let start = ptr.as_ptr() as usize;
+        let origin = self
+            .origins
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&start)
+            .unwrap_or(start);
+        // SAFETY: the caller passes a block of this allocator, once, that no kernel uses
+        // any more; `origin` is what clSVMAlloc returned for it in this context.
+        let r = unsafe { svm_free(self.ctx.get(), origin as *mut c_void) };
+        if let Err(code) = r {
+            tracing::error!(
+                code,
+                name = crate::error::cl_error_name(code),
+                bytes = block.size(),
+                "clSVMFree failed: leaking a loan pool"
+            );
+        }
     }
 }

@@ -3,7 +3,7 @@
 //! A ring-kernel program is one source string: the OpenCL port and the handler interface
 //! (`gyre/port_opencl.h`, `gyre/handler.h`), a built-in handler (`cuda/handlers/*.h`,
 //! the device code every backend runs), then `cuda/ring_kernel.cl`, with every
-//! `#include "gyre/..."` replaced by the embedded header (`abi.h`, `ring.h`, `block.h`,
+//! `#include "gyre/..."` replaced by the embedded header (`abi.h`, `ring.h`, `block.h`, `loan.h`,
 //! `port_opencl.h`, `handler.h`) under `#line` directives, so build logs name the
 //! real files and no include path (which PoCL passes to clang unquoted) reaches the
 //! compiler. [`BuildOptions`] turns what the host learnt about the device (its atomic
@@ -24,6 +24,7 @@ const RING_H: &str = include_str!("../../../cuda/include/gyre/ring.h");
 const PORT_OPENCL_H: &str = include_str!("../../../cuda/include/gyre/port_opencl.h");
 const HANDLER_H: &str = include_str!("../../../cuda/include/gyre/handler.h");
 const BLOCK_H: &str = include_str!("../../../cuda/include/gyre/block.h");
+const LOAN_H: &str = include_str!("../../../cuda/include/gyre/loan.h");
 const PORTABLE_H: &str = include_str!("../../../cuda/include/gyre/portable.h");
 const ECHO_H: &str = include_str!("../../../cuda/handlers/echo.h");
 const VEC_SCALE_H: &str = include_str!("../../../cuda/handlers/vec_scale.h");
@@ -112,6 +113,7 @@ fn header(name: &str) -> Option<(&'static str, &'static str)> {
         "gyre/port_opencl.h" | "port_opencl.h" => Some(("gyre/port_opencl.h", PORT_OPENCL_H)),
         "gyre/handler.h" | "handler.h" => Some(("gyre/handler.h", HANDLER_H)),
         "gyre/block.h" | "block.h" => Some(("gyre/block.h", BLOCK_H)),
+        "gyre/loan.h" | "loan.h" => Some(("gyre/loan.h", LOAN_H)),
         "gyre/portable.h" | "portable.h" => Some(("gyre/portable.h", PORTABLE_H)),
         _ => None,
     }

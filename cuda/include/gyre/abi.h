@@ -139,6 +139,20 @@ typedef unsigned long long uint64_t;
 /** First code available to user handlers. */
 #define GYRE_ERR_USER_BASE 0x1000u
 
+/* Loans (gyre_abi::loan, docs/loans.md): a request or reply payload of a loan kernel is a
+ * 16-byte handle { offset, len, generation } naming a block of the kernel's loan pool.
+ * Each smallest block (unit) has one 64-bit state word, GYRE_LOAN_WORD_STRIDE bytes from
+ * the next: generation in bits 0..32, owner (GYRE_LOAN_OWNER_*) in bits 32..34, order
+ * (the block is 2^order units) in bits 40..46. Only a block's first unit's word counts. */
+#define GYRE_LOAN_HANDLE_SIZE 16u
+#define GYRE_LOAN_WORD_STRIDE 64u
+#define GYRE_LOAN_OWNER_SHIFT 32u
+#define GYRE_LOAN_ORDER_SHIFT 40u
+#define GYRE_LOAN_OWNER_FREE 0u
+#define GYRE_LOAN_OWNER_HOST 1u
+#define GYRE_LOAN_OWNER_KERNEL 2u
+#define GYRE_LOAN_OWNER_BUSY 3u
+
 /* Slot header flags (gyre_abi::flags), gyre_slot_header.flags. */
 /** The request came from `call` (not `send`); the kernel copies it into the reply. */
 #define GYRE_FLAG_CALL 1u

@@ -12,10 +12,13 @@
 #define GYRE_BLOCK_H
 
 #include "ring.h"
+#include "loan.h"
 
 /* Per batch:
  *   lane 0: gyre_ring_next (K1, K9, K2, K3) -> n, first index -> block-shared   barrier
  *   for each request:  lane 0: K4 -> run?, msg_type, len -> block-shared      barrier
+ *                      (a loan kernel: lane 0 resolves the request's handle, gyre/loan.h,
+ *                      and the handler works on the block in place: req == reply)
  *                      all lanes: K5, the handler's phases, a barrier after each
  *                      lane 0: K5 result, K6 header + system fence + sequence (release)
  *   lane 0: gyre_ring_batch_done (handler time, K7 publish, K8 telemetry)
@@ -44,7 +47,9 @@ typedef struct gyre_block_shared {
     uint32_t len;       /* request length */
     uint32_t stopped;   /* the kernel faulted inside a batch (a CPU handler panicked) */
     uint32_t lanes;     /* the block's lanes (set at K0) */
-    uint32_t pad;
+    uint32_t loan;      /* the request's loan was resolved: loan_off / loan_cap are its */
+    uint64_t loan_off;  /* the block's offset in the loan pool */
+    uint64_t loan_cap;  /* the block's bytes */
     gyre_hblock h;
 } gyre_block_shared;
 
@@ -74,19 +79,67 @@ static inline GYRE_DEVICE_FN uint32_t gyre_block_start(GYRE_GLOBAL unsigned char
     return sh->ok;
 }
 
-/** K4..K8 for the batch of sh->n requests from sh->first, on every lane. Returns 0, or 1
- *  when the kernel faulted in it (a CPU backend's host handler panicked: its request is
- *  answered HANDLER_PANIC, the ones before it published, the rest left to the host). */
+/** A loan kernel's K4 on lane 0, after gyre_k4_check passed: resolves the handle in the
+ *  request's payload (gyre/loan.h) into sh->loan_off / loan_cap and m->len (the loan's
+ *  length), or answers BAD_LOAN (m->status, no handler run). Returns whether to run. */
+static inline GYRE_DEVICE_FN uint32_t gyre_block_loan_in(const gyre_loan_pool *pool,
+                                                        const GYRE_GLOBAL unsigned char *req,
+                                                        GYRE_SHARED gyre_block_shared *sh,
+                                                        gyre_slot_meta *m,
+                                                        gyre_loan_handle *lh) {
+    uint64_t cap = 0u;
+    if (!gyre_loan_read(req, m->len, lh) || gyre_loan_resolve(pool, lh, &cap) != GYRE_ERR_NONE) {
+        m->status = GYRE_ERR_BAD_LOAN;
+        m->len = 0u;
+        return 0u;
+    }
+    sh->loan = 1u;
+    sh->loan_off = lh->offset;
+    sh->loan_cap = cap;
+    m->len = lh->len;
+    return 1u;
+}
+
+/** A loan kernel's K5 on lane 0: the handler's answer over the block (status, reply length
+ *  up to the block's bytes, else BAD_LENGTH) becomes a reply carrying the handle of the
+ *  same block with the reply's length, and the block is given back (busy -> kernel) before
+ *  K6 publishes the reply. */
+static inline GYRE_DEVICE_FN void gyre_block_loan_out(const gyre_ring *r,
+                                                     const gyre_loan_pool *pool,
+                                                     GYRE_GLOBAL unsigned char *reply,
+                                                     GYRE_SHARED gyre_block_shared *sh,
+                                                     gyre_slot_meta *m,
+                                                     gyre_loan_handle *lh) {
+    if (sh->h.status == GYRE_ERR_NONE && (uint64_t)sh->h.reply_len > sh->loan_cap) {
+        m->status = GYRE_ERR_BAD_LENGTH;
+        m->len = 0u;
+    } else {
+        gyre_k5_result(r, m, sh->h.status,
+                       sh->h.status == GYRE_ERR_NONE ? GYRE_LOAN_HANDLE_SIZE : 0u);
+        if (m->status == GYRE_ERR_NONE) {
+            lh->len = sh->h.reply_len;
+            gyre_loan_write(reply, lh);
+        }
+    }
+    gyre_loan_unhold(pool, sh->loan_off);
+}
+
+/** K4..K8 for the batch of sh->n requests from sh->first, on every lane. `pool` is the
+ *  kernel's loan pool (bytes 0: not a loan kernel). Returns 0, or 1 when the kernel
+ *  faulted in it (a CPU backend's host handler panicked: its request is answered
+ *  HANDLER_PANIC, the ones before it published, the rest left to the host). */
 static inline GYRE_DEVICE_FN uint32_t gyre_block_answer(GYRE_GLOBAL unsigned char *region,
                                                        GYRE_SHARED gyre_block_shared *sh,
-                                                       gyre_ring *r) {
+                                                       gyre_ring *r,
+                                                       const gyre_loan_pool *pool) {
     const uint32_t n = sh->n;
     const uint64_t first = sh->first;
     const uint64_t mask = sh->mask;
     const uint32_t slot_size = sh->slot_size;
     const uint32_t payload = slot_size - GYRE_SLOT_HEADER_SIZE;
     const uint32_t lanes = sh->lanes;
-    gyre_slot_meta m; /* lane 0's */
+    gyre_slot_meta m;    /* lane 0's */
+    gyre_loan_handle lh; /* lane 0's: the request's loan */
     uint32_t k;
     GYRE_LANE_STATE_DECL;
     for (k = 0u; k < n; ++k) {
@@ -94,6 +147,14 @@ static inline GYRE_DEVICE_FN uint32_t gyre_block_answer(GYRE_GLOBAL unsigned cha
         /* K4: check the slot (lane 0). */
         GYRE_LANE0_BEGIN
         sh->run = gyre_k4_check(r, idx, sh->bad_seq, &m); /* bad_seq: n == 1 */
+        sh->loan = 0u;
+        if (sh->run && pool->bytes != 0u) {
+            sh->run = gyre_block_loan_in(
+                pool,
+                gyre_slot_at(region, GYRE_RINGS_OFFSET, mask, slot_size, idx) +
+                    GYRE_SLOT_HEADER_SIZE,
+                sh, &m, &lh);
+        }
         sh->msg_type = m.msg_type;
         sh->len = m.len;
         sh->h.status = GYRE_ERR_NONE;
@@ -115,6 +176,11 @@ static inline GYRE_DEVICE_FN uint32_t gyre_block_answer(GYRE_GLOBAL unsigned cha
                 c.msg_type = sh->msg_type;
                 c.req_len = sh->len;
                 c.reply_cap = payload;
+                if (sh->loan) {
+                    c.req = pool->base + sh->loan_off;
+                    c.reply = pool->base + sh->loan_off;
+                    c.reply_cap = (uint32_t)sh->loan_cap;
+                }
                 c.lane = lane;
                 c.lanes = lanes;
                 c.pad = 0u;
@@ -126,13 +192,21 @@ static inline GYRE_DEVICE_FN uint32_t gyre_block_answer(GYRE_GLOBAL unsigned cha
         }
         GYRE_LANE0_BEGIN
         if (sh->run && sh->h.panicked != 0u) {
+            if (sh->loan) {
+                gyre_loan_unhold(pool, sh->loan_off);
+            }
             m.status = GYRE_ERR_HANDLER_PANIC;
             m.len = 0u;
             gyre_k6_stamp_reply(r, idx, &m);
             gyre_ring_fault_batch(r, k + 1u, GYRE_ERR_HANDLER_PANIC);
             sh->stopped = 1u;
         } else {
-            if (sh->run) {
+            if (sh->run && sh->loan) {
+                gyre_block_loan_out(r, pool,
+                                    gyre_slot_at(region, sh->reply_off, mask, slot_size, idx) +
+                                        GYRE_SLOT_HEADER_SIZE,
+                                    sh, &m, &lh);
+            } else if (sh->run) {
                 gyre_k5_result(r, &m, sh->h.status, sh->h.reply_len);
             }
             /* K6: header, system fence, sequence last (release). */
@@ -169,11 +243,13 @@ static inline GYRE_DEVICE_FN uint32_t gyre_block_poll(GYRE_SHARED gyre_block_sha
     return sh->n;
 }
 
-/** The kernel: K0, then batches until it stops (terminated, faulted). Every lane runs it. */
+/** The kernel: K0, then batches until it stops (terminated, faulted). Every lane runs it;
+ *  `pool` is the loan pool (every lane's copy; bytes 0: not a loan kernel). */
 static inline GYRE_DEVICE_FN void gyre_block_run(GYRE_GLOBAL unsigned char *region,
                                                 GYRE_GLOBAL gyre_telemetry_buffer *export_tel,
                                                 uint32_t telemetry, uint32_t lanes,
-                                                GYRE_SHARED gyre_block_shared *sh, gyre_ring *r) {
+                                                GYRE_SHARED gyre_block_shared *sh, gyre_ring *r,
+                                                const gyre_loan_pool *pool) {
     if (!gyre_block_start(region, export_tel, telemetry, lanes, sh, r)) {
         return; /* FAULTED at K0 (error_code written), no trap */
     }
@@ -182,7 +258,7 @@ static inline GYRE_DEVICE_FN void gyre_block_run(GYRE_GLOBAL unsigned char *regi
         if (n == GYRE_POLL_STOPPED) {
             return; /* TERMINATED: state and telemetry written by lane 0 */
         }
-        if (gyre_block_answer(region, sh, r) != 0u) {
+        if (gyre_block_answer(region, sh, r, pool) != 0u) {
             return; /* FAULTED by a handler panic */
         }
     }

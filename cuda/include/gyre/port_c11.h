@@ -8,6 +8,7 @@
  *   GYRE_STORE_RELEASE_U32/U64(p, v)  atomic_store_explicit(memory_order_release)
  *   GYRE_STORE_RELAXED_U32/U64(p, v)  atomic_store_explicit(memory_order_relaxed)
  *   GYRE_FENCE_SYSTEM()               atomic_thread_fence(memory_order_seq_cst)
+ *   GYRE_CAS_U64(p, expected, desired)  atomic_compare_exchange_strong (acq_rel): 1 if done
  *   GYRE_IDLE_PAUSE(r)                the kernel's idle strategy (spin, yield, then park on
  *                                     the host's doorbell, or sleep); GYRE_PAUSE() without r
  *   GYRE_PAUSE_PARKED()               whether that pause parked or slept (slow path next)
@@ -58,6 +59,17 @@
 #define GYRE_STORE_RELAXED_U64(p, v)                                                           \
     atomic_store_explicit(GYRE_C11_A64(p), (v), memory_order_relaxed)
 #define GYRE_FENCE_SYSTEM() atomic_thread_fence(memory_order_seq_cst)
+
+/** Compare-and-swap (acq_rel on success, acquire on failure): 1 when *p was `expected` and
+ *  is now `desired`, else 0 (the loan pool's state words, gyre/loan.h). */
+static inline uint32_t gyre_c11_cas_u64(uint64_t *p, uint64_t expected, uint64_t desired) {
+    uint64_t e = expected;
+    return atomic_compare_exchange_strong_explicit(GYRE_C11_A64(p), &e, desired,
+                                                   memory_order_acq_rel, memory_order_acquire)
+               ? 1u
+               : 0u;
+}
+#define GYRE_CAS_U64(p, expected, desired) gyre_c11_cas_u64((p), (expected), (desired))
 
 /* ---- clock -------------------------------------------------------------------------- */
 

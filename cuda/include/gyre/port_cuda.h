@@ -17,6 +17,7 @@
  *   GYRE_STORE_RELEASE_U32/U64(p, v)  st.release.sys
  *   GYRE_STORE_RELAXED_U32/U64(p, v)  st.relaxed.sys
  *   GYRE_FENCE_SYSTEM()               __threadfence_system()  (fence.sc.sys)
+ *   GYRE_CAS_U64(p, e, d)             atom.acq_rel.sys.cas.b64
  *   GYRE_PAUSE()                      __nanosleep(GYRE_PAUSE_NS)  (sm_70+)
  *   GYRE_NOW_NS()                     %globaltimer: ns, device-wide, monotonic, coarse
  *                                     (its update period is 32 ns .. 1 us by GPU)
@@ -90,6 +91,21 @@ __device__ __forceinline__ void gyre_cuda_st_relaxed_u64(uint64_t *p, uint64_t v
 #define GYRE_STORE_RELEASE_U64(p, v) gyre_cuda_st_release_u64((p), (v))
 #define GYRE_STORE_RELAXED_U32(p, v) gyre_cuda_st_relaxed_u32((p), (v))
 #define GYRE_STORE_RELAXED_U64(p, v) gyre_cuda_st_relaxed_u64((p), (v))
+
+/** Compare-and-swap at system scope (acq_rel): 1 when *p was `expected` and is now
+ *  `desired`, else 0 (the loan pool's state words, gyre/loan.h). Atomic with the host's
+ *  own compare-and-swap only where the platform makes system-scope atomics on that memory
+ *  atomic for the CPU too (hostNativeAtomicSupported); see docs/loans.md. */
+__device__ __forceinline__ uint32_t gyre_cuda_cas_u64(uint64_t *p, uint64_t expected,
+                                                      uint64_t desired) {
+    uint64_t old;
+    asm volatile("atom.acq_rel.sys.cas.b64 %0, [%1], %2, %3;"
+                 : "=l"(old)
+                 : "l"(p), "l"(expected), "l"(desired)
+                 : "memory");
+    return old == expected ? 1u : 0u;
+}
+#define GYRE_CAS_U64(p, expected, desired) gyre_cuda_cas_u64((p), (expected), (desired))
 
 /* ---- fence, pause, clock --------------------------------------------------------- */
 

@@ -16,6 +16,7 @@
  *   GYRE_STORE_RELAXED_U32/U64(p, v)  atomic_store_explicit(p, v, memory_order_relaxed, SCOPE)
  *   GYRE_FENCE_SYSTEM()               atomic_work_item_fence(CLK_GLOBAL_MEM_FENCE,
  *                                                            memory_order_seq_cst, FENCE_SCOPE)
+ *   GYRE_CAS_U64(p, e, d)             atomic_compare_exchange_strong_explicit (acq_rel)
  *   GYRE_PAUSE()                      a bounded spin (OpenCL C has no sleep)
  *   GYRE_NOW_NS()                     the device tick counter scaled to ns by the host
  *   GYRE_DEVICE_FN                    __attribute__((always_inline))
@@ -91,6 +92,19 @@
     atomic_store_explicit(GYRE_CL_A32(p), (v), memory_order_relaxed, GYRE_CL_ATOMIC_SCOPE)
 #define GYRE_STORE_RELAXED_U64(p, v)                                                           \
     atomic_store_explicit(GYRE_CL_A64(p), (v), memory_order_relaxed, GYRE_CL_ATOMIC_SCOPE)
+
+/** Compare-and-swap (acq_rel on success, acquire on failure): 1 when *p was `expected` and
+ *  is now `desired`, else 0 (the loan pool's state words, gyre/loan.h). */
+static inline GYRE_DEVICE_FN uint32_t gyre_cl_cas_u64(__global uint64_t *p, uint64_t expected,
+                                                      uint64_t desired) {
+    ulong e = expected;
+    return atomic_compare_exchange_strong_explicit(GYRE_CL_A64(p), &e, desired,
+                                                   memory_order_acq_rel, memory_order_acquire,
+                                                   GYRE_CL_ATOMIC_SCOPE)
+               ? 1u
+               : 0u;
+}
+#define GYRE_CAS_U64(p, expected, desired) gyre_cl_cas_u64((p), (expected), (desired))
 
 /* ---- fence, pause, clock ---------------------------------------------------------- */
 

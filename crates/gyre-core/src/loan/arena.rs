@@ -45,15 +45,22 @@ use super::{Loan, LoanConfig, LoanHandle, LoanStats};
 use crate::memory::{MemoryKind, RawAllocator, RawBlock};
 use crate::{Error, Result};
 
-/// Owner values of a state word (bits 32..34).
+/// Owner values of a state word (bits 32..34): `gyre_abi::loan::OWNER_*`, which the
+/// kernel's resolver (`cuda/include/gyre/loan.h`) reads too.
 pub(crate) mod owner {
-    pub(crate) const FREE: u64 = 0;
-    pub(crate) const HOST: u64 = 1;
-    pub(crate) const KERNEL: u64 = 2;
-    pub(crate) const BUSY: u64 = 3;
+    pub(crate) const FREE: u64 = gyre_abi::loan::OWNER_FREE;
+    pub(crate) const HOST: u64 = gyre_abi::loan::OWNER_HOST;
+    pub(crate) const KERNEL: u64 = gyre_abi::loan::OWNER_KERNEL;
+    pub(crate) const BUSY: u64 = gyre_abi::loan::OWNER_BUSY;
 }
 
-/// A state word: generation (bits 0..32), owner (32..34), order (40..46).
+const OWNER_SHIFT: u32 = gyre_abi::loan::OWNER_SHIFT;
+const ORDER_SHIFT: u32 = gyre_abi::loan::ORDER_SHIFT;
+/// Bytes from one state word to the next: one cache line each.
+const WORD_STRIDE: usize = gyre_abi::loan::WORD_STRIDE as usize;
+
+/// A state word: generation (bits 0..32), owner (32..34), order (40..46)
+/// (`gyre_abi::loan`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Word {
     pub(crate) generation: u32,
@@ -63,7 +70,9 @@ pub(crate) struct Word {
 
 impl Word {
     fn pack(self) -> u64 {
-        u64::from(self.generation) | (self.owner << 32) | (u64::from(self.order) << 40)
+        u64::from(self.generation)
+            | (self.owner << OWNER_SHIFT)
+            | (u64::from(self.order) << ORDER_SHIFT)
     }
     /// The same block under a new owner; the generation plus one when `bump`.
     fn moved(self, owner: u64, bump: bool) -> Self {
@@ -81,21 +90,124 @@ impl Word {
     fn unpack(w: u64) -> Self {
         Self {
             generation: w as u32,
-            owner: (w >> 32) & 3,
-            order: ((w >> 40) & 0x3f) as u8,
+            owner: (w >> OWNER_SHIFT) & 3,
+            order: ((w >> ORDER_SHIFT) & 0x3f) as u8,
         }
     }
 }
 
-/// A state word alone on its cache line.
+/// A state word alone on its cache line (the loom build's words: loom's atomics cannot
+/// live in raw memory).
+#[cfg(gyre_loom)]
 #[repr(align(64))]
 struct Line(AtomicU64);
 
-impl core::ops::Deref for Line {
-    type Target = AtomicU64;
-    fn deref(&self) -> &AtomicU64 {
-        &self.0
+/// The state words, one per unit, [`WORD_STRIDE`] bytes apart: in memory of the pool's
+/// kind, from its allocator, because a device kernel compare-and-swaps them too
+/// (`cuda/include/gyre/loan.h`). One cache line each: the kernel and the host work on
+/// neighbouring blocks at once, and words sharing a line would bounce it between them on
+/// every transition.
+struct Words {
+    /// `units * WORD_STRIDE` bytes from the arena's allocator, zeroed at creation; `None`
+    /// only while dropping.
+    #[cfg(not(gyre_loom))]
+    block: Option<RawBlock>,
+    #[cfg(not(gyre_loom))]
+    base: NonNull<u8>,
+    #[cfg(gyre_loom)]
+    lines: Box<[Line]>,
+    units: usize,
+}
+
+impl Words {
+    #[cfg(not(gyre_loom))]
+    fn new(alloc: &dyn RawAllocator, units: usize) -> Result<Self> {
+        let bytes = units * WORD_STRIDE;
+        let block = alloc.alloc(bytes, WORD_STRIDE)?;
+        let Some(base) = block.host_ptr() else {
+            // SAFETY: `block` came from `alloc` just now and nothing uses it.
+            unsafe { alloc.free(block) };
+            return Err(Error::InvalidArgument {
+                name: "loan pool memory",
+                value: alloc.kind().name().into(),
+                reason: "the allocator returned no host pointer",
+            });
+        };
+        if base.as_ptr() as usize % WORD_STRIDE != 0 {
+            // SAFETY: as above.
+            unsafe { alloc.free(block) };
+            return Err(Error::Alloc {
+                size: bytes,
+                align: WORD_STRIDE,
+            });
+        }
+        // SAFETY: `bytes` host-writable bytes just allocated, not shared yet.
+        unsafe { core::ptr::write_bytes(base.as_ptr(), 0, bytes) };
+        Ok(Self {
+            block: Some(block),
+            base,
+            units,
+        })
     }
+
+    #[cfg(gyre_loom)]
+    fn new(_alloc: &dyn RawAllocator, units: usize) -> Result<Self> {
+        Ok(Self {
+            lines: (0..units).map(|_| Line(AtomicU64::new(0))).collect(),
+            units,
+        })
+    }
+
+    /// The word of `unit`, if it is one of the pool's.
+    fn get(&self, unit: usize) -> Option<&AtomicU64> {
+        if unit >= self.units {
+            return None;
+        }
+        #[cfg(not(gyre_loom))]
+        // SAFETY: unit < units, so the word lies inside the block (units * WORD_STRIDE
+        // bytes), WORD_STRIDE-aligned (checked in `new`), initialised (zeroed), and it lives
+        // as long as `self`. `AtomicU64` has u64's size and alignment; every access to the
+        // word, the host's and the kernel's, is atomic.
+        return Some(unsafe {
+            &*self
+                .base
+                .as_ptr()
+                .add(unit * WORD_STRIDE)
+                .cast::<AtomicU64>()
+        });
+        #[cfg(gyre_loom)]
+        return Some(&self.lines[unit].0);
+    }
+
+    /// The word of a unit the arena produced itself (a buddy block, a checked handle).
+    fn at(&self, unit: u32) -> &AtomicU64 {
+        match self.get(unit as usize) {
+            Some(w) => w,
+            None => panic!("loan unit {unit} outside a pool of {} units", self.units),
+        }
+    }
+
+    /// Host address of the first word.
+    fn addr(&self) -> u64 {
+        #[cfg(not(gyre_loom))]
+        return self.base.as_ptr() as u64;
+        #[cfg(gyre_loom)]
+        return self.lines.as_ptr() as u64;
+    }
+}
+
+/// A loan pool as a device resolver needs it (`gyre_loan_pool` of
+/// `cuda/include/gyre/loan.h`): addresses in the kernel's address space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoanPoolView {
+    /// The pool's first byte, where the kernel reads it.
+    pub base: u64,
+    /// The first state word (unit `u`'s is `u * 64` bytes on).
+    pub words: u64,
+    /// Bytes of the pool.
+    pub bytes: u64,
+    /// log2 of the smallest block.
+    pub min_shift: u32,
 }
 
 /// The tasks and threads waiting for a block (see [`LoanArena::poll_loan`]).
@@ -152,10 +264,8 @@ pub struct LoanArena {
     bytes: usize,
     min_shift: u32,
     book: Mutex<Book>,
-    /// One state word per unit; only block starts are meaningful. One cache line each:
-    /// the kernel and the host work on neighbouring blocks at once, and words sharing a
-    /// line would bounce it between them on every transition.
-    words: Box<[Line]>,
+    /// One state word per unit; only block starts are meaningful.
+    words: Words,
     waiters: Waiters,
 }
 
@@ -221,6 +331,14 @@ impl LoanArena {
         let min_shift = config.min_block.trailing_zeros();
         let max_order = (config.pool_bytes.trailing_zeros() - min_shift) as u8;
         let units = config.pool_bytes >> min_shift;
+        let words = match Words::new(&alloc, units) {
+            Ok(w) => w,
+            Err(e) => {
+                // SAFETY: `block` came from `alloc` just now and nothing uses it.
+                unsafe { alloc.free(block) };
+                return Err(e);
+            }
+        };
         Ok(Arc::new(Self {
             alloc: Box::new(alloc),
             block: Some(block),
@@ -239,7 +357,7 @@ impl LoanArena {
                 in_use_units: 0,
                 peak_in_use_units: 0,
             }),
-            words: (0..units).map(|_| Line(AtomicU64::new(0))).collect(),
+            words,
             waiters: Waiters::default(),
         }))
     }
@@ -295,6 +413,19 @@ impl LoanArena {
     /// The device address of the arena's first byte (for a device-side resolver).
     pub fn device_addr(&self) -> u64 {
         self.block.as_ref().map_or(0, RawBlock::device_addr)
+    }
+
+    /// The pool as a device resolver sees it (`gyre_loan_pool`, `cuda/include/gyre/loan.h`):
+    /// the kernel's side of the bytes and the state words, for memory the host and the
+    /// kernel address alike (host memory, fine-grained SVM). A backend passes it to its
+    /// ring kernel.
+    pub fn view(&self) -> LoanPoolView {
+        LoanPoolView {
+            base: self.kernel_base.as_ptr() as u64,
+            words: self.words.addr(),
+            bytes: self.bytes as u64,
+            min_shift: self.min_shift,
+        }
     }
 
     fn order_for(&self, len: usize) -> Result<u8> {
@@ -461,7 +592,7 @@ impl LoanArena {
             b.peak_in_use_units = b.peak_in_use_units.max(b.in_use_units);
             unit
         };
-        let w = &self.words[unit as usize];
+        let w = &self.words.at(unit);
         let old = Word::unpack(w.load(Acquire));
         debug_assert_eq!(old.owner, owner::FREE);
         w.store(
@@ -535,7 +666,7 @@ impl LoanArena {
     /// under one [`KernelBlock`]): no other party moves the word away from `from`, so a
     /// plain release store does what a compare-and-swap would.
     fn store_from(&self, unit: u32, from: u64, to: u64, bump: bool) -> Word {
-        let w = &self.words[unit as usize];
+        let w = &self.words.at(unit);
         let old = Word::unpack(w.load(Acquire));
         debug_assert_eq!(old.owner, from, "only the owner leaves this state");
         let new = old.moved(to, bump);
@@ -603,7 +734,7 @@ impl LoanArena {
         let unit = self
             .unit_of(reply)
             .ok_or(bad("offset outside the pool or not at a block start"))?;
-        let w = Word::unpack(self.words[unit as usize].load(Acquire));
+        let w = Word::unpack(self.words.at(unit).load(Acquire));
         let cap = self.block_bytes(w.order);
         if reply.len as usize > cap {
             return Err(bad("length beyond the block"));
@@ -718,7 +849,7 @@ impl LoanArena {
 
     #[cfg(test)]
     pub(crate) fn word(&self, unit: u32) -> Word {
-        Word::unpack(self.words[unit as usize].load(Acquire))
+        Word::unpack(self.words.at(unit).load(Acquire))
     }
 }
 
@@ -726,7 +857,13 @@ impl Drop for LoanArena {
     fn drop(&mut self) {
         if let Some(b) = self.block.take() {
             // SAFETY: `b` came from `self.alloc`; every Loan holds an Arc of the arena and
-            // a kernel holds one through its handler, so nothing reaches the memory now.
+            // a kernel holds one through its handler (a device kernel through its launch
+            // spec, until it has finished), so nothing reaches the memory now.
+            unsafe { self.alloc.free(b) };
+        }
+        #[cfg(not(gyre_loom))]
+        if let Some(b) = self.words.block.take() {
+            // SAFETY: as above, for the state words.
             unsafe { self.alloc.free(b) };
         }
     }

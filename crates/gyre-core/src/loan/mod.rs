@@ -49,7 +49,7 @@ mod mirror;
 #[cfg(test)]
 mod tests;
 
-pub use arena::{KernelBlock, LoanArena};
+pub use arena::{KernelBlock, LoanArena, LoanPoolView};
 pub use block::Loan;
 pub use handle::LoanHandle;
 pub use mirror::{LoanMirror, Moved};
