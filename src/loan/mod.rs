@@ -112,7 +112,16 @@ fn adapter(arena: Arc<LoanArena>, user: Arc<LoanFn>) -> impl gyre_core::Handler 
         // Busy until `block` drops, which is before the reply is published.
         let mut block = arena.resolve(&h).map_err(|_| error::BAD_LOAN)?;
         let mut buf = LoanBuf::new(&mut block, h.len as usize);
-        user(&mut buf)?;
+        // BAD_LOAN is the resolver's answer alone: the host frees no block on it. A
+        // handler that held the block and says BAD_LOAN is refused instead, or the block
+        // would never return.
+        user(&mut buf).map_err(|s| {
+            if s == error::BAD_LOAN {
+                error::HANDLER_REJECTED
+            } else {
+                s
+            }
+        })?;
         let out = LoanHandle {
             len: buf.len() as u32,
             ..h

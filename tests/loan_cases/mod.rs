@@ -61,6 +61,7 @@ fn bump(b: &mut LoanBuf<'_>) -> Result<(), u32> {
     match b.first() {
         Some(0xEE) => panic!("injected fault"),
         Some(0xEF) => return Err(codes::USER_BASE + 1),
+        Some(0xED) => return Err(codes::BAD_LOAN),
         _ => {}
     }
     for x in b.iter_mut() {
@@ -155,9 +156,16 @@ pub fn handler_errors_return_the_block_and_the_kernel_serves_on(t: Target) {
             "{e:?}"
         );
         assert_eq!(&k.call_bytes_blocking(&[1, 2]).unwrap()[..], &[2, 3]);
+        // A handler that says BAD_LOAN about a block it held: refused, and the block
+        // still returns (BAD_LOAN is the resolver's word, on which the host frees none).
+        let e = k.call_bytes_blocking(&[0xED; 100]).unwrap_err();
+        assert!(
+            matches!(e, Error::Handler { status, .. } if status == codes::HANDLER_REJECTED),
+            "{e:?}"
+        );
     }
     assert_eq!(k.pool_stats().in_use_blocks, 0);
-    assert_eq!(k.pool_stats().returns, 20);
+    assert_eq!(k.pool_stats().returns, 30);
     k.shutdown_blocking().unwrap();
 }
 

@@ -3,7 +3,7 @@
 //! handler works in place (`c->req == c->reply`, the block): a byte one lane reads and
 //! another writes must be separated by a phase.
 
-/// Each byte plus one; a first byte of 0xEF answers `USER_BASE + 1`.
+/// Each byte plus one; a first byte of 0xEF answers `USER_BASE + 1`, 0xED `BAD_LOAN`.
 pub const BUMP: &str = r#"
 static inline GYRE_DEVICE_FN uint32_t bump(uint32_t phase, const gyre_hcall *c, gyre_hlane *l,
                                            GYRE_SHARED gyre_hblock *b) {
@@ -12,8 +12,11 @@ static inline GYRE_DEVICE_FN uint32_t bump(uint32_t phase, const gyre_hcall *c, 
         l->u32 = c->req_len > 0u ? (uint32_t)c->req[0] : 0u; /* before any lane writes */
         return 1u;
     }
-    if (l->u32 == 0xEFu) {
-        if (c->lane == 0u) { b->status = GYRE_ERR_USER_BASE + 1u; b->reply_len = 0u; }
+    if (l->u32 == 0xEFu || l->u32 == 0xEDu) {
+        if (c->lane == 0u) {
+            b->status = l->u32 == 0xEFu ? GYRE_ERR_USER_BASE + 1u : GYRE_ERR_BAD_LOAN;
+            b->reply_len = 0u;
+        }
         return GYRE_PHASE_DONE;
     }
     for (i = c->lane; i < c->req_len; i += c->lanes) {

@@ -110,12 +110,16 @@ static inline GYRE_DEVICE_FN void gyre_block_loan_out(const gyre_ring *r,
                                                      GYRE_SHARED gyre_block_shared *sh,
                                                      gyre_slot_meta *m,
                                                      gyre_loan_handle *lh) {
-    if (sh->h.status == GYRE_ERR_NONE && (uint64_t)sh->h.reply_len > sh->loan_cap) {
+    /* BAD_LOAN is the resolver's answer alone: it tells the host the request held no
+     * block, so the host frees none. A handler that held the block and says BAD_LOAN is
+     * HANDLER_REJECTED, or its block would never return. */
+    const uint32_t status =
+        sh->h.status == GYRE_ERR_BAD_LOAN ? GYRE_ERR_HANDLER_REJECTED : sh->h.status;
+    if (status == GYRE_ERR_NONE && (uint64_t)sh->h.reply_len > sh->loan_cap) {
         m->status = GYRE_ERR_BAD_LENGTH;
         m->len = 0u;
     } else {
-        gyre_k5_result(r, m, sh->h.status,
-                       sh->h.status == GYRE_ERR_NONE ? GYRE_LOAN_HANDLE_SIZE : 0u);
+        gyre_k5_result(r, m, status, status == GYRE_ERR_NONE ? GYRE_LOAN_HANDLE_SIZE : 0u);
         if (m->status == GYRE_ERR_NONE) {
             lh->len = sh->h.reply_len;
             gyre_loan_write(reply, lh);
