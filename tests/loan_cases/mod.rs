@@ -565,7 +565,10 @@ pub fn the_export_file_shows_the_pool(t: Target) {
 
 pub fn a_handle_sent_twice_never_gives_its_block_two_writers(t: Target) {
     // The handler fills the whole block with a token, waits, and checks nobody else wrote
-    // it meanwhile (under a copy strategy: not the bridge copying a duplicate down).
+    // it meanwhile (under a copy strategy: not the bridge copying a duplicate down). On a
+    // device, where one work-group answers requests one after the other, this shows that
+    // the duplicate is refused or answered after the first, never that a race was lost:
+    // the resolvers' compare-and-swap is checked by gyre-cpu's loan_probe and loom_loans.
     let rt = t.rt();
     let k = rt
         .launch_loans(

@@ -4,6 +4,8 @@
 //! of arbitrary bytes, both accept exactly the same handles, give the same capacity, and
 //! leave the state word as they found it once the block is given back.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use gyre_core::loan::{LoanArena, LoanConfig, LoanHandle};
 use gyre_core::memory::HostAllocator;
 use proptest::prelude::*;
@@ -49,6 +51,21 @@ fn c_resolve(arena: &LoanArena, h: &LoanHandle) -> Option<u64> {
     // SAFETY: as above; the block was resolved (busy) by this thread just now.
     unsafe { gyre_c11_loan_unhold(v.words as *mut u8, v.min_shift, h.offset) };
     Some(cap)
+}
+
+/// Every unit's state word, read through the view (the words of `gyre_abi::loan`).
+fn words(arena: &LoanArena) -> Vec<u64> {
+    let v = arena.view();
+    let units = v.bytes >> v.min_shift;
+    (0..units)
+        .map(|u| {
+            let p = (v.words + u * u64::from(gyre_abi::loan::WORD_STRIDE)) as *const AtomicU64;
+            // SAFETY: unit u's word lies inside the arena's word block (units words,
+            // WORD_STRIDE bytes apart, 64-aligned), alive while `arena` is; every access to
+            // it is atomic.
+            unsafe { &*p }.load(Ordering::Acquire)
+        })
+        .collect()
 }
 
 /// What to do to the pool before probing it.
@@ -133,8 +150,11 @@ proptest! {
         };
         for (how, x, pick) in probes {
             let h = mutate(seeds[pick % seeds.len()], how, x);
+            let before = words(&arena);
             let rust = arena.resolve(&h).map(|b| b.len() as u64).ok();
+            prop_assert_eq!(&words(&arena), &before, "Rust left a word changed: {:?}", h);
             let c = c_resolve(&arena, &h);
+            prop_assert_eq!(&words(&arena), &before, "C left a word changed: {:?}", h);
             prop_assert_eq!(rust, c, "handle {:?}", h);
         }
         // Every block both resolvers held went back to the kernel: each seed that resolved

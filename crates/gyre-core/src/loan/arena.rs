@@ -56,7 +56,9 @@ pub(crate) mod owner {
 
 const OWNER_SHIFT: u32 = gyre_abi::loan::OWNER_SHIFT;
 const ORDER_SHIFT: u32 = gyre_abi::loan::ORDER_SHIFT;
-/// Bytes from one state word to the next: one cache line each.
+/// Bytes from one state word to the next: one cache line each (the loom build keeps its
+/// words in a boxed slice instead).
+#[cfg_attr(gyre_loom, allow(dead_code))]
 const WORD_STRIDE: usize = gyre_abi::loan::WORD_STRIDE as usize;
 
 /// A state word: generation (bits 0..32), owner (32..34), order (40..46)
