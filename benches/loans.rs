@@ -221,9 +221,14 @@ fn main() {
         .backend(Backend::Cpu)
         .build()
         .expect("runtime");
-    if std::env::var_os("GYRE_BENCH_LOANS_ONLY").is_some() {
-        // For profilers: the loan paths alone.
-        for len in [4 << 10, 64 << 10] {
+    if let Some(only) = std::env::var_os("GYRE_BENCH_LOANS_ONLY") {
+        // For profilers: the loan paths alone (`4` or `64`: that size in KiB only).
+        let sizes: Vec<usize> = match only.to_str() {
+            Some("4") => vec![4 << 10],
+            Some("64") => vec![64 << 10],
+            _ => vec![4 << 10, 64 << 10],
+        };
+        for len in sizes {
             let r = rounds(&[&|| loans(&rt, len), &|| loans_batched(&rt, len, true)]);
             println!(
                 "{:>4} KiB  loans {:>9.0}/s  batched {:>9.0}/s (medians)",
