@@ -47,6 +47,7 @@ mod loan;
 #[cfg(feature = "metrics")]
 mod metrics_export;
 mod opencl;
+mod pool;
 pub mod portable;
 mod runtime;
 mod spec;
@@ -72,6 +73,7 @@ pub use lifecycle::{Relaunches, ReloadFuture, RestartPolicy};
 pub use loan::{
     Loan, LoanBuf, LoanCallFuture, LoanFuture, LoanKernel, LoanRecvFuture, LoanSendFuture,
 };
+pub use pool::{KernelPool, MemberFailure, PoolCallFuture, PoolOptions, PoolStats};
 pub use portable::{DeviceType, Lane, Portable, PortableLanes};
 pub use runtime::{
     backends, prepare_cuda_environment, Backend, BackendInfo, Runtime, RuntimeBuilder,

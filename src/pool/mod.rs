@@ -1,0 +1,544 @@
+//! Kernel pools: one service spread over several kernels of one spec (`docs/pools.md`).
+//!
+//! A [`KernelPool`] holds N member kernels launched from one [`KernelSpec`] on the
+//! runtime's backend (N kernel threads on the CPU backend, N work-groups on an OpenCL
+//! device, each holding a compute unit). A call goes to the member with the fewest calls
+//! outstanding through the pool (ties rotate), or, when the caller needs per-key order,
+//! to the member its key hashes to: one member answers its requests in the order they
+//! were sent, so calls with one key are answered in order.
+//!
+//! A member that stops for good (faulted without a restart policy, terminated,
+//! unresponsive) fails exactly the calls it held, as a lone kernel does; the pool then
+//! replaces it with a new kernel of the same spec, or removes it ([`MemberFailure`]). The
+//! other members and their calls are untouched.
+
+mod future;
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, RwLock};
+
+use bytemuck::Pod;
+use gyre_core::{Error, Result};
+
+pub use future::PoolCallFuture;
+
+use crate::spec::ExportTarget;
+use crate::{Kernel, KernelSpec, KernelState, Runtime};
+
+/// What a pool does with a member that stopped for good.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberFailure {
+    /// Launch a new member of the same spec in its place, at most `max` times over the
+    /// pool's life; after that, remove it. Keyed calls keep their member slot.
+    Replace {
+        /// Replacements allowed (a spec that faults at once must not relaunch forever).
+        max: u32,
+    },
+    /// Take it out of the pool: keys are spread over the members left.
+    Remove,
+}
+
+/// The shape of a pool (see [`Runtime::launch_pool`]).
+///
+/// # Examples
+///
+/// ```
+/// use gyre::{MemberFailure, PoolOptions};
+/// let o = PoolOptions::new(4).on_failure(MemberFailure::Remove);
+/// assert_eq!(o.members, 4);
+/// assert_eq!(PoolOptions::new(2).failure, MemberFailure::Replace { max: 16 });
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolOptions {
+    /// Member kernels, at least 1.
+    pub members: usize,
+    /// What happens to a member that stops for good.
+    pub failure: MemberFailure,
+}
+
+impl PoolOptions {
+    /// `members` kernels; a failed member is replaced, up to 16 times.
+    pub const fn new(members: usize) -> Self {
+        Self {
+            members,
+            failure: MemberFailure::Replace { max: 16 },
+        }
+    }
+
+    /// What happens to a member that stops for good.
+    pub const fn on_failure(mut self, failure: MemberFailure) -> Self {
+        self.failure = failure;
+        self
+    }
+}
+
+/// A pool's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Members now.
+    pub members: usize,
+    /// Members replaced after they stopped.
+    pub replaced: u32,
+    /// Members removed after they stopped.
+    pub removed: u32,
+    /// Calls outstanding through the pool, over all members.
+    pub outstanding: usize,
+}
+
+/// One member: its kernel and the calls outstanding on it through the pool.
+pub(crate) struct Member<Req, Resp> {
+    pub(crate) kernel: Kernel<Req, Resp>,
+    pub(crate) outstanding: AtomicUsize,
+}
+
+/// A call's hold on its member: counted outstanding until dropped.
+pub(crate) struct Outstanding<Req, Resp>(Arc<Member<Req, Resp>>);
+
+impl<Req, Resp> Outstanding<Req, Resp> {
+    fn new(m: Arc<Member<Req, Resp>>) -> Self {
+        m.outstanding.fetch_add(1, Relaxed);
+        Self(m)
+    }
+}
+
+impl<Req, Resp> Drop for Outstanding<Req, Resp> {
+    fn drop(&mut self) {
+        self.0.outstanding.fetch_sub(1, Relaxed);
+    }
+}
+
+struct Shared<Req, Resp> {
+    rt: Runtime,
+    spec: KernelSpec<Req, Resp>,
+    failure: MemberFailure,
+    members: RwLock<Vec<Arc<Member<Req, Resp>>>>,
+    /// Members launched so far (names the next one).
+    launched: AtomicUsize,
+    replaced: AtomicU32,
+    removed: AtomicU32,
+    /// Where the next tie-break starts.
+    next: AtomicUsize,
+    /// `shutdown` started: no call is taken, no member replaced.
+    closed: AtomicBool,
+}
+
+/// N kernels of one spec serving one service (see [`Runtime::launch_pool`]). Clone it to
+/// share it; the members stop when [`KernelPool::shutdown`] is called or the last handle
+/// (and every call) is dropped.
+///
+/// # Examples
+///
+/// ```
+/// use gyre::{Backend, KernelSpec, PoolOptions, Runtime};
+/// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
+/// let pool = rt.launch_pool(KernelSpec::from_fn("inc", |x: u64| x + 1), PoolOptions::new(2))?;
+/// assert_eq!(pool.call_blocking(41)?, 42); // the least busy member
+/// assert_eq!(pool.call_keyed_blocking(7, 1)?, 2); // the member of key 7
+/// assert_eq!(pool.len(), 2);
+/// pool.shutdown_blocking()?;
+/// # Ok::<(), gyre::Error>(())
+/// ```
+pub struct KernelPool<Req, Resp> {
+    shared: Arc<Shared<Req, Resp>>,
+}
+
+impl<Req, Resp> Clone for KernelPool<Req, Resp> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<Req, Resp> core::fmt::Debug for KernelPool<Req, Resp> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("KernelPool")
+            .field("name", &self.shared.spec.name)
+            .field(
+                "members",
+                &self.shared.members.read().map_or(0, |m| m.len()),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+/// A key's member slot among `n`: a 64-bit mix (splitmix64's finaliser), so nearby keys
+/// spread.
+fn slot_of(key: u64, n: usize) -> usize {
+    let mut z = key.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    (z % n as u64) as usize
+}
+
+/// Whether a kernel in state `s` will answer nothing more (a restart policy's relaunch
+/// is not the end).
+fn stopped_for_good(s: KernelState) -> bool {
+    matches!(
+        s,
+        KernelState::Faulted { .. } | KernelState::Terminated { .. } | KernelState::Unresponsive
+    )
+}
+
+impl Runtime {
+    /// Launches `options.members` kernels of `spec` as one [`KernelPool`], on the backend
+    /// `spec` would run on alone. Members are named `<name>.0`, `<name>.1`, ... (and so
+    /// are their telemetry export files: a service's directory gets one file per member,
+    /// an explicit path gets `.0`, `.1`, ... appended).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for 0 members; those of [`Runtime::launch`] for any
+    /// member (members launched before it are shut down). On OpenCL each member holds a
+    /// compute unit: more members than the device has are [`Error::Launch`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gyre::{Backend, KernelSpec, PoolOptions, Runtime};
+    /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
+    /// let pool = rt.launch_pool(KernelSpec::<u32, u32>::echo(), PoolOptions::new(2))?;
+    /// assert_eq!(pool.members()[1].name(), "echo.1");
+    /// assert!(rt.launch_pool(KernelSpec::<u32, u32>::echo(), PoolOptions::new(0)).is_err());
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
+    pub fn launch_pool<Req: Pod, Resp: Pod>(
+        &self,
+        spec: KernelSpec<Req, Resp>,
+        options: PoolOptions,
+    ) -> Result<KernelPool<Req, Resp>> {
+        if options.members == 0 {
+            return Err(Error::InvalidArgument {
+                name: "pool members",
+                value: "0".into(),
+                reason: "a pool needs at least one member",
+            });
+        }
+        let shared = Arc::new(Shared {
+            rt: self.clone(),
+            spec,
+            failure: options.failure,
+            members: RwLock::new(Vec::with_capacity(options.members)),
+            launched: AtomicUsize::new(0),
+            replaced: AtomicU32::new(0),
+            removed: AtomicU32::new(0),
+            next: AtomicUsize::new(0),
+            closed: AtomicBool::new(false),
+        });
+        let mut members = Vec::with_capacity(options.members);
+        for _ in 0..options.members {
+            match shared.launch_member() {
+                Ok(m) => members.push(m),
+                Err(e) => {
+                    for m in members {
+                        let _ = m.kernel.shutdown_blocking();
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        *shared.members.write().unwrap_or_else(|p| p.into_inner()) = members;
+        tracing::info!(
+            pool = %shared.spec.name(),
+            members = options.members,
+            "kernel pool launched"
+        );
+        Ok(KernelPool { shared })
+    }
+}
+
+impl<Req: Pod, Resp: Pod> Shared<Req, Resp> {
+    /// Launches the next member.
+    fn launch_member(&self) -> Result<Arc<Member<Req, Resp>>> {
+        let i = self.launched.fetch_add(1, Relaxed);
+        let mut spec = self.spec.clone();
+        spec.name = format!("{}.{i}", self.spec.name);
+        if let Some(ExportTarget::Path(p)) = &mut spec.export {
+            let mut s = p.clone().into_os_string();
+            s.push(format!(".{i}"));
+            *p = s.into();
+        }
+        Ok(Arc::new(Member {
+            kernel: self.rt.launch(spec)?,
+            outstanding: AtomicUsize::new(0),
+        }))
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Vec<Arc<Member<Req, Resp>>>> {
+        self.members.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The member for a call: the one at `keyed`'s slot, or the least outstanding. A
+    /// member found stopped for good is replaced or removed first.
+    fn pick(&self, keyed: Option<u64>) -> Result<Arc<Member<Req, Resp>>> {
+        // Bounded: each round replaces or removes a stopped member, or returns.
+        for _ in 0..64 {
+            let chosen = {
+                let members = self.read();
+                let n = members.len();
+                if n == 0 || self.closed.load(Relaxed) {
+                    return Err(Error::Closed {
+                        kernel: self.spec.name.clone(),
+                    });
+                }
+                let i = match keyed {
+                    Some(key) => slot_of(key, n),
+                    None => {
+                        let start = self.next.fetch_add(1, Relaxed) % n;
+                        (0..n)
+                            .map(|k| (start + k) % n)
+                            .min_by_key(|&i| members[i].outstanding.load(Relaxed))
+                            .unwrap_or(start)
+                    }
+                };
+                members[i].clone()
+            };
+            if !stopped_for_good(chosen.kernel.state()) {
+                return Ok(chosen);
+            }
+            self.retire(&chosen)?;
+        }
+        Err(Error::Closed {
+            kernel: self.spec.name.clone(),
+        })
+    }
+
+    /// Replaces or removes `dead` (if another call has not done it already).
+    fn retire(&self, dead: &Arc<Member<Req, Resp>>) -> Result<()> {
+        let mut members = self.members.write().unwrap_or_else(|p| p.into_inner());
+        let Some(i) = members.iter().position(|m| Arc::ptr_eq(m, dead)) else {
+            return Ok(()); // done by another call
+        };
+        let replace = match self.failure {
+            MemberFailure::Replace { max } => self.replaced.load(Relaxed) < max,
+            MemberFailure::Remove => false,
+        };
+        let name = dead.kernel.name().to_owned();
+        let state = dead.kernel.state();
+        if replace {
+            match self.launch_member() {
+                Ok(m) => {
+                    members[i] = m;
+                    self.replaced.fetch_add(1, Relaxed);
+                    tracing::warn!(pool = %self.spec.name, member = %name, ?state, "pool member stopped: replaced");
+                    return Ok(());
+                }
+                Err(e) => {
+                    tracing::error!(pool = %self.spec.name, member = %name, error = %e, "pool member could not be replaced: removed");
+                }
+            }
+        }
+        members.remove(i);
+        self.removed.fetch_add(1, Relaxed);
+        tracing::warn!(pool = %self.spec.name, member = %name, ?state, "pool member stopped: removed");
+        Ok(())
+    }
+}
+
+impl<Req: Pod, Resp: Pod> KernelPool<Req, Resp> {
+    /// Calls the member with the fewest calls outstanding through the pool (ties rotate)
+    /// and resolves to its reply.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Kernel::call`] from the member that took it; [`Error::Closed`] when the
+    /// pool has no member left.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Kernel::call`]'s: dropping the future after the request was sent does not
+    /// retract it; the member still answers it. The pool counts a call outstanding until
+    /// its future completes or is dropped.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # async fn example() -> Result<(), gyre::Error> {
+    /// let rt = gyre::Runtime::builder().backend(gyre::Backend::Cpu).build()?;
+    /// let pool = rt.launch_pool(gyre::KernelSpec::from_fn("sq", |x: u64| x * x), gyre::PoolOptions::new(2))?;
+    /// assert_eq!(pool.call(12).await?, 144);
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(example()).unwrap();
+    /// ```
+    pub fn call(&self, req: Req) -> PoolCallFuture<Req, Resp> {
+        PoolCallFuture::new(self.shared.pick(None), req)
+    }
+
+    /// Calls the member of `key`: every call with one key goes to one member, which
+    /// answers in the order the requests were sent, so such calls keep their order.
+    /// A replaced member's slot keeps its keys; removing a member spreads keys anew.
+    ///
+    /// # Errors
+    ///
+    /// As [`KernelPool::call`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`KernelPool::call`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # async fn example() -> Result<(), gyre::Error> {
+    /// let rt = gyre::Runtime::builder().backend(gyre::Backend::Cpu).build()?;
+    /// let pool = rt.launch_pool(gyre::KernelSpec::from_fn("id", |x: u64| x), gyre::PoolOptions::new(3))?;
+    /// let (a, b) = tokio::join!(pool.call_keyed(5, 1), pool.call_keyed(5, 2)); // one member, in order
+    /// assert_eq!((a?, b?), (1, 2));
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(example()).unwrap();
+    /// ```
+    pub fn call_keyed(&self, key: u64, req: Req) -> PoolCallFuture<Req, Resp> {
+        PoolCallFuture::new(self.shared.pick(Some(key)), req)
+    }
+
+    /// [`KernelPool::call`] on this thread.
+    ///
+    /// # Errors
+    ///
+    /// As [`KernelPool::call`] (those of [`Kernel::call_blocking`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let rt = gyre::Runtime::builder().backend(gyre::Backend::Cpu).build()?;
+    /// let pool = rt.launch_pool(gyre::KernelSpec::from_fn("neg", |x: i32| -x), gyre::PoolOptions::new(2))?;
+    /// assert_eq!(pool.call_blocking(5)?, -5);
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
+    pub fn call_blocking(&self, req: Req) -> Result<Resp> {
+        let m = Outstanding::new(self.shared.pick(None)?);
+        m.0.kernel.call_blocking(req)
+    }
+
+    /// [`KernelPool::call_keyed`] on this thread.
+    ///
+    /// # Errors
+    ///
+    /// As [`KernelPool::call`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let rt = gyre::Runtime::builder().backend(gyre::Backend::Cpu).build()?;
+    /// let pool = rt.launch_pool(gyre::KernelSpec::from_fn("neg", |x: i32| -x), gyre::PoolOptions::new(2))?;
+    /// assert_eq!(pool.call_keyed_blocking(9, 5)?, -5);
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
+    pub fn call_keyed_blocking(&self, key: u64, req: Req) -> Result<Resp> {
+        let m = Outstanding::new(self.shared.pick(Some(key))?);
+        m.0.kernel.call_blocking(req)
+    }
+
+    /// The index of the member that calls with `key` go to now.
+    pub fn member_for_key(&self, key: u64) -> Option<usize> {
+        let n = self.shared.read().len();
+        (n > 0).then(|| slot_of(key, n))
+    }
+
+    /// The members now (handles for their state, telemetry, pause and resume), in slot
+    /// order.
+    pub fn members(&self) -> Vec<Kernel<Req, Resp>> {
+        self.shared
+            .read()
+            .iter()
+            .map(|m| m.kernel.clone())
+            .collect()
+    }
+
+    /// Calls outstanding through the pool on each member, in slot order.
+    pub fn outstanding(&self) -> Vec<usize> {
+        self.shared
+            .read()
+            .iter()
+            .map(|m| m.outstanding.load(Relaxed))
+            .collect()
+    }
+
+    /// Members now.
+    pub fn len(&self) -> usize {
+        self.shared.read().len()
+    }
+
+    /// Whether no member is left.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The pool's counters.
+    pub fn stats(&self) -> PoolStats {
+        let members = self.shared.read();
+        PoolStats {
+            members: members.len(),
+            replaced: self.shared.replaced.load(Relaxed),
+            removed: self.shared.removed.load(Relaxed),
+            outstanding: members.iter().map(|m| m.outstanding.load(Relaxed)).sum(),
+        }
+    }
+
+    /// The pool's name (its spec's; members are `<name>.<i>`).
+    pub fn name(&self) -> &str {
+        self.shared.spec.name()
+    }
+
+    /// Shuts every member down (each drains what it holds, as [`Kernel::shutdown`]),
+    /// one after the other. The pool takes no call after it starts ([`Error::Closed`])
+    /// and replaces no member.
+    ///
+    /// # Errors
+    ///
+    /// The first member's error, after every member was shut down.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves the members not yet awaited running until their last
+    /// handle is dropped; the shutdowns started are not undone.
+    pub async fn shutdown(&self) -> Result<()> {
+        self.shared.closed.store(true, Relaxed);
+        let mut first = Ok(());
+        for k in self.members() {
+            let r = k.shutdown().await;
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    }
+
+    /// [`KernelPool::shutdown`] on this thread.
+    ///
+    /// # Errors
+    ///
+    /// As [`KernelPool::shutdown`].
+    pub fn shutdown_blocking(&self) -> Result<()> {
+        self.shared.closed.store(true, Relaxed);
+        let mut first = Ok(());
+        for k in self.members() {
+            let r = k.shutdown_blocking();
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::slot_of;
+
+    #[test]
+    fn keys_spread_over_every_slot() {
+        for n in 1..8usize {
+            let mut hits = vec![0usize; n];
+            for key in 0..10_000u64 {
+                hits[slot_of(key, n)] += 1;
+            }
+            let expected = 10_000 / n;
+            assert!(
+                hits.iter().all(|&h| h > expected * 8 / 10),
+                "n = {n}: {hits:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,337 @@
+//! Kernel pools (`docs/pools.md`): calls spread by least outstanding, keyed calls in order,
+//! a failed member replaced or removed without losing what the others hold.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use gyre::{
+    codes, Backend, Error, KernelPool, KernelSpec, KernelState, MemberFailure, PoolOptions, Runtime,
+};
+
+fn rt() -> Runtime {
+    Runtime::builder()
+        .backend(Backend::Cpu)
+        .build()
+        .expect("runtime")
+}
+
+fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn tokio() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("tokio")
+}
+
+/// Polls every future in order until all are done (the first poll of each, which sends
+/// its request, happens in the vector's order).
+async fn join_in_order<F: Future + Unpin>(mut fs: Vec<F>) -> Vec<F::Output> {
+    let mut out: Vec<Option<F::Output>> = fs.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (f, o) in fs.iter_mut().zip(out.iter_mut()) {
+            if o.is_none() {
+                match Pin::new(f).poll(cx) {
+                    Poll::Ready(v) => *o = Some(v),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter().map(|o| o.expect("done")).collect()
+}
+
+/// x + 1; u64::MAX panics (the member faults).
+fn inc_pool(rt: &Runtime, options: PoolOptions) -> KernelPool<u64, u64> {
+    rt.launch_pool(
+        KernelSpec::from_fn("inc", |x: u64| {
+            assert!(x != u64::MAX, "injected fault");
+            x + 1
+        }),
+        options,
+    )
+    .expect("pool")
+}
+
+fn key_of(pool: &KernelPool<u64, u64>, member: usize) -> u64 {
+    (0..)
+        .find(|&k| pool.member_for_key(k) == Some(member))
+        .expect("a key")
+}
+
+fn pause_all(pool: &KernelPool<u64, u64>) {
+    for k in pool.members() {
+        k.pause();
+        eventually("the pause", || k.state() == KernelState::Paused);
+    }
+}
+
+#[test]
+fn calls_go_to_the_least_busy_member() {
+    let rt = rt();
+    let pool = inc_pool(&rt, PoolOptions::new(2));
+    pause_all(&pool);
+    // One call counted outstanding on whichever member the tie-break picks...
+    let stuck = pool.call(1);
+    let busy = pool
+        .outstanding()
+        .iter()
+        .position(|&n| n == 1)
+        .expect("one member holds it");
+    let free = 1 - busy;
+    let members = pool.members();
+    members[free].resume();
+    // ...so every blocking call goes to the other one while it is held.
+    for i in 0..100 {
+        assert_eq!(pool.call_blocking(i).unwrap(), i + 1);
+    }
+    assert_eq!(members[free].telemetry().unwrap().messages_out, 100);
+    assert_eq!(members[busy].telemetry().unwrap().messages_out, 0);
+    assert_eq!(pool.outstanding()[busy], 1);
+    members[busy].resume();
+    assert_eq!(tokio().block_on(stuck).unwrap(), 2);
+    assert_eq!(pool.stats().outstanding, 0);
+    // Unkeyed calls in flight together spread over both.
+    let before: Vec<u64> = members
+        .iter()
+        .map(|k| k.telemetry().unwrap().messages_out)
+        .collect();
+    let replies = tokio().block_on(join_in_order((0..64).map(|i| pool.call(i)).collect()));
+    assert!(replies
+        .into_iter()
+        .enumerate()
+        .all(|(i, r)| r.unwrap() == i as u64 + 1));
+    for (k, b) in members.iter().zip(before) {
+        assert!(
+            k.telemetry().unwrap().messages_out > b,
+            "{} took none",
+            k.name()
+        );
+    }
+    pool.shutdown_blocking().unwrap();
+}
+
+#[test]
+fn keyed_calls_are_answered_in_order_per_key() {
+    let rt = rt();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let l = log.clone();
+    let pool = rt
+        .launch_pool(
+            KernelSpec::from_fn("log", move |[key, seq]: [u64; 2]| {
+                l.lock().unwrap().push((key, seq));
+                seq
+            }),
+            PoolOptions::new(3),
+        )
+        .unwrap();
+    let mut calls = Vec::new();
+    let mut want = Vec::new();
+    for seq in 0..40u64 {
+        for key in 0..9u64 {
+            calls.push(pool.call_keyed(key, [key, seq]));
+            want.push(seq);
+        }
+    }
+    let got: Vec<u64> = tokio()
+        .block_on(join_in_order(calls))
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(got, want);
+    // Each key's requests were handled in the order they were sent, by one member.
+    let log = log.lock().unwrap();
+    for key in 0..9u64 {
+        let seqs: Vec<u64> = log.iter().filter(|e| e.0 == key).map(|e| e.1).collect();
+        assert_eq!(seqs, (0..40).collect::<Vec<_>>(), "key {key}");
+    }
+    // And the keys used every member.
+    let used: std::collections::BTreeSet<usize> =
+        (0..9).filter_map(|k| pool.member_for_key(k)).collect();
+    assert_eq!(used.len(), 3);
+    pool.shutdown_blocking().unwrap();
+}
+
+#[test]
+fn a_failed_member_is_replaced_and_the_others_lose_nothing() {
+    let rt = rt();
+    let pool = inc_pool(&rt, PoolOptions::new(2));
+    let (k0, k1) = (key_of(&pool, 0), key_of(&pool, 1));
+    let members = pool.members();
+    // Member 1 holds 20 calls (paused) while member 0 faults.
+    members[1].pause();
+    eventually("the pause", || members[1].state() == KernelState::Paused);
+    let tokio = tokio();
+    let held: Vec<_> = (0..20).map(|i| pool.call_keyed(k1, i)).collect();
+    let held = tokio.spawn(join_in_order(held));
+    eventually("member 1's 20 calls", || pool.outstanding()[1] == 20);
+    match pool.call_keyed_blocking(k0, u64::MAX) {
+        Err(Error::Handler { status, .. }) => assert_eq!(status, codes::HANDLER_PANIC),
+        other => panic!("{other:?}"),
+    }
+    eventually("member 0's fault", || {
+        matches!(members[0].state(), KernelState::Faulted { .. })
+    });
+    // The next call with k0 finds it stopped: a new member takes slot 0.
+    assert_eq!(pool.call_keyed_blocking(k0, 5).unwrap(), 6);
+    assert_eq!(pool.stats().replaced, 1);
+    assert_eq!(pool.members()[0].name(), "inc.2");
+    assert_eq!(pool.len(), 2);
+    // Member 1 lost nothing.
+    members[1].resume();
+    let replies = tokio.block_on(held).unwrap();
+    for (i, r) in replies.into_iter().enumerate() {
+        assert_eq!(r.unwrap(), i as u64 + 1);
+    }
+    pool.shutdown_blocking().unwrap();
+}
+
+#[test]
+fn under_remove_a_failed_member_leaves_and_an_empty_pool_is_closed() {
+    let rt = rt();
+    let pool = inc_pool(&rt, PoolOptions::new(2).on_failure(MemberFailure::Remove));
+    let k0 = key_of(&pool, 0);
+    let dead = pool.members()[0].clone();
+    assert!(pool.call_keyed_blocking(k0, u64::MAX).is_err());
+    eventually("the fault", || {
+        matches!(dead.state(), KernelState::Faulted { .. })
+    });
+    // Every key now goes to the one member left.
+    for key in 0..20 {
+        assert_eq!(pool.call_keyed_blocking(key, key).unwrap(), key + 1);
+    }
+    let s = pool.stats();
+    assert_eq!((s.members, s.removed, s.replaced), (1, 1, 0));
+    // The last member fails too: the pool is closed.
+    let last = pool.members()[0].clone();
+    assert!(pool.call_blocking(u64::MAX).is_err());
+    eventually("the fault", || {
+        matches!(last.state(), KernelState::Faulted { .. })
+    });
+    assert!(matches!(pool.call_blocking(1), Err(Error::Closed { .. })));
+    assert!(matches!(
+        tokio().block_on(pool.call(1)),
+        Err(Error::Closed { .. })
+    ));
+    assert!(pool.is_empty());
+}
+
+#[test]
+fn replacements_are_bounded() {
+    let rt = rt();
+    let pool = inc_pool(
+        &rt,
+        PoolOptions::new(1).on_failure(MemberFailure::Replace { max: 2 }),
+    );
+    for round in 0..3 {
+        let m = pool.members()[0].clone();
+        assert!(pool.call_blocking(u64::MAX).is_err(), "round {round}");
+        eventually("the fault", || {
+            matches!(m.state(), KernelState::Faulted { .. })
+        });
+        let r = pool.call_blocking(1);
+        if round < 2 {
+            assert_eq!(r.unwrap(), 2, "replaced in round {round}");
+        } else {
+            assert!(matches!(r, Err(Error::Closed { .. })), "{r:?}");
+        }
+    }
+    assert_eq!((pool.stats().replaced, pool.stats().removed), (2, 1));
+}
+
+#[test]
+fn a_pool_shuts_down_every_member_and_names_them() {
+    let rt = rt();
+    let pool = inc_pool(&rt, PoolOptions::new(3));
+    let names: Vec<String> = pool.members().iter().map(|k| k.name().to_owned()).collect();
+    assert_eq!(names, ["inc.0", "inc.1", "inc.2"]);
+    for i in 0..30 {
+        pool.call_blocking(i).unwrap();
+    }
+    tokio().block_on(pool.shutdown()).unwrap();
+    for k in pool.members() {
+        assert_eq!(k.state(), KernelState::Terminated { code: 0 });
+    }
+    // Closed: no call is taken and no member is relaunched in a stopped one's place.
+    assert!(matches!(pool.call_blocking(1), Err(Error::Closed { .. })));
+    assert_eq!(pool.stats().replaced, 0);
+    assert!(rt
+        .launch_pool(KernelSpec::<u64, u64>::echo(), PoolOptions::new(0))
+        .is_err());
+}
+
+/// Four threads call a pool of three while members fault now and then (a request of
+/// `u64::MAX` panics its member): every call ends, with its own reply or an error, and
+/// every reply matches its request: 0 lost, 0 duplicated; failures are exactly the
+/// faulting calls plus calls the faulting member held.
+#[test]
+fn under_faults_a_pool_loses_and_duplicates_nothing() {
+    let rt = rt();
+    let pool = inc_pool(
+        &rt,
+        PoolOptions::new(3).on_failure(MemberFailure::Replace { max: 100 }),
+    );
+    let (ok, failed) = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4u64)
+            .map(|t| {
+                let pool = pool.clone();
+                s.spawn(move || {
+                    let (mut ok, mut failed) = (0u64, 0u64);
+                    for i in 0..2_000u64 {
+                        let fault = t == 0 && i % 250 == 249;
+                        let x = if fault { u64::MAX } else { t << 32 | i };
+                        let r = if i % 2 == 0 {
+                            pool.call_blocking(x)
+                        } else {
+                            pool.call_keyed_blocking(i % 7, x)
+                        };
+                        match r {
+                            Ok(y) => {
+                                assert!(!fault, "a faulting call was answered");
+                                assert_eq!(y, x + 1, "thread {t} call {i}: another's reply");
+                                ok += 1;
+                            }
+                            Err(
+                                Error::Handler { .. }
+                                | Error::KernelFaulted { .. }
+                                | Error::Closed { .. },
+                            ) => failed += 1,
+                            Err(e) => panic!("thread {t} call {i}: {e:?}"),
+                        }
+                    }
+                    (ok, failed)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("caller"))
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+    });
+    assert_eq!(ok + failed, 8_000, "every call ended");
+    assert!(failed >= 8, "each injected fault failed its call");
+    assert!(pool.stats().replaced >= 1);
+    assert_eq!(pool.len(), 3);
+    assert_eq!(pool.stats().outstanding, 0);
+    eprintln!(
+        "ok {ok}, failed {failed}, replaced {}",
+        pool.stats().replaced
+    );
+    pool.shutdown_blocking().ok();
+}

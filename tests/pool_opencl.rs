@@ -1,0 +1,87 @@
+//! Kernel pools on the OpenCL backend: members are work-groups of one device, each
+//! holding a compute unit (PoCL in CI: one per core). Without a usable OpenCL device the
+//! cases print `SKIP` and pass, unless `GYRE_REQUIRE_OPENCL=1`.
+
+#![cfg(feature = "opencl")]
+
+#[path = "support/opencl.rs"]
+mod support;
+
+use gyre::{Backend, KernelSpec, PoolOptions, Runtime};
+
+fn guard() -> support::Guard {
+    support::guard(
+        module_path!(),
+        "opencl_pool_compiles_in_child",
+        support::TEST_LIMIT,
+    )
+}
+
+fn runtime(test: &str) -> Option<Runtime> {
+    let (platform, device) = support::device_or_skip(test)?;
+    Some(
+        Runtime::builder()
+            .backend(Backend::OpenCl { platform, device })
+            .build()
+            .expect("OpenCL runtime"),
+    )
+}
+
+/// The child of the compile check: one echo member.
+#[test]
+fn opencl_pool_compiles_in_child() {
+    if !support::is_child() {
+        let _g = guard();
+        support::device_or_skip("opencl_pool_compiles_in_child");
+        return;
+    }
+    let Some(rt) = runtime("opencl_pool_compiles_in_child") else {
+        return;
+    };
+    let pool = rt
+        .launch_pool(KernelSpec::<u32, u32>::echo(), PoolOptions::new(1))
+        .expect("pool");
+    assert_eq!(pool.call_blocking(3).expect("call"), 3);
+    pool.shutdown_blocking().expect("shutdown");
+}
+
+#[test]
+fn two_members_on_one_device_share_the_calls() {
+    let _g = guard();
+    let Some(rt) = runtime("two_members_on_one_device_share_the_calls") else {
+        return;
+    };
+    let pool = rt
+        .launch_pool(KernelSpec::<u64, u64>::echo(), PoolOptions::new(2))
+        .expect("pool");
+    for k in pool.members() {
+        assert!(matches!(k.backend(), Backend::OpenCl { .. }));
+    }
+    let tokio = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("tokio");
+    // Keyed calls, each to its key's member: the keys use both members.
+    let keys: Vec<u64> = (0..64).collect();
+    let replies = tokio.block_on(async {
+        let calls: Vec<_> = keys.iter().map(|&k| pool.call_keyed(k, k * 10)).collect();
+        let mut out = Vec::new();
+        for c in calls {
+            out.push(c.await);
+        }
+        out
+    });
+    for (k, r) in keys.iter().zip(replies) {
+        assert_eq!(r.expect("reply"), k * 10);
+    }
+    for k in pool.members() {
+        assert!(
+            k.telemetry().expect("telemetry").messages_out > 0,
+            "{}",
+            k.name()
+        );
+    }
+    for i in 0..100 {
+        assert_eq!(pool.call_blocking(i).expect("call"), i);
+    }
+    pool.shutdown_blocking().expect("shutdown");
+}
