@@ -265,6 +265,13 @@ impl<Req: Pod, Resp: Pod> Shared<Req, Resp> {
         }))
     }
 
+    /// Marks the pool shut down, under the write lock: a replacement swapped in before
+    /// this is among the members the shutdown stops; one after it is dropped.
+    fn close(&self) {
+        let _members = self.members.write().unwrap_or_else(|p| p.into_inner());
+        self.closed.store(true, Relaxed);
+    }
+
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Vec<Arc<Member<Req, Resp>>>> {
         self.members.read().unwrap_or_else(|p| p.into_inner())
     }
@@ -304,41 +311,70 @@ impl<Req: Pod, Resp: Pod> Shared<Req, Resp> {
         })
     }
 
-    /// Replaces or removes `dead` (if another call has not done it already).
+    /// Replaces or removes `dead` (if another call has not done it already). The
+    /// replacement is launched without the lock (picks go on meanwhile) and swapped in
+    /// only if `dead` is still in its slot and the pool is not shut down; a replacement
+    /// that lost either race is dropped, which stops it.
     fn retire(&self, dead: &Arc<Member<Req, Resp>>) -> Result<()> {
-        let mut members = self.members.write().unwrap_or_else(|p| p.into_inner());
-        let Some(i) = members.iter().position(|m| Arc::ptr_eq(m, dead)) else {
+        if !self.read().iter().any(|m| Arc::ptr_eq(m, dead)) {
             return Ok(()); // done by another call
-        };
-        let replace = match self.failure {
-            MemberFailure::Replace { max } => self.replaced.load(Relaxed) < max,
-            MemberFailure::Remove => false,
-        };
+        }
         let name = dead.kernel.name().to_owned();
         let state = dead.kernel.state();
-        if replace {
+        // Reserve a replacement before launching it, so racing calls cannot exceed `max`.
+        let reserved = match self.failure {
+            MemberFailure::Replace { max } => {
+                !self.closed.load(Relaxed)
+                    && self
+                        .replaced
+                        .fetch_update(Relaxed, Relaxed, |r| (r < max).then_some(r + 1))
+                        .is_ok()
+            }
+            MemberFailure::Remove => false,
+        };
+        let fresh = if reserved {
             match self.launch_member() {
-                Ok(m) => {
-                    members[i] = m;
-                    self.replaced.fetch_add(1, Relaxed);
-                    tracing::warn!(pool = %self.spec.name, member = %name, ?state, "pool member stopped: replaced");
-                    return Ok(());
-                }
+                Ok(m) => Some(m),
                 Err(e) => {
                     tracing::error!(pool = %self.spec.name, member = %name, error = %e, "pool member could not be replaced: removed");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let mut members = self.members.write().unwrap_or_else(|p| p.into_inner());
+        let slot = members.iter().position(|m| Arc::ptr_eq(m, dead));
+        match (slot, fresh) {
+            (Some(i), Some(m)) if !self.closed.load(Relaxed) => {
+                members[i] = m;
+                tracing::warn!(pool = %self.spec.name, member = %name, ?state, "pool member stopped: replaced");
+            }
+            (Some(i), None) => {
+                if reserved {
+                    self.replaced.fetch_sub(1, Relaxed); // the launch failed
+                }
+                members.remove(i);
+                self.removed.fetch_add(1, Relaxed);
+                tracing::warn!(pool = %self.spec.name, member = %name, ?state, "pool member stopped: removed");
+            }
+            // Another call retired it meanwhile, or the pool was shut down: the fresh
+            // member is dropped (and so stops) without ever taking a call.
+            (_, fresh) => {
+                if fresh.is_some() {
+                    self.replaced.fetch_sub(1, Relaxed);
                 }
             }
         }
-        members.remove(i);
-        self.removed.fetch_add(1, Relaxed);
-        tracing::warn!(pool = %self.spec.name, member = %name, ?state, "pool member stopped: removed");
         Ok(())
     }
 }
 
 impl<Req: Pod, Resp: Pod> KernelPool<Req, Resp> {
     /// Calls the member with the fewest calls outstanding through the pool (ties rotate)
-    /// and resolves to its reply.
+    /// and resolves to its reply. The member is picked now, when `call` is called; if the
+    /// pick finds a member stopped for good, its replacement is launched on this thread
+    /// first (see [`MemberFailure`]).
     ///
     /// # Errors
     ///
@@ -494,7 +530,7 @@ impl<Req: Pod, Resp: Pod> KernelPool<Req, Resp> {
     /// Dropping the future leaves the members not yet awaited running until their last
     /// handle is dropped; the shutdowns started are not undone.
     pub async fn shutdown(&self) -> Result<()> {
-        self.shared.closed.store(true, Relaxed);
+        self.shared.close();
         let mut first = Ok(());
         for k in self.members() {
             let r = k.shutdown().await;
@@ -511,7 +547,7 @@ impl<Req: Pod, Resp: Pod> KernelPool<Req, Resp> {
     ///
     /// As [`KernelPool::shutdown`].
     pub fn shutdown_blocking(&self) -> Result<()> {
-        self.shared.closed.store(true, Relaxed);
+        self.shared.close();
         let mut first = Ok(());
         for k in self.members() {
             let r = k.shutdown_blocking();
