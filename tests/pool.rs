@@ -57,6 +57,16 @@ async fn join_in_order<F: Future + Unpin>(mut fs: Vec<F>) -> Vec<F::Output> {
     out.into_iter().map(|o| o.expect("done")).collect()
 }
 
+/// Polls each future once, in order (which picks its member and sends its request).
+fn send_all<F: Future + Unpin>(tokio: &tokio::runtime::Runtime, fs: &mut [F]) {
+    tokio.block_on(std::future::poll_fn(|cx| {
+        for f in fs.iter_mut() {
+            let _ = Pin::new(f).poll(cx);
+        }
+        Poll::Ready(())
+    }));
+}
+
 /// x + 1; u64::MAX panics (the member faults).
 fn inc_pool(rt: &Runtime, options: PoolOptions) -> KernelPool<u64, u64> {
     rt.launch_pool(
@@ -87,8 +97,12 @@ fn calls_go_to_the_least_busy_member() {
     let rt = rt();
     let pool = inc_pool(&rt, PoolOptions::new(2));
     pause_all(&pool);
-    // One call counted outstanding on whichever member the tie-break picks...
-    let stuck = pool.call(1);
+    // One call counted outstanding on whichever member the tie-break picks (at its first
+    // poll)...
+    let tokio = tokio();
+    let mut stuck = [pool.call(1)];
+    send_all(&tokio, &mut stuck);
+    let [stuck] = stuck;
     let busy = pool
         .outstanding()
         .iter()
@@ -105,14 +119,14 @@ fn calls_go_to_the_least_busy_member() {
     assert_eq!(members[busy].telemetry().unwrap().messages_out, 0);
     assert_eq!(pool.outstanding()[busy], 1);
     members[busy].resume();
-    assert_eq!(tokio().block_on(stuck).unwrap(), 2);
+    assert_eq!(tokio.block_on(stuck).unwrap(), 2);
     assert_eq!(pool.stats().outstanding, 0);
     // Unkeyed calls in flight together spread over both.
     let before: Vec<u64> = members
         .iter()
         .map(|k| k.telemetry().unwrap().messages_out)
         .collect();
-    let replies = tokio().block_on(join_in_order((0..64).map(|i| pool.call(i)).collect()));
+    let replies = tokio.block_on(join_in_order((0..64).map(|i| pool.call(i)).collect()));
     assert!(replies
         .into_iter()
         .enumerate()
@@ -178,9 +192,14 @@ fn a_failed_member_is_replaced_and_the_others_lose_nothing() {
     members[1].pause();
     eventually("the pause", || members[1].state() == KernelState::Paused);
     let tokio = tokio();
-    let held: Vec<_> = (0..20).map(|i| pool.call_keyed(k1, i)).collect();
-    let held = tokio.spawn(join_in_order(held));
-    eventually("member 1's 20 calls", || pool.outstanding()[1] == 20);
+    let mut held: Vec<_> = (0..20).map(|i| pool.call_keyed(k1, i)).collect();
+    send_all(&tokio, &mut held);
+    assert_eq!(pool.outstanding()[1], 20);
+    assert_eq!(
+        members[1].raw_channel().claimed(),
+        20,
+        "sent, not just picked"
+    );
     match pool.call_keyed_blocking(k0, u64::MAX) {
         Err(Error::Handler { status, .. }) => assert_eq!(status, codes::HANDLER_PANIC),
         other => panic!("{other:?}"),
@@ -195,7 +214,7 @@ fn a_failed_member_is_replaced_and_the_others_lose_nothing() {
     assert_eq!(pool.len(), 2);
     // Member 1 lost nothing.
     members[1].resume();
-    let replies = tokio.block_on(held).unwrap();
+    let replies = tokio.block_on(join_in_order(held));
     for (i, r) in replies.into_iter().enumerate() {
         assert_eq!(r.unwrap(), i as u64 + 1);
     }
@@ -278,8 +297,9 @@ fn a_pool_shuts_down_every_member_and_names_them() {
 
 /// Four threads call a pool of three while members fault now and then (a request of
 /// `u64::MAX` panics its member): every call ends, with its own reply or an error, and
-/// every reply matches its request: 0 lost, 0 duplicated; failures are exactly the
-/// faulting calls plus calls the faulting member held.
+/// every reply matches its request: 0 lost, 0 duplicated. Failures are the faulting
+/// calls and calls that went to a member as it faulted (`Closed` for one refused before
+/// it was accepted).
 #[test]
 fn under_faults_a_pool_loses_and_duplicates_nothing() {
     let rt = rt();
@@ -326,6 +346,9 @@ fn under_faults_a_pool_loses_and_duplicates_nothing() {
     });
     assert_eq!(ok + failed, 8_000, "every call ended");
     assert!(failed >= 8, "each injected fault failed its call");
+    // Each fault fails its call and at most a few of each thread's calls that went to
+    // the member as it stopped.
+    assert!(failed <= 8 * 16, "only calls near a fault failed: {failed}");
     assert!(pool.stats().replaced >= 1);
     assert_eq!(pool.len(), 3);
     assert_eq!(pool.stats().outstanding, 0);
@@ -334,4 +357,104 @@ fn under_faults_a_pool_loses_and_duplicates_nothing() {
         pool.stats().replaced
     );
     pool.shutdown_blocking().ok();
+}
+
+fn key_of_log(pool: &KernelPool<[u64; 2], u64>, member: usize) -> u64 {
+    (0..)
+        .find(|&k| pool.member_for_key(k) == Some(member))
+        .expect("a key")
+}
+
+/// Under `Remove`, a removed member's slot stays empty: keys of the other members do not
+/// move, so their calls in flight keep their order.
+#[test]
+fn removing_a_member_moves_no_other_key() {
+    let rt = rt();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let l = log.clone();
+    let pool = rt
+        .launch_pool(
+            KernelSpec::from_fn("log", move |[key, seq]: [u64; 2]| {
+                assert!(seq != u64::MAX, "injected fault");
+                l.lock().unwrap().push((key, seq));
+                seq
+            }),
+            PoolOptions::new(3).on_failure(MemberFailure::Remove),
+        )
+        .unwrap();
+    let slot_of_key: Vec<Option<usize>> = (0..30).map(|k| pool.member_for_key(k)).collect();
+    let (victim, keep) = (key_of_log(&pool, 0), key_of_log(&pool, 2));
+    let members = pool.members();
+    let tokio = tokio();
+    // `keep`'s member holds its first call (paused) while member 0 is removed.
+    members[2].pause();
+    eventually("the pause", || members[2].state() == KernelState::Paused);
+    let mut first = [pool.call_keyed(keep, [keep, 1])];
+    send_all(&tokio, &mut first);
+    assert!(pool
+        .call_keyed_blocking(victim, [victim, u64::MAX])
+        .is_err());
+    eventually("the fault", || {
+        matches!(members[0].state(), KernelState::Faulted { .. })
+    });
+    // The next call of the victim's key removes member 0; then `keep`'s second call.
+    assert_eq!(pool.call_keyed_blocking(victim, [victim, 7]).unwrap(), 7);
+    assert_eq!(pool.stats().removed, 1);
+    let mut second = [pool.call_keyed(keep, [keep, 2])];
+    send_all(&tokio, &mut second);
+    members[2].resume();
+    let [first] = first;
+    let [second] = second;
+    assert_eq!(tokio.block_on(first).unwrap(), 1);
+    assert_eq!(tokio.block_on(second).unwrap(), 2);
+    let seqs: Vec<u64> = log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|e| e.0 == keep)
+        .map(|e| e.1)
+        .collect();
+    assert_eq!(seqs, [1, 2], "keep's calls in order");
+    // Keys of live members kept their member (indices shift down past the empty slot).
+    for (k, was) in slot_of_key.iter().enumerate() {
+        let now = pool.member_for_key(k as u64);
+        match was {
+            Some(0) => assert!(now.is_some()),
+            Some(s) => assert_eq!(now, Some(s - 1), "key {k}"),
+            None => unreachable!(),
+        }
+    }
+    pool.shutdown_blocking().ok();
+}
+
+/// A call picks its member when first polled: one made before its member faulted, and
+/// polled after, goes to a live member.
+#[test]
+fn a_call_picks_its_member_when_first_polled() {
+    let rt = rt();
+    let pool = inc_pool(&rt, PoolOptions::new(2).on_failure(MemberFailure::Remove));
+    let k0 = key_of(&pool, 0);
+    let early = pool.call_keyed(k0, 41); // not polled yet
+    let m0 = pool.members()[0].clone();
+    assert!(pool.call_keyed_blocking(k0, u64::MAX).is_err());
+    eventually("the fault", || {
+        matches!(m0.state(), KernelState::Faulted { .. })
+    });
+    assert_eq!(tokio().block_on(early).unwrap(), 42);
+    assert_eq!(pool.len(), 1);
+}
+
+/// A completed call stops counting at once, even while its future lives on.
+#[test]
+fn a_completed_call_is_no_longer_outstanding() {
+    let rt = rt();
+    let pool = inc_pool(&rt, PoolOptions::new(2));
+    let mut f = pool.call(1);
+    assert_eq!(tokio().block_on(&mut f).unwrap(), 2);
+    assert_eq!(pool.stats().outstanding, 0);
+    drop(f);
+    assert!(matches!(
+        rt.launch_pool(KernelSpec::<u64, u64>::echo(), PoolOptions::new(usize::MAX)),
+        Err(Error::InvalidArgument { .. })
+    ));
 }

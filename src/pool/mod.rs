@@ -34,7 +34,8 @@ pub enum MemberFailure {
         /// Replacements allowed (a spec that faults at once must not relaunch forever).
         max: u32,
     },
-    /// Take it out of the pool: keys are spread over the members left.
+    /// Take it out of the pool. Its slot stays empty: its keys go to the next live slot,
+    /// every other key keeps its member (and so its order).
     Remove,
 }
 
@@ -57,6 +58,9 @@ pub struct PoolOptions {
 }
 
 impl PoolOptions {
+    /// The most members a pool may have.
+    pub const MAX_MEMBERS: usize = 1024;
+
     /// `members` kernels; a failed member is replaced, up to 16 times.
     pub const fn new(members: usize) -> Self {
         Self {
@@ -91,6 +95,9 @@ pub(crate) struct Member<Req, Resp> {
     pub(crate) outstanding: AtomicUsize,
 }
 
+/// A member slot: `None` once its member was removed.
+type Slot<Req, Resp> = Option<Arc<Member<Req, Resp>>>;
+
 /// A call's hold on its member: counted outstanding until dropped.
 pub(crate) struct Outstanding<Req, Resp>(Arc<Member<Req, Resp>>);
 
@@ -107,11 +114,13 @@ impl<Req, Resp> Drop for Outstanding<Req, Resp> {
     }
 }
 
-struct Shared<Req, Resp> {
+pub(crate) struct Shared<Req, Resp> {
     rt: Runtime,
     spec: KernelSpec<Req, Resp>,
     failure: MemberFailure,
-    members: RwLock<Vec<Arc<Member<Req, Resp>>>>,
+    /// The member slots, in order; `None`: a member removed (a key's slot is fixed by
+    /// the number of slots, so removing one never moves the keys of the others).
+    members: RwLock<Vec<Slot<Req, Resp>>>,
     /// Members launched so far (names the next one).
     launched: AtomicUsize,
     replaced: AtomicU32,
@@ -156,7 +165,11 @@ impl<Req, Resp> core::fmt::Debug for KernelPool<Req, Resp> {
             .field("name", &self.shared.spec.name)
             .field(
                 "members",
-                &self.shared.members.read().map_or(0, |m| m.len()),
+                &self
+                    .shared
+                    .members
+                    .read()
+                    .map_or(0, |m| m.iter().flatten().count()),
             )
             .finish_non_exhaustive()
     }
@@ -189,7 +202,7 @@ impl Runtime {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for 0 members; those of [`Runtime::launch`] for any
+    /// [`Error::InvalidArgument`] for 0 members or more than [`PoolOptions::MAX_MEMBERS`]; those of [`Runtime::launch`] for any
     /// member (members launched before it are shut down). On OpenCL each member holds a
     /// compute unit: more members than the device has are [`Error::Launch`].
     ///
@@ -208,11 +221,11 @@ impl Runtime {
         spec: KernelSpec<Req, Resp>,
         options: PoolOptions,
     ) -> Result<KernelPool<Req, Resp>> {
-        if options.members == 0 {
+        if options.members == 0 || options.members > PoolOptions::MAX_MEMBERS {
             return Err(Error::InvalidArgument {
                 name: "pool members",
-                value: "0".into(),
-                reason: "a pool needs at least one member",
+                value: options.members.to_string(),
+                reason: "a pool has 1 to 1024 members",
             });
         }
         let shared = Arc::new(Shared {
@@ -229,9 +242,9 @@ impl Runtime {
         let mut members = Vec::with_capacity(options.members);
         for _ in 0..options.members {
             match shared.launch_member() {
-                Ok(m) => members.push(m),
+                Ok(m) => members.push(Some(m)),
                 Err(e) => {
-                    for m in members {
+                    for m in members.into_iter().flatten() {
                         let _ = m.kernel.shutdown_blocking();
                     }
                     return Err(e);
@@ -272,43 +285,67 @@ impl<Req: Pod, Resp: Pod> Shared<Req, Resp> {
         self.closed.store(true, Relaxed);
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, Vec<Arc<Member<Req, Resp>>>> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Vec<Slot<Req, Resp>>> {
         self.members.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The slot of `key` among `slots`: its own, or the next live one after it.
+    fn key_slot(slots: &[Slot<Req, Resp>], key: u64) -> Option<usize> {
+        let n = slots.len();
+        if n == 0 {
+            return None;
+        }
+        let start = slot_of(key, n);
+        (0..n)
+            .map(|k| (start + k) % n)
+            .find(|&i| slots[i].is_some())
     }
 
     /// The member for a call: the one at `keyed`'s slot, or the least outstanding. A
     /// member found stopped for good is replaced or removed first.
-    fn pick(&self, keyed: Option<u64>) -> Result<Arc<Member<Req, Resp>>> {
-        // Bounded: each round replaces or removes a stopped member, or returns.
-        for _ in 0..64 {
+    pub(crate) fn pick(&self, keyed: Option<u64>) -> Result<Arc<Member<Req, Resp>>> {
+        let closed = || Error::Closed {
+            kernel: self.spec.name.clone(),
+        };
+        // Bounded: each round returns, or replaces or removes a stopped member (at most
+        // one removal per slot, at most `max` replacements).
+        let rounds = match self.failure {
+            MemberFailure::Replace { max } => max as usize,
+            MemberFailure::Remove => 0,
+        } + self.read().len()
+            + 2;
+        for _ in 0..rounds {
             let chosen = {
-                let members = self.read();
-                let n = members.len();
-                if n == 0 || self.closed.load(Relaxed) {
-                    return Err(Error::Closed {
-                        kernel: self.spec.name.clone(),
-                    });
+                let slots = self.read();
+                if self.closed.load(Relaxed) {
+                    return Err(closed());
                 }
                 let i = match keyed {
-                    Some(key) => slot_of(key, n),
+                    Some(key) => Self::key_slot(&slots, key),
                     None => {
+                        let n = slots.len().max(1);
                         let start = self.next.fetch_add(1, Relaxed) % n;
-                        (0..n)
+                        (0..slots.len())
                             .map(|k| (start + k) % n)
-                            .min_by_key(|&i| members[i].outstanding.load(Relaxed))
-                            .unwrap_or(start)
+                            .filter(|&i| slots[i].is_some())
+                            .min_by_key(|&i| {
+                                slots[i]
+                                    .as_ref()
+                                    .map_or(usize::MAX, |m| m.outstanding.load(Relaxed))
+                            })
                     }
                 };
-                members[i].clone()
+                match i.and_then(|i| slots[i].clone()) {
+                    Some(m) => m,
+                    None => return Err(closed()),
+                }
             };
             if !stopped_for_good(chosen.kernel.state()) {
                 return Ok(chosen);
             }
             self.retire(&chosen)?;
         }
-        Err(Error::Closed {
-            kernel: self.spec.name.clone(),
-        })
+        Err(closed())
     }
 
     /// Replaces or removes `dead` (if another call has not done it already). The
@@ -316,11 +353,20 @@ impl<Req: Pod, Resp: Pod> Shared<Req, Resp> {
     /// only if `dead` is still in its slot and the pool is not shut down; a replacement
     /// that lost either race is dropped, which stops it.
     fn retire(&self, dead: &Arc<Member<Req, Resp>>) -> Result<()> {
-        if !self.read().iter().any(|m| Arc::ptr_eq(m, dead)) {
+        let in_slot = |slots: &[Slot<Req, Resp>]| {
+            slots
+                .iter()
+                .position(|m| m.as_ref().is_some_and(|m| Arc::ptr_eq(m, dead)))
+        };
+        if in_slot(&self.read()).is_none() {
             return Ok(()); // done by another call
         }
         let name = dead.kernel.name().to_owned();
         let state = dead.kernel.state();
+        // Join it: a device kernel gives its compute unit back, so the replacement can
+        // have it (a stopped kernel's shutdown returns at once; an unresponsive one's is
+        // detached and keeps its unit).
+        let _ = dead.kernel.shutdown_blocking();
         // Reserve a replacement before launching it, so racing calls cannot exceed `max`.
         let reserved = match self.failure {
             MemberFailure::Replace { max } => {
@@ -344,17 +390,17 @@ impl<Req: Pod, Resp: Pod> Shared<Req, Resp> {
             None
         };
         let mut members = self.members.write().unwrap_or_else(|p| p.into_inner());
-        let slot = members.iter().position(|m| Arc::ptr_eq(m, dead));
+        let slot = in_slot(&members);
         match (slot, fresh) {
             (Some(i), Some(m)) if !self.closed.load(Relaxed) => {
-                members[i] = m;
+                members[i] = Some(m);
                 tracing::warn!(pool = %self.spec.name, member = %name, ?state, "pool member stopped: replaced");
             }
             (Some(i), None) => {
                 if reserved {
                     self.replaced.fetch_sub(1, Relaxed); // the launch failed
                 }
-                members.remove(i);
+                members[i] = None;
                 self.removed.fetch_add(1, Relaxed);
                 tracing::warn!(pool = %self.spec.name, member = %name, ?state, "pool member stopped: removed");
             }
@@ -372,9 +418,10 @@ impl<Req: Pod, Resp: Pod> Shared<Req, Resp> {
 
 impl<Req: Pod, Resp: Pod> KernelPool<Req, Resp> {
     /// Calls the member with the fewest calls outstanding through the pool (ties rotate)
-    /// and resolves to its reply. The member is picked now, when `call` is called; if the
-    /// pick finds a member stopped for good, its replacement is launched on this thread
-    /// first (see [`MemberFailure`]).
+    /// and resolves to its reply. The member is picked when the future is first polled,
+    /// which is also when the request is sent; if the pick finds a member stopped for
+    /// good, its replacement is launched first, on the polling thread (see
+    /// [`MemberFailure`]).
     ///
     /// # Errors
     ///
@@ -398,12 +445,13 @@ impl<Req: Pod, Resp: Pod> KernelPool<Req, Resp> {
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(example()).unwrap();
     /// ```
     pub fn call(&self, req: Req) -> PoolCallFuture<Req, Resp> {
-        PoolCallFuture::new(self.shared.pick(None), req)
+        PoolCallFuture::new(self.shared.clone(), None, req)
     }
 
     /// Calls the member of `key`: every call with one key goes to one member, which
-    /// answers in the order the requests were sent, so such calls keep their order.
-    /// A replaced member's slot keeps its keys; removing a member spreads keys anew.
+    /// answers in the order the requests were sent (first polled), so such calls keep
+    /// their order. A replaced member's slot keeps its keys; a removed member's keys go
+    /// to the next live slot, and no other key moves.
     ///
     /// # Errors
     ///
@@ -425,7 +473,7 @@ impl<Req: Pod, Resp: Pod> KernelPool<Req, Resp> {
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(example()).unwrap();
     /// ```
     pub fn call_keyed(&self, key: u64, req: Req) -> PoolCallFuture<Req, Resp> {
-        PoolCallFuture::new(self.shared.pick(Some(key)), req)
+        PoolCallFuture::new(self.shared.clone(), Some(key), req)
     }
 
     /// [`KernelPool::call`] on this thread.
@@ -466,26 +514,28 @@ impl<Req: Pod, Resp: Pod> KernelPool<Req, Resp> {
         m.0.kernel.call_blocking(req)
     }
 
-    /// The index of the member that calls with `key` go to now.
+    /// The index in [`KernelPool::members`] of the member that calls with `key` go to
+    /// now.
     pub fn member_for_key(&self, key: u64) -> Option<usize> {
-        let n = self.shared.read().len();
-        (n > 0).then(|| slot_of(key, n))
+        let slots = self.shared.read();
+        let i = Shared::key_slot(&slots, key)?;
+        Some(slots[..i].iter().flatten().count())
+    }
+
+    fn live(&self) -> Vec<Arc<Member<Req, Resp>>> {
+        self.shared.read().iter().flatten().cloned().collect()
     }
 
     /// The members now (handles for their state, telemetry, pause and resume), in slot
     /// order.
     pub fn members(&self) -> Vec<Kernel<Req, Resp>> {
-        self.shared
-            .read()
-            .iter()
-            .map(|m| m.kernel.clone())
-            .collect()
+        self.live().iter().map(|m| m.kernel.clone()).collect()
     }
 
-    /// Calls outstanding through the pool on each member, in slot order.
+    /// Calls outstanding through the pool on each member, as [`KernelPool::members`]
+    /// lists them.
     pub fn outstanding(&self) -> Vec<usize> {
-        self.shared
-            .read()
+        self.live()
             .iter()
             .map(|m| m.outstanding.load(Relaxed))
             .collect()
@@ -493,7 +543,7 @@ impl<Req: Pod, Resp: Pod> KernelPool<Req, Resp> {
 
     /// Members now.
     pub fn len(&self) -> usize {
-        self.shared.read().len()
+        self.shared.read().iter().flatten().count()
     }
 
     /// Whether no member is left.
@@ -503,7 +553,7 @@ impl<Req: Pod, Resp: Pod> KernelPool<Req, Resp> {
 
     /// The pool's counters.
     pub fn stats(&self) -> PoolStats {
-        let members = self.shared.read();
+        let members = self.live();
         PoolStats {
             members: members.len(),
             replaced: self.shared.replaced.load(Relaxed),
