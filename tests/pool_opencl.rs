@@ -85,3 +85,40 @@ fn two_members_on_one_device_share_the_calls() {
     }
     pool.shutdown_blocking().expect("shutdown");
 }
+
+/// A member that stopped (here: shut down directly) is replaced on a device whose compute
+/// units are all taken: the stopped member gives its unit back first.
+#[test]
+fn a_stopped_member_is_replaced_on_a_full_device() {
+    let _g = guard();
+    let Some(rt) = runtime("a_stopped_member_is_replaced_on_a_full_device") else {
+        return;
+    };
+    let units = match rt.backend() {
+        Backend::OpenCl { platform, device } => gyre_opencl::probe()
+            .expect("probe")
+            .into_iter()
+            .find(|p| p.index == platform)
+            .and_then(|p| p.devices.into_iter().find(|d| d.index == device))
+            .map(|d| d.compute_units as usize)
+            .expect("the device"),
+        other => panic!("{other:?}"),
+    };
+    let pool = rt
+        .launch_pool(KernelSpec::<u64, u64>::echo(), PoolOptions::new(units))
+        .expect("pool: one member per compute unit");
+    let key = (0..)
+        .find(|&k| pool.member_for_key(k) == Some(0))
+        .expect("a key");
+    pool.members()[0]
+        .shutdown_blocking()
+        .expect("member 0 shut down");
+    assert_eq!(
+        pool.call_keyed_blocking(key, 5)
+            .expect("the replacement answers"),
+        5
+    );
+    let s = pool.stats();
+    assert_eq!((s.members, s.replaced, s.removed), (units, 1, 0));
+    pool.shutdown_blocking().expect("shutdown");
+}
