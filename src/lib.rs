@@ -73,7 +73,10 @@ pub use lifecycle::{Relaunches, ReloadFuture, RestartPolicy};
 pub use loan::{
     Loan, LoanBuf, LoanCallFuture, LoanFuture, LoanKernel, LoanRecvFuture, LoanSendFuture,
 };
-pub use pool::{KernelPool, MemberFailure, PoolCallFuture, PoolOptions, PoolStats};
+pub use pool::{
+    AcquireDevice, DeviceGuard, DevicePool, KernelPool, MemberFailure, PoolCallFuture, PoolOptions,
+    PoolStats,
+};
 pub use portable::{DeviceType, Lane, Portable, PortableLanes};
 pub use runtime::{
     backends, prepare_cuda_environment, Backend, BackendInfo, Runtime, RuntimeBuilder,

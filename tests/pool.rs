@@ -458,3 +458,57 @@ fn a_completed_call_is_no_longer_outstanding() {
         Err(Error::InvalidArgument { .. })
     ));
 }
+
+/// A device pool lends each runtime to one holder at a time; waiting threads and tasks
+/// get one as soon as it is returned.
+#[test]
+fn a_device_pool_lends_each_device_once() {
+    let devices = gyre::DevicePool::new(vec![rt(), rt()]).unwrap();
+    let a = devices.try_acquire().unwrap();
+    let b = devices.try_acquire().unwrap();
+    assert_ne!(a.index(), b.index());
+    assert!(devices.try_acquire().is_none());
+    assert!(matches!(
+        devices.acquire_until(Instant::now() + Duration::from_millis(5)),
+        Err(Error::Timeout { .. })
+    ));
+    // A blocked thread gets the device returned next...
+    let index_a = a.index();
+    let held = std::thread::scope(|s| {
+        let waiter = s.spawn(|| devices.acquire_blocking());
+        std::thread::sleep(Duration::from_millis(10));
+        drop(a);
+        waiter.join().unwrap()
+    });
+    assert_eq!(held.index(), index_a);
+    // ...and so does a waiting task (woken by the return, not polled again by chance).
+    let tokio = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let got = tokio.block_on(async {
+        let waiting = tokio::spawn({
+            let devices = devices.clone();
+            async move { devices.acquire().await.index() }
+        });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(!waiting.is_finished());
+        let index_b = b.index();
+        drop(b);
+        (
+            tokio::time::timeout(Duration::from_secs(20), waiting)
+                .await
+                .expect("woken")
+                .unwrap(),
+            index_b,
+        )
+    });
+    assert_eq!(got.0, got.1);
+    drop(held);
+    // A guard is its runtime: kernels launch on it.
+    let g = devices.try_acquire().unwrap();
+    let k = g.launch(KernelSpec::from_fn("inc", |x: u8| x + 1)).unwrap();
+    assert_eq!(k.call_blocking(1).unwrap(), 2);
+    k.shutdown_blocking().unwrap();
+    assert_eq!(devices.available(), 1);
+}

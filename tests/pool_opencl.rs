@@ -122,3 +122,47 @@ fn a_stopped_member_is_replaced_on_a_full_device() {
     assert_eq!((s.members, s.replaced, s.removed), (units, 1, 0));
     pool.shutdown_blocking().expect("shutdown");
 }
+
+/// A pool over two runtimes, the CPU backend and the OpenCL device: slot 0 on the CPU,
+/// slot 1 on OpenCL; calls reach both, and a replacement runs where its slot does.
+#[test]
+fn a_pool_spans_backends_and_replaces_in_place() {
+    let _g = guard();
+    let Some(cl) = runtime("a_pool_spans_backends_and_replaces_in_place") else {
+        return;
+    };
+    let cpu = Runtime::builder()
+        .backend(Backend::Cpu)
+        .build()
+        .expect("CPU runtime");
+    let pool = gyre::KernelPool::launch_across(
+        &[cpu, cl.clone()],
+        KernelSpec::<u64, u64>::echo(),
+        PoolOptions::new(2),
+    )
+    .expect("pool");
+    let backends: Vec<Backend> = pool.members().iter().map(|k| k.backend()).collect();
+    assert_eq!(backends, [Backend::Cpu, cl.backend()]);
+    for i in 0..200 {
+        assert_eq!(pool.call_keyed_blocking(i, i).expect("call"), i);
+    }
+    for k in pool.members() {
+        assert!(
+            k.telemetry().expect("telemetry").messages_out > 0,
+            "{}",
+            k.name()
+        );
+    }
+    let key = (0..)
+        .find(|&k| pool.member_for_key(k) == Some(1))
+        .expect("a key");
+    pool.members()[1].shutdown_blocking().expect("shutdown");
+    assert_eq!(pool.call_keyed_blocking(key, 3).expect("replacement"), 3);
+    assert_eq!(
+        pool.members()[1].backend(),
+        cl.backend(),
+        "replaced on its slot's device"
+    );
+    assert_eq!(pool.stats().replaced, 1);
+    pool.shutdown_blocking().expect("shutdown");
+}

@@ -11,7 +11,11 @@
 //! unresponsive) fails exactly the calls it held, as a lone kernel does; the pool then
 //! replaces it with a new kernel of the same spec, or removes it ([`MemberFailure`]). The
 //! other members and their calls are untouched.
+//!
+//! [`KernelPool::launch_across`] spreads members over several runtimes (devices or
+//! backends); [`DevicePool`] (`device.rs`) lends runtimes one holder at a time.
 
+mod device;
 mod future;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::Relaxed};
@@ -20,6 +24,7 @@ use std::sync::{Arc, RwLock};
 use bytemuck::Pod;
 use gyre_core::{Error, Result};
 
+pub use device::{AcquireDevice, DeviceGuard, DevicePool};
 pub use future::PoolCallFuture;
 
 use crate::spec::ExportTarget;
@@ -115,7 +120,9 @@ impl<Req, Resp> Drop for Outstanding<Req, Resp> {
 }
 
 pub(crate) struct Shared<Req, Resp> {
-    rt: Runtime,
+    /// Where the members run: slot `s` on `runtimes[s % len]` (one runtime per device,
+    /// or backends of several kinds).
+    runtimes: Vec<Runtime>,
     spec: KernelSpec<Req, Resp>,
     failure: MemberFailure,
     /// The member slots, in order; `None`: a member removed (a key's slot is fixed by
@@ -221,6 +228,43 @@ impl Runtime {
         spec: KernelSpec<Req, Resp>,
         options: PoolOptions,
     ) -> Result<KernelPool<Req, Resp>> {
+        KernelPool::launch_across(std::slice::from_ref(self), spec, options)
+    }
+}
+
+impl<Req: Pod, Resp: Pod> KernelPool<Req, Resp> {
+    /// A pool whose member slot `s` runs on `runtimes[s % runtimes.len()]`: one runtime
+    /// per device (`Backend::OpenCl { platform, device }` for each OpenCL device) spreads
+    /// one service over devices, and runtimes of different backends make a mixed pool
+    /// (the spec must run on each: a built-in, or a Rust handler with device sources). A
+    /// replacement runs where its slot does. Otherwise as [`Runtime::launch_pool`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for no runtime; those of [`Runtime::launch_pool`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gyre::{Backend, KernelPool, KernelSpec, PoolOptions, Runtime};
+    /// let a = Runtime::builder().backend(Backend::Cpu).build()?;
+    /// let b = Runtime::builder().backend(Backend::Cpu).build()?;
+    /// let pool = KernelPool::launch_across(&[a, b], KernelSpec::<u32, u32>::echo(), PoolOptions::new(4))?;
+    /// assert_eq!(pool.call_blocking(9)?, 9);
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
+    pub fn launch_across(
+        runtimes: &[Runtime],
+        spec: KernelSpec<Req, Resp>,
+        options: PoolOptions,
+    ) -> Result<Self> {
+        if runtimes.is_empty() {
+            return Err(Error::InvalidArgument {
+                name: "pool runtimes",
+                value: "none".into(),
+                reason: "a pool needs at least one runtime to launch its members on",
+            });
+        }
         if options.members == 0 || options.members > PoolOptions::MAX_MEMBERS {
             return Err(Error::InvalidArgument {
                 name: "pool members",
@@ -229,7 +273,7 @@ impl Runtime {
             });
         }
         let shared = Arc::new(Shared {
-            rt: self.clone(),
+            runtimes: runtimes.to_vec(),
             spec,
             failure: options.failure,
             members: RwLock::new(Vec::with_capacity(options.members)),
@@ -240,8 +284,8 @@ impl Runtime {
             closed: AtomicBool::new(false),
         });
         let mut members = Vec::with_capacity(options.members);
-        for _ in 0..options.members {
-            match shared.launch_member() {
+        for slot in 0..options.members {
+            match shared.launch_member(slot) {
                 Ok(m) => members.push(Some(m)),
                 Err(e) => {
                     for m in members.into_iter().flatten() {
@@ -255,6 +299,7 @@ impl Runtime {
         tracing::info!(
             pool = %shared.spec.name(),
             members = options.members,
+            runtimes = runtimes.len(),
             "kernel pool launched"
         );
         Ok(KernelPool { shared })
@@ -262,8 +307,8 @@ impl Runtime {
 }
 
 impl<Req: Pod, Resp: Pod> Shared<Req, Resp> {
-    /// Launches the next member.
-    fn launch_member(&self) -> Result<Arc<Member<Req, Resp>>> {
+    /// Launches the next member, for slot `slot` (on that slot's runtime).
+    fn launch_member(&self, slot: usize) -> Result<Arc<Member<Req, Resp>>> {
         let i = self.launched.fetch_add(1, Relaxed);
         let mut spec = self.spec.clone();
         spec.name = format!("{}.{i}", self.spec.name);
@@ -273,7 +318,7 @@ impl<Req: Pod, Resp: Pod> Shared<Req, Resp> {
             *p = s.into();
         }
         Ok(Arc::new(Member {
-            kernel: self.rt.launch(spec)?,
+            kernel: self.runtimes[slot % self.runtimes.len()].launch(spec)?,
             outstanding: AtomicUsize::new(0),
         }))
     }
@@ -358,9 +403,9 @@ impl<Req: Pod, Resp: Pod> Shared<Req, Resp> {
                 .iter()
                 .position(|m| m.as_ref().is_some_and(|m| Arc::ptr_eq(m, dead)))
         };
-        if in_slot(&self.read()).is_none() {
+        let Some(dead_slot) = in_slot(&self.read()) else {
             return Ok(()); // done by another call
-        }
+        };
         let name = dead.kernel.name().to_owned();
         let state = dead.kernel.state();
         // Join it: a device kernel gives its compute unit back, so the replacement can
@@ -379,7 +424,7 @@ impl<Req: Pod, Resp: Pod> Shared<Req, Resp> {
             MemberFailure::Remove => false,
         };
         let fresh = if reserved {
-            match self.launch_member() {
+            match self.launch_member(dead_slot) {
                 Ok(m) => Some(m),
                 Err(e) => {
                     tracing::error!(pool = %self.spec.name, member = %name, error = %e, "pool member could not be replaced: removed");
