@@ -79,7 +79,40 @@ fn inc_pool(rt: &Runtime, options: PoolOptions) -> KernelPool<u64, u64> {
     .expect("pool")
 }
 
-fn key_of(pool: &KernelPool<u64, u64>, member: usize) -> u64 {
+/// The log of a `log_pool`: (key, seq) in the order the members handled them.
+type Log = Arc<Mutex<Vec<(u64, u64)>>>;
+
+/// Answers `[key, seq]` with `seq`, logging it; a `seq` of u64::MAX panics.
+fn log_pool(rt: &Runtime, options: PoolOptions) -> (KernelPool<[u64; 2], u64>, Log) {
+    let log = Log::default();
+    let l = log.clone();
+    let pool = rt
+        .launch_pool(
+            KernelSpec::from_fn("log", move |[key, seq]: [u64; 2]| {
+                assert!(seq != u64::MAX, "injected fault");
+                l.lock().unwrap().push((key, seq));
+                seq
+            }),
+            options,
+        )
+        .unwrap();
+    (pool, log)
+}
+
+/// Waits until `k` has faulted.
+fn wait_faulted<Req: gyre::Pod, Resp: gyre::Pod>(k: &gyre::Kernel<Req, Resp>) {
+    eventually("the fault", || {
+        matches!(k.state(), KernelState::Faulted { .. })
+    });
+}
+
+/// Pauses `k` and waits until it is paused.
+fn pause<Req: gyre::Pod, Resp: gyre::Pod>(k: &gyre::Kernel<Req, Resp>) {
+    k.pause();
+    eventually("the pause", || k.state() == KernelState::Paused);
+}
+
+fn key_of<Req: gyre::Pod, Resp: gyre::Pod>(pool: &KernelPool<Req, Resp>, member: usize) -> u64 {
     (0..)
         .find(|&k| pool.member_for_key(k) == Some(member))
         .expect("a key")
@@ -87,8 +120,7 @@ fn key_of(pool: &KernelPool<u64, u64>, member: usize) -> u64 {
 
 fn pause_all(pool: &KernelPool<u64, u64>) {
     for k in pool.members() {
-        k.pause();
-        eventually("the pause", || k.state() == KernelState::Paused);
+        pause(&k);
     }
 }
 
@@ -144,17 +176,7 @@ fn calls_go_to_the_least_busy_member() {
 #[test]
 fn keyed_calls_are_answered_in_order_per_key() {
     let rt = rt();
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let l = log.clone();
-    let pool = rt
-        .launch_pool(
-            KernelSpec::from_fn("log", move |[key, seq]: [u64; 2]| {
-                l.lock().unwrap().push((key, seq));
-                seq
-            }),
-            PoolOptions::new(3),
-        )
-        .unwrap();
+    let (pool, log) = log_pool(&rt, PoolOptions::new(3));
     let mut calls = Vec::new();
     let mut want = Vec::new();
     for seq in 0..40u64 {
@@ -189,8 +211,7 @@ fn a_failed_member_is_replaced_and_the_others_lose_nothing() {
     let (k0, k1) = (key_of(&pool, 0), key_of(&pool, 1));
     let members = pool.members();
     // Member 1 holds 20 calls (paused) while member 0 faults.
-    members[1].pause();
-    eventually("the pause", || members[1].state() == KernelState::Paused);
+    pause(&members[1]);
     let tokio = tokio();
     let mut held: Vec<_> = (0..20).map(|i| pool.call_keyed(k1, i)).collect();
     send_all(&tokio, &mut held);
@@ -204,9 +225,7 @@ fn a_failed_member_is_replaced_and_the_others_lose_nothing() {
         Err(Error::Handler { status, .. }) => assert_eq!(status, codes::HANDLER_PANIC),
         other => panic!("{other:?}"),
     }
-    eventually("member 0's fault", || {
-        matches!(members[0].state(), KernelState::Faulted { .. })
-    });
+    wait_faulted(&members[0]);
     // The next call with k0 finds it stopped: a new member takes slot 0.
     assert_eq!(pool.call_keyed_blocking(k0, 5).unwrap(), 6);
     assert_eq!(pool.stats().replaced, 1);
@@ -228,9 +247,7 @@ fn under_remove_a_failed_member_leaves_and_an_empty_pool_is_closed() {
     let k0 = key_of(&pool, 0);
     let dead = pool.members()[0].clone();
     assert!(pool.call_keyed_blocking(k0, u64::MAX).is_err());
-    eventually("the fault", || {
-        matches!(dead.state(), KernelState::Faulted { .. })
-    });
+    wait_faulted(&dead);
     // Every key now goes to the one member left.
     for key in 0..20 {
         assert_eq!(pool.call_keyed_blocking(key, key).unwrap(), key + 1);
@@ -240,9 +257,7 @@ fn under_remove_a_failed_member_leaves_and_an_empty_pool_is_closed() {
     // The last member fails too: the pool is closed.
     let last = pool.members()[0].clone();
     assert!(pool.call_blocking(u64::MAX).is_err());
-    eventually("the fault", || {
-        matches!(last.state(), KernelState::Faulted { .. })
-    });
+    wait_faulted(&last);
     assert!(matches!(pool.call_blocking(1), Err(Error::Closed { .. })));
     assert!(matches!(
         tokio().block_on(pool.call(1)),
@@ -261,9 +276,7 @@ fn replacements_are_bounded() {
     for round in 0..3 {
         let m = pool.members()[0].clone();
         assert!(pool.call_blocking(u64::MAX).is_err(), "round {round}");
-        eventually("the fault", || {
-            matches!(m.state(), KernelState::Faulted { .. })
-        });
+        wait_faulted(&m);
         let r = pool.call_blocking(1);
         if round < 2 {
             assert_eq!(r.unwrap(), 2, "replaced in round {round}");
@@ -359,44 +372,24 @@ fn under_faults_a_pool_loses_and_duplicates_nothing() {
     pool.shutdown_blocking().ok();
 }
 
-fn key_of_log(pool: &KernelPool<[u64; 2], u64>, member: usize) -> u64 {
-    (0..)
-        .find(|&k| pool.member_for_key(k) == Some(member))
-        .expect("a key")
-}
-
 /// Under `Remove`, a removed member's slot stays empty: keys of the other members do not
 /// move, so their calls in flight keep their order.
 #[test]
 fn removing_a_member_moves_no_other_key() {
     let rt = rt();
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let l = log.clone();
-    let pool = rt
-        .launch_pool(
-            KernelSpec::from_fn("log", move |[key, seq]: [u64; 2]| {
-                assert!(seq != u64::MAX, "injected fault");
-                l.lock().unwrap().push((key, seq));
-                seq
-            }),
-            PoolOptions::new(3).on_failure(MemberFailure::Remove),
-        )
-        .unwrap();
+    let (pool, log) = log_pool(&rt, PoolOptions::new(3).on_failure(MemberFailure::Remove));
     let slot_of_key: Vec<Option<usize>> = (0..30).map(|k| pool.member_for_key(k)).collect();
-    let (victim, keep) = (key_of_log(&pool, 0), key_of_log(&pool, 2));
+    let (victim, keep) = (key_of(&pool, 0), key_of(&pool, 2));
     let members = pool.members();
     let tokio = tokio();
     // `keep`'s member holds its first call (paused) while member 0 is removed.
-    members[2].pause();
-    eventually("the pause", || members[2].state() == KernelState::Paused);
+    pause(&members[2]);
     let mut first = [pool.call_keyed(keep, [keep, 1])];
     send_all(&tokio, &mut first);
     assert!(pool
         .call_keyed_blocking(victim, [victim, u64::MAX])
         .is_err());
-    eventually("the fault", || {
-        matches!(members[0].state(), KernelState::Faulted { .. })
-    });
+    wait_faulted(&members[0]);
     // The next call of the victim's key removes member 0; then `keep`'s second call.
     assert_eq!(pool.call_keyed_blocking(victim, [victim, 7]).unwrap(), 7);
     assert_eq!(pool.stats().removed, 1);
@@ -437,9 +430,7 @@ fn a_call_picks_its_member_when_first_polled() {
     let early = pool.call_keyed(k0, 41); // not polled yet
     let m0 = pool.members()[0].clone();
     assert!(pool.call_keyed_blocking(k0, u64::MAX).is_err());
-    eventually("the fault", || {
-        matches!(m0.state(), KernelState::Faulted { .. })
-    });
+    wait_faulted(&m0);
     assert_eq!(tokio().block_on(early).unwrap(), 42);
     assert_eq!(pool.len(), 1);
 }

@@ -125,16 +125,7 @@ impl Words {
     #[cfg(not(gyre_loom))]
     fn new(alloc: &dyn RawAllocator, units: usize) -> Result<Self> {
         let bytes = units * WORD_STRIDE;
-        let block = alloc.alloc(bytes, WORD_STRIDE)?;
-        let Some(base) = block.host_ptr() else {
-            // SAFETY: `block` came from `alloc` just now and nothing uses it.
-            unsafe { alloc.free(block) };
-            return Err(Error::InvalidArgument {
-                name: "loan pool memory",
-                value: alloc.kind().name().into(),
-                reason: "the allocator returned no host pointer",
-            });
-        };
+        let (block, base) = alloc_host(alloc, bytes, WORD_STRIDE)?;
         if base.as_ptr() as usize % WORD_STRIDE != 0 {
             // SAFETY: as above.
             unsafe { alloc.free(block) };
@@ -195,6 +186,28 @@ impl Words {
         return self.base.as_ptr() as u64;
         #[cfg(gyre_loom)]
         return self.lines.as_ptr() as u64;
+    }
+}
+
+/// `bytes` from `alloc` and their host address (every memory kind a loan pool uses has
+/// one); a block without one is given back and refused.
+fn alloc_host(
+    alloc: &dyn RawAllocator,
+    bytes: usize,
+    align: usize,
+) -> Result<(RawBlock, NonNull<u8>)> {
+    let block = alloc.alloc(bytes, align)?;
+    match block.host_ptr() {
+        Some(base) => Ok((block, base)),
+        None => {
+            // SAFETY: `block` came from `alloc` just now and nothing uses it.
+            unsafe { alloc.free(block) };
+            Err(Error::InvalidArgument {
+                name: "loan pool memory",
+                value: alloc.kind().name().into(),
+                reason: "the allocator returned no host pointer",
+            })
+        }
     }
 }
 
@@ -320,16 +333,7 @@ impl LoanArena {
                 reason: "the loan pool needs host-addressable memory",
             });
         }
-        let block = alloc.alloc(config.pool_bytes, config.min_block)?;
-        let Some(base) = block.host_ptr() else {
-            // SAFETY: `block` came from `alloc` just now and nothing uses it.
-            unsafe { alloc.free(block) };
-            return Err(Error::InvalidArgument {
-                name: "loan pool memory",
-                value: alloc.kind().name().into(),
-                reason: "the allocator returned no host pointer",
-            });
-        };
+        let (block, base) = alloc_host(&alloc, config.pool_bytes, config.min_block)?;
         let min_shift = config.min_block.trailing_zeros();
         let max_order = (config.pool_bytes.trailing_zeros() - min_shift) as u8;
         let units = config.pool_bytes >> min_shift;
@@ -410,11 +414,6 @@ impl LoanArena {
     /// The smallest block.
     pub fn min_block(&self) -> usize {
         1 << self.min_shift
-    }
-
-    /// The device address of the arena's first byte (for a device-side resolver).
-    pub fn device_addr(&self) -> u64 {
-        self.block.as_ref().map_or(0, RawBlock::device_addr)
     }
 
     /// The pool as a device resolver sees it (`gyre_loan_pool`, `cuda/include/gyre/loan.h`):
