@@ -127,7 +127,7 @@ impl Words {
         let bytes = units * WORD_STRIDE;
         let (block, base) = alloc_host(alloc, bytes, WORD_STRIDE)?;
         if base.as_ptr() as usize % WORD_STRIDE != 0 {
-            // SAFETY: as above.
+            // SAFETY: `block` came from `alloc` just now and nothing uses it.
             unsafe { alloc.free(block) };
             return Err(Error::Alloc {
                 size: bytes,
