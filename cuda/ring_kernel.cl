@@ -23,11 +23,14 @@
  *   GYRE_CL_NS_PER_TICK_INT/FRAC  the device clock's rate (see port_opencl.h)
  *
  * LAUNCH CONTRACT (the host launcher): ONE work-group (global size = local size =
- * GYRE_CL_LANES; any other group returns at once), a 1-D range; five arguments: the shared
- * region as an SVM pointer (clSetKernelArgSVMPointer) to a fine-grained SVM buffer with
- * atomics (control block at 0, 128-byte aligned), then the loan pool (gyre/loan.h): its
- * bytes and its state words (SVM pointers into fine-grained SVM with atomics), its size and
- * the log2 of its smallest block; a kernel without loans passes the region twice and 0, 0. The command queue is in order and holds
+ * GYRE_CL_LANES; any other group returns at once), a 1-D range; eight arguments: the
+ * shared region as an SVM pointer (clSetKernelArgSVMPointer) to a fine-grained SVM buffer
+ * with atomics (control block at 0, 128-byte aligned), then the loan pool (gyre/loan.h):
+ * its bytes and its state words (SVM pointers into fine-grained SVM with atomics), its size
+ * and the log2 of its smallest block (a kernel without loans passes the region twice and
+ * 0, 0), then a pipeline stage's link (gyre/ring.h's gyre_link): the next stage's region
+ * (SVM of the same context), the GYRE_LINK_* flags and the next stage's message type (a
+ * kernel that is not chained passes the region itself and 0, 0). The command queue is in order and holds
  * only this kernel; the host calls clFlush right after the enqueue so the kernel starts
  * while the host polls. The kernel returns when its state is final: TERMINATED (drained
  * after Terminate, or the host heartbeat went stale) or FAULTED (bad control block at K0).
@@ -70,10 +73,12 @@ static inline GYRE_DEVICE_FN uint32_t gyre_user_phase(uint32_t phase, const gyre
 
 __kernel __attribute__((reqd_work_group_size(GYRE_CL_LANES, 1, 1))) void
 gyre_ring_kernel(__global unsigned char *region, __global unsigned char *loan_base,
-                 __global unsigned char *loan_words, ulong loan_bytes, uint loan_min_shift) {
+                 __global unsigned char *loan_words, ulong loan_bytes, uint loan_min_shift,
+                 __global unsigned char *next, uint link_flags, uint next_type) {
     __local gyre_block_shared sh;
     gyre_ring r = {0}; /* work-item 0's */
     gyre_loan_pool pool;
+    gyre_link link;
     if (get_group_id(0) != 0u) {
         return; /* one work-group runs the loop */
     }
@@ -82,5 +87,8 @@ gyre_ring_kernel(__global unsigned char *region, __global unsigned char *loan_ba
     pool.bytes = loan_bytes;
     pool.min_shift = loan_min_shift;
     pool.pad = 0u;
-    gyre_block_run(region, 0, 1u, (uint32_t)get_local_size(0), &sh, &r, &pool);
+    link.next = next == region ? 0 : next; /* the region itself: not chained */
+    link.flags = link_flags;
+    link.msg_type = next_type;
+    gyre_block_run(region, 0, 1u, (uint32_t)get_local_size(0), &sh, &r, &pool, &link);
 }

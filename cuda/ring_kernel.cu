@@ -24,10 +24,13 @@
  *
  * LAUNCH CONTRACT (the host launcher):
  *   grid 1 block (any other block returns at once); block 1-D, blockDim.x = lanes in
- *   1..=GYRE_MAX_LANES (a multiple of 32 is best); no dynamic shared memory; two arguments:
- *   the device address of the shared region (control block at 0, 128-byte aligned), and
- *   the device address of a second telemetry line K8 also writes (the telemetry export
- *   file, registered with cuMemHostRegister, so the GPU writes it directly) or 0. The
+ *   1..=GYRE_MAX_LANES (a multiple of 32 is best); no dynamic shared memory; five
+ *   arguments: the device address of the shared region (control block at 0, 128-byte
+ *   aligned), the device address of a second telemetry line K8 also writes (the telemetry
+ *   export file, registered with cuMemHostRegister, so the GPU writes it directly) or 0,
+ *   and a pipeline stage's link (gyre/ring.h's gyre_link): the device address of the next
+ *   stage's region or 0 (not chained), the GYRE_LINK_* flags and the next stage's message
+ *   type. The
  *   kernel returns when its state is final: TERMINATED (drained after Terminate, or the
  *   host heartbeat went stale) or FAULTED (bad control block at K0); it never traps.
  *
@@ -63,10 +66,12 @@ static __device__ __forceinline__ uint32_t gyre_user_phase(uint32_t phase, const
 
 /* __launch_bounds__(GYRE_MAX_LANES, 1): see GYRE_MAX_LANES in gyre/port_cuda.h. */
 extern "C" __global__ void __launch_bounds__(GYRE_MAX_LANES, 1)
-    gyre_ring_kernel(unsigned char *region, gyre_telemetry_buffer *export_tel) {
+    gyre_ring_kernel(unsigned char *region, gyre_telemetry_buffer *export_tel,
+                     unsigned char *next, unsigned int link_flags, unsigned int next_type) {
     __shared__ gyre_block_shared sh;
     gyre_ring r; /* thread 0's */
     gyre_loan_pool pool; /* no loans on CUDA yet (docs/loans.md) */
+    gyre_link link;      /* a pipeline stage's replies go to `next` (0: not chained) */
     if (blockIdx.x != 0u || blockIdx.y != 0u || blockIdx.z != 0u) {
         return; /* one block runs the loop */
     }
@@ -75,5 +80,8 @@ extern "C" __global__ void __launch_bounds__(GYRE_MAX_LANES, 1)
     pool.bytes = 0u;
     pool.min_shift = 0u;
     pool.pad = 0u;
-    gyre_block_run(region, export_tel, 1u, (uint32_t)blockDim.x, &sh, &r, &pool);
+    link.next = next;
+    link.flags = link_flags;
+    link.msg_type = next_type;
+    gyre_block_run(region, export_tel, 1u, (uint32_t)blockDim.x, &sh, &r, &pool, &link);
 }

@@ -67,6 +67,8 @@ typedef struct gyre_c11_kernel {
      * closures, which resolve their handles in Rust (LoanArena::resolve, the twin of
      * gyre_loan_resolve: crates/gyre-cpu/src/loan_probe.rs checks they agree). */
     gyre_loan_pool pool;
+    /* Where a pipeline stage's replies go (next 0: not chained). */
+    gyre_link link;
 } gyre_c11_kernel;
 
 /** The kernel whose block-shared handler memory is `b` (b == &k->sh.h). */
@@ -120,13 +122,25 @@ void gyre_c11_kernel_free(gyre_c11_kernel *k) {
  *  the kernel faulted with (error_code and state FAULTED written): HANDLER_REJECTED when
  *  `kind` or `lanes` is out of range (the Rust side checks them first). The idle strategy
  *  applies to the calling thread; `park` (may be NULL: sleep instead) is the host's
- *  doorbell park, called with `park_ctx` once the back-off reaches its parking phase. */
+ *  doorbell park, called with `park_ctx` once the back-off reaches its parking phase.
+ *  `next` / `link_flags` / `next_type`: a pipeline stage's link (gyre/ring.h's gyre_link;
+ *  next NULL: not chained); `notify` (may be NULL) is called with `notify_ctx` after the stage
+ *  published to or commanded the next stage. */
 uint32_t gyre_c11_start(gyre_c11_kernel *k, unsigned char *region, uint32_t kind,
                         gyre_c11_handler_fn handler, void *ctx, uint32_t lanes,
                         const gyre_c11_idle_cfg *idle, gyre_c11_park_fn park, void *park_ctx,
-                        uint32_t telemetry) {
+                        uint32_t telemetry, unsigned char *next, uint32_t link_flags,
+                        uint32_t next_type, gyre_c11_notify_fn notify, void *notify_ctx) {
+    k->link.next = next;
+    k->link.flags = link_flags;
+    k->link.msg_type = next_type;
+    gyre_c11_notify_set(notify, notify_ctx);
     if (kind > GYRE_C11_REDUCE_SUM || (kind == GYRE_C11_HOST && handler == NULL) ||
         lanes == 0u || lanes > GYRE_MAX_LANES) {
+        if (next != NULL && (link_flags & GYRE_LINK_TO_HEAD) == 0u) {
+            GYRE_STORE_RELEASE_U32(&gyre_control(next)->command, GYRE_CMD_TERMINATE);
+            gyre_c11_notify_next();
+        }
         return gyre_fault(gyre_control(region), GYRE_ERR_HANDLER_REJECTED);
     }
     k->handler = handler;
@@ -135,7 +149,7 @@ uint32_t gyre_c11_start(gyre_c11_kernel *k, unsigned char *region, uint32_t kind
     k->lanes = lanes;
     gyre_c11_idle_set(idle, park, park_ctx);
     gyre_c11_tsc_init();
-    if (!gyre_block_start(region, 0, telemetry, lanes, &k->sh, &k->r)) {
+    if (!gyre_block_start(region, 0, telemetry, lanes, &k->link, &k->sh, &k->r)) {
         return GYRE_LOAD_ACQUIRE_U32(&gyre_control(region)->error_code);
     }
     return GYRE_ERR_NONE;

@@ -180,6 +180,8 @@ step faults-1 120 "$BIN/faults_cuda" --test-threads=1
 # Handlers written once in Rust (#[gyre::handler]): the generated C through NVRTC on the
 # GPU, every reply against the Rust function (tests/portable_handlers.rs).
 step portable 150 "$BIN/portable_handlers" --exact portable_handlers_on_cuda_match_rust --nocapture
+# A chain of three stages on the GPU, each writing the next stage's ring (tests/pipeline_cuda.rs).
+step pipeline 90 "$BIN/pipeline_cuda" --test-threads=1 --nocapture
 
 # The two suites at once, as two processes: two contexts, two sets of ring kernels.
 both() {

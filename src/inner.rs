@@ -50,6 +50,9 @@ pub(crate) struct Inner {
     /// The telemetry export publisher, if the spec asked for one; dropping it removes
     /// the file.
     export: Mutex<Option<ExportPublisher>>,
+    /// A pipeline's other stages' export publishers (the head's is `export`): they go
+    /// with it.
+    stage_exports: Mutex<Vec<ExportPublisher>>,
     /// The bridge to the kernel's device-resident rings under a copy strategy; `None`
     /// for zero copy. Dropped (its copy thread joined) after the kernel stopped.
     pub(crate) transfer: Option<Arc<BridgeAgent>>,
@@ -101,6 +104,7 @@ impl Inner {
             polling,
             next_id: AtomicU64::new(0),
             export: Mutex::new(None),
+            stage_exports: Mutex::new(Vec::new()),
             transfer,
             ended: AtomicBool::new(false),
             loans: Arc::new(OnceLock::new()),
@@ -145,9 +149,15 @@ impl Inner {
         self.export.lock().as_ref().map(|p| p.path().to_owned())
     }
 
-    /// Removes the telemetry export file (stops its publisher), if there is one.
+    /// Keeps a pipeline's other stages' export publishers until the export ends.
+    pub(crate) fn keep_exports(&self, stages: Vec<ExportPublisher>) {
+        *self.stage_exports.lock() = stages;
+    }
+
+    /// Removes the telemetry export files (stops their publishers), if there are any.
     pub(crate) fn unpublish_export(&self) {
         self.export.lock().take();
+        self.stage_exports.lock().clear();
     }
 
     /// Whether the kernel's end was handled already.
@@ -220,7 +230,7 @@ impl Inner {
     pub(crate) fn complete_shutdown(&self) -> Result<()> {
         self.end_relaunches();
         let done = self.finish();
-        self.export.lock().take();
+        self.unpublish_export();
         self.ended.store(true, Release);
         done
     }
@@ -274,7 +284,7 @@ impl Inner {
         } else {
             tracing::warn!(kernel = %ch.name(), "kernel did not stop within {UNATTENDED_STOP:?} of its last handle dropping; detaching it");
         }
-        self.export.lock().take();
+        self.unpublish_export();
         self.ended.store(true, Release);
     }
 }
@@ -286,6 +296,6 @@ impl Drop for Inner {
         self.watcher.lock().take();
         self.supervisor.lock().take();
         self.driver.lock().take();
-        self.export.lock().take();
+        self.unpublish_export();
     }
 }

@@ -27,6 +27,8 @@ pub(crate) struct Started {
     pub(crate) launched: LaunchSpec,
     pub(crate) epoch_us: u32,
     pub(crate) backend: crate::Backend,
+    /// The pipeline whose head these rings are (`crate::pipeline`), if any.
+    pub(crate) chain: Option<Arc<gyre_core::chain::ChainView>>,
 }
 
 use crate::inner::{Inner, Polling};
@@ -134,12 +136,16 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
             launched,
             epoch_us,
             backend,
+            chain,
         } = started;
         let mut ch = Channel::new(region, spec.name.clone()).with_timestamps(spec.timestamps);
         if let Some(t) = &transfer {
             ch = ch.with_transfer(t.clone());
         }
         let ch = Arc::new(ch);
+        if let Some(c) = chain {
+            ch.set_chain(c);
+        }
         let instance: Arc<dyn KernelInstance> = Arc::from(instance);
         // A kernel that parks when idle (the CPU backend) is woken by every publication,
         // command and bridge push; its successors park on the same doorbell.

@@ -47,6 +47,7 @@ mod loan;
 #[cfg(feature = "metrics")]
 mod metrics_export;
 mod opencl;
+mod pipeline;
 mod pool;
 pub mod portable;
 mod runtime;
@@ -73,6 +74,7 @@ pub use lifecycle::{Relaunches, ReloadFuture, RestartPolicy};
 pub use loan::{
     Loan, LoanBuf, LoanCallFuture, LoanFuture, LoanKernel, LoanRecvFuture, LoanSendFuture,
 };
+pub use pipeline::{Pipeline, PipelineSpec, MAX_PIPELINE_STAGES};
 pub use pool::{
     AcquireDevice, DeviceGuard, DevicePool, KernelPool, MemberFailure, PoolCallFuture, PoolOptions,
     PoolStats,

@@ -518,10 +518,10 @@ fn detect_device(cpu: Arc<dyn gyre_core::Backend>) -> (Backend, Arc<dyn gyre_cor
 
 /// One backend a runtime launches on, with its memory plan.
 #[derive(Clone)]
-struct Target {
-    backend: Backend,
-    imp: Arc<dyn gyre_core::Backend>,
-    plan: Arc<MemoryPlan>,
+pub(crate) struct Target {
+    pub(crate) backend: Backend,
+    pub(crate) imp: Arc<dyn gyre_core::Backend>,
+    pub(crate) plan: Arc<MemoryPlan>,
 }
 
 impl Target {
@@ -669,6 +669,20 @@ impl Runtime {
         Ok((t.backend, t.plan.strategy, t.imp.clone()))
     }
 
+    /// Where every one of `specs` runs: the primary backend if it runs them all, else the
+    /// CPU backend under [`Backend::Auto`] (it runs every handler), else the first refusal.
+    pub(crate) fn target_for_all<Req, Resp>(
+        &self,
+        specs: &[KernelSpec<Req, Resp>],
+    ) -> Result<&Target> {
+        let device = self.primary.backend.device();
+        match (specs.iter().try_for_each(|s| s.runs_on(device)), &self.host) {
+            (Ok(()), _) => Ok(&self.primary),
+            (Err(_), Some(host)) => Ok(host),
+            (Err(e), None) => Err(e),
+        }
+    }
+
     fn target_for<Req, Resp>(&self, spec: &KernelSpec<Req, Resp>) -> Result<&Target> {
         match (spec.runs_on(self.primary.backend.device()), &self.host) {
             (Ok(()), _) => Ok(&self.primary),
@@ -747,53 +761,11 @@ impl Runtime {
         spec: KernelSpec<Req, Resp>,
     ) -> Result<Kernel<Req, Resp>> {
         let target = self.target_for(&spec)?;
-        let g = spec.geometry()?;
-        for (role, type_name, size) in [
-            (
-                "request",
-                core::any::type_name::<Req>(),
-                core::mem::size_of::<Req>(),
-            ),
-            (
-                "reply",
-                core::any::type_name::<Resp>(),
-                core::mem::size_of::<Resp>(),
-            ),
-        ] {
-            if size > g.payload() {
-                return Err(Error::TypeTooLarge {
-                    role,
-                    type_name,
-                    size,
-                    payload: g.payload(),
-                });
-            }
-        }
-        spec.idle.validate()?;
-        spec.host_idle.validate()?;
-        spec.validate_watchdog()?;
-        spec.validate_restart()?;
-        let epoch_us = spec.epoch_us(target.imp.kernel_time_limit())?;
-        if spec.async_spin > std::time::Duration::from_millis(10) {
-            return Err(Error::InvalidArgument {
-                name: "async_spin",
-                value: format!("{:?}", spec.async_spin),
-                reason: "must be at most 10ms: it holds a tokio worker",
-            });
-        }
-        if spec.export_interval < std::time::Duration::from_millis(1) {
-            return Err(Error::InvalidArgument {
-                name: "export_interval",
-                value: format!("{:?}", spec.export_interval),
-                reason: "must be at least 1ms",
-            });
-        }
-        let host_timeout_ms =
-            u32::try_from(spec.host_timeout.as_millis()).map_err(|_| Error::InvalidArgument {
-                name: "host_timeout",
-                value: format!("{:?}", spec.host_timeout),
-                reason: "must be below 2^32 ms",
-            })?;
+        let Checked {
+            geometry: g,
+            epoch_us,
+            host_timeout_ms,
+        } = Checked::of(&spec, target)?;
         let strategy = target.plan.strategy;
         let imp = &target.imp;
         let _span = tracing::info_span!(
@@ -849,9 +821,76 @@ impl Runtime {
                 launched: launch,
                 epoch_us,
                 backend: target.backend,
+                chain: None,
             },
             &spec,
         )
+    }
+}
+
+/// What [`Runtime::launch`] checks of a spec before it allocates anything, and what it
+/// derives: every value named in its `# Errors`.
+pub(crate) struct Checked {
+    pub(crate) geometry: gyre_core::ring::Geometry,
+    pub(crate) epoch_us: u32,
+    pub(crate) host_timeout_ms: u32,
+}
+
+impl Checked {
+    /// Checks `spec` for a launch on `target`.
+    pub(crate) fn of<Req, Resp>(spec: &KernelSpec<Req, Resp>, target: &Target) -> Result<Self> {
+        let g = spec.geometry()?;
+        for (role, type_name, size) in [
+            (
+                "request",
+                core::any::type_name::<Req>(),
+                core::mem::size_of::<Req>(),
+            ),
+            (
+                "reply",
+                core::any::type_name::<Resp>(),
+                core::mem::size_of::<Resp>(),
+            ),
+        ] {
+            if size > g.payload() {
+                return Err(Error::TypeTooLarge {
+                    role,
+                    type_name,
+                    size,
+                    payload: g.payload(),
+                });
+            }
+        }
+        spec.idle.validate()?;
+        spec.host_idle.validate()?;
+        spec.validate_watchdog()?;
+        spec.validate_restart()?;
+        let epoch_us = spec.epoch_us(target.imp.kernel_time_limit())?;
+        if spec.async_spin > std::time::Duration::from_millis(10) {
+            return Err(Error::InvalidArgument {
+                name: "async_spin",
+                value: format!("{:?}", spec.async_spin),
+                reason: "must be at most 10ms: it holds a tokio worker",
+            });
+        }
+        if spec.export_interval < std::time::Duration::from_millis(1) {
+            return Err(Error::InvalidArgument {
+                name: "export_interval",
+                value: format!("{:?}", spec.export_interval),
+                reason: "must be at least 1ms",
+            });
+        }
+        let host_timeout_ms =
+            u32::try_from(spec.host_timeout.as_millis()).map_err(|_| Error::InvalidArgument {
+                name: "host_timeout",
+                value: format!("{:?}", spec.host_timeout),
+                reason: "must be below 2^32 ms",
+            })?;
+        Ok(Self {
+            geometry: g,
+            epoch_us,
+            host_timeout_ms,
+        })
     }
 }
 

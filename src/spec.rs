@@ -481,6 +481,38 @@ impl<Req: Pod, Resp: Pod> KernelSpec<Req, Resp> {
 }
 
 impl<Req, Resp> KernelSpec<Req, Resp> {
+    /// The same spec with other message types: a pipeline keeps its stages without their
+    /// types (`crate::pipeline`), and launches its head with the chain's end types.
+    pub(crate) fn retyped<R2, S2>(self) -> KernelSpec<R2, S2> {
+        KernelSpec {
+            name: self.name,
+            capacity: self.capacity,
+            slot_size: self.slot_size,
+            batch: self.batch,
+            idle: self.idle,
+            host_idle: self.host_idle,
+            async_spin: self.async_spin,
+            host_timeout: self.host_timeout,
+            watchdog: self.watchdog,
+            handler: self.handler,
+            builtin: self.builtin,
+            msg_type: self.msg_type,
+            timestamps: self.timestamps,
+            telemetry: self.telemetry,
+            export: self.export,
+            export_interval: self.export_interval,
+            cuda_source: self.cuda_source,
+            opencl_source: self.opencl_source,
+            lane_handler: self.lane_handler,
+            epoch: self.epoch,
+            restart: self.restart,
+            watch: self.watch,
+            loan: self.loan,
+            loan_arena: self.loan_arena,
+            _types: PhantomData,
+        }
+    }
+
     /// Creates the telemetry export file the spec asks for (before the launch, so a
     /// backend can let its kernel write the file's telemetry line directly).
     pub(crate) fn export_writer(

@@ -165,6 +165,7 @@ impl<Req, Resp> KernelSpec<Req, Resp> {
             export: None,
             doorbell: None,
             loans: self.loan_arena.clone(),
+            link: None,
         }
     }
 

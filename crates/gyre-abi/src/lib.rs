@@ -144,6 +144,10 @@ pub mod error {
     /// was returned or sent again). Answered instead of touching the bytes; the kernel
     /// keeps serving.
     pub const BAD_LOAN: u32 = 12;
+    /// A pipeline stage stopped because the stage after it stopped for good: what it
+    /// held could never be passed on (`docs/pipelines.md`). Its final state is
+    /// `TERMINATED` with this code; the stage that stopped first says why.
+    pub const STAGE_STOPPED: u32 = 13;
     /// First code available to user handlers.
     pub const USER_BASE: u32 = 0x1000;
 
@@ -163,6 +167,7 @@ pub mod error {
             KERNEL_GONE => "kernel stopped before replying",
             TRANSFER_FAILED => "host-device transfer failed",
             BAD_LOAN => "bad loan handle",
+            STAGE_STOPPED => "next pipeline stage stopped",
             c if c >= USER_BASE => "user error",
             _ => "unknown error",
         }
@@ -190,6 +195,18 @@ pub mod loan {
     pub const OWNER_KERNEL: u64 = 2;
     /// Owner: the kernel, in a handler (or the host's bridge, copying it).
     pub const OWNER_BUSY: u64 = 3;
+}
+
+/// Flags of a pipeline stage's link (`docs/pipelines.md`): a kernel argument, not a field
+/// of shared memory. A stage's replies go to the next stage's request ring, and the last
+/// stage's to the reply ring of the first (the chain's *head*, which the host reads).
+pub mod link {
+    /// The next region is the chain's head: write its reply ring, publish to its
+    /// `k2h_head`, wait on its `k2h_tail`.
+    pub const TO_HEAD: u32 = 1 << 0;
+    /// This stage's requests are an earlier stage's replies: a non-zero status in one is
+    /// passed on without running the handler.
+    pub const FROM_STAGE: u32 = 1 << 1;
 }
 
 /// Slot header flags ([`SlotHeader::flags`]).

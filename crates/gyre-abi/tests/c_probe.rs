@@ -29,9 +29,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use gyre_abi::{
-    command, error, flags, host_flags, loan, state, ControlBlock, SlotHeader, TelemetryBuffer,
-    ABI_VERSION, MAGIC, MAX_CAPACITY, MAX_SLOT_SIZE, MIN_CAPACITY, MIN_SLOT_SIZE, SLOT_ALIGN,
-    SLOT_HEADER_SIZE,
+    command, error, flags, host_flags, link, loan, state, ControlBlock, SlotHeader,
+    TelemetryBuffer, ABI_VERSION, MAGIC, MAX_CAPACITY, MAX_SLOT_SIZE, MIN_CAPACITY, MIN_SLOT_SIZE,
+    SLOT_ALIGN, SLOT_HEADER_SIZE,
 };
 
 /// The include directory holding `gyre/abi.h`.
@@ -207,6 +207,7 @@ fn constants() -> Vec<Constant> {
         error::KERNEL_GONE => GYRE_ERR_KERNEL_GONE,
         error::TRANSFER_FAILED => GYRE_ERR_TRANSFER_FAILED,
         error::BAD_LOAN => GYRE_ERR_BAD_LOAN,
+        error::STAGE_STOPPED => GYRE_ERR_STAGE_STOPPED,
         error::USER_BASE => GYRE_ERR_USER_BASE,
         loan::HANDLE_SIZE => GYRE_LOAN_HANDLE_SIZE,
         loan::WORD_STRIDE => GYRE_LOAN_WORD_STRIDE,
@@ -216,6 +217,8 @@ fn constants() -> Vec<Constant> {
         loan::OWNER_HOST => GYRE_LOAN_OWNER_HOST,
         loan::OWNER_KERNEL => GYRE_LOAN_OWNER_KERNEL,
         loan::OWNER_BUSY => GYRE_LOAN_OWNER_BUSY,
+        link::TO_HEAD => GYRE_LINK_TO_HEAD,
+        link::FROM_STAGE => GYRE_LINK_FROM_STAGE,
         flags::CALL => GYRE_FLAG_CALL,
         host_flags::DOORBELL => GYRE_HOST_FLAG_DOORBELL,
     ]

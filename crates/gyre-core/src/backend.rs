@@ -54,6 +54,11 @@ pub struct LaunchSpec {
     /// kernel has finished. The CPU backend ignores it: its loan kernels' handlers are
     /// Rust closures that resolve handles themselves.
     pub loans: Option<Arc<crate::loan::LoanArena>>,
+    /// Where a pipeline stage's replies go ([`crate::chain`]): the next stage's request
+    /// ring, or the chain head's reply ring. `None` (a kernel that is not chained): its own
+    /// reply ring. A backend passes it to its ring kernel (`gyre_link` of
+    /// `cuda/include/gyre/ring.h`) and keeps the next region alive while the kernel runs.
+    pub link: Option<crate::chain::StageLink>,
 }
 
 /// A handler whose work is split over the lanes of a block; the CPU backend emulates

@@ -257,6 +257,18 @@ pub enum Error {
         /// The reload spec's value.
         reload: String,
     },
+    /// A pipeline the runtime cannot build as asked (`docs/pipelines.md`): stages whose
+    /// rings differ, an option a stage cannot have, a shape that is not supported, or an
+    /// operation a pipeline refuses. Nothing was launched (or, for an operation, changed).
+    #[error("pipeline '{pipeline}', stage {stage}: {reason}")]
+    Pipeline {
+        /// Pipeline name.
+        pipeline: String,
+        /// The stage concerned (0 is the first).
+        stage: usize,
+        /// What is wrong, with the values involved.
+        reason: String,
+    },
     /// A loan longer than the largest block of the kernel's loan pool.
     #[error("loan of {len} bytes is larger than the loan pool's largest block of {max} bytes")]
     LoanTooLarge {

@@ -20,6 +20,7 @@
 pub mod backend;
 pub mod bridge;
 mod cause;
+pub mod chain;
 pub mod channel;
 pub mod clock;
 pub mod command_gate;

@@ -84,6 +84,9 @@ pub(crate) type HandlerFn = unsafe extern "C" fn(
     panicked: *mut u32,
 ) -> u32;
 
+/// The C notify signature (`gyre_c11_notify_fn`).
+pub(crate) type NotifyFn = unsafe extern "C" fn(ctx: *mut c_void);
+
 /// The C park signature (`gyre_c11_park_fn`).
 pub(crate) type ParkFn =
     unsafe extern "C" fn(ctx: *mut c_void, tail: u64, last_cmd: u32, timeout_ns: u64) -> u32;
@@ -102,6 +105,11 @@ extern "C" {
         park: Option<ParkFn>,
         park_ctx: *mut c_void,
         telemetry: u32,
+        next: *mut u8,
+        link_flags: u32,
+        next_type: u32,
+        notify: Option<NotifyFn>,
+        notify_ctx: *mut c_void,
     ) -> u32;
     pub(crate) fn gyre_c11_run(k: *mut RawKernel);
     #[cfg(test)]
@@ -196,4 +204,17 @@ pub(crate) unsafe extern "C" fn park(
             || cb.command.load(Acquire) != last_cmd
     });
     u32::from(parked)
+}
+
+/// A pipeline stage's notification of its next stage (after a publication to it or a
+/// command): rings the next stage's doorbell, fencing first (`Doorbell::ring`), so a
+/// parked next stage wakes up.
+///
+/// # Safety
+///
+/// `ctx` points to a live [`Doorbell`].
+pub(crate) unsafe extern "C" fn notify(ctx: *mut c_void) {
+    // SAFETY: the caller's contract.
+    let d = unsafe { &*ctx.cast::<Doorbell>() };
+    d.ring();
 }

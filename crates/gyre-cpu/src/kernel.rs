@@ -8,6 +8,7 @@ use core::sync::atomic::Ordering::{Acquire, Release};
 use std::ffi::c_void;
 
 use gyre_abi::{error, state};
+use gyre_core::chain::StageLink;
 use gyre_core::doorbell::Doorbell;
 use gyre_core::kernels::ids;
 use gyre_core::{Handler, IdleStrategy, SharedRegion};
@@ -115,10 +116,12 @@ impl<'a> CKernel<'a> {
         idle: IdleStrategy,
         telemetry: bool,
         doorbell: Option<&'a Doorbell>,
+        link: Option<&'a StageLink>,
     ) -> Option<Self> {
         if let Err(why) = handler.validate() {
             tracing::warn!(%why, "CPU kernel handler rejected");
             fault(region, error::HANDLER_REJECTED);
+            // The next stage is told by the host's chain view (`ChainView::state`).
             return None;
         }
         // SAFETY: allocates and zeroes a kernel; NULL only when out of memory.
@@ -139,12 +142,20 @@ impl<'a> CKernel<'a> {
         };
         let ctx: *const HandlerCtx<'a> = k.ctx.as_deref().map_or(std::ptr::null(), |c| c);
         let park_ctx: *const ParkCtx<'a> = k.park.as_deref().map_or(std::ptr::null(), |p| p);
+        let (next, link_flags, next_type) = link.map_or((std::ptr::null_mut(), 0, 0), |l| {
+            (l.next.base().as_ptr(), l.flags, l.next_msg_type)
+        });
+        let notify_ctx: *const Doorbell = link
+            .and_then(|l| l.next_doorbell.as_deref())
+            .map_or(std::ptr::null(), |d| d);
         // SAFETY: `raw` is a fresh kernel; the region is a live, initialised shared region
         // of `SharedRegion::bytes_for` bytes that outlives the kernel (`'a`), accessed by
         // the host only through atomics and the protocol; `ctx` and `park_ctx` point to
         // the boxed contexts, which live in `k` as long as the kernel (the trampoline is
         // given only with a handler context, the park only with a park context); kind
-        // and lanes were validated above.
+        // and lanes were validated above. A link's next region is a live, initialised
+        // shared region (the `StageLink` holds it, and the caller holds the link for `'a`)
+        // and its doorbell outlives the kernel likewise (notify only with one).
         let code = unsafe {
             ffi::gyre_c11_start(
                 k.raw,
@@ -157,6 +168,11 @@ impl<'a> CKernel<'a> {
                 k.park.is_some().then_some(ffi::park as ffi::ParkFn),
                 park_ctx.cast_mut().cast::<c_void>(),
                 u32::from(telemetry),
+                next,
+                link_flags,
+                next_type,
+                (!notify_ctx.is_null()).then_some(ffi::notify as ffi::NotifyFn),
+                notify_ctx.cast_mut().cast::<c_void>(),
             )
         };
         (code == error::NONE).then_some(k)
@@ -198,10 +214,25 @@ pub fn kernel_loop_with_doorbell(
     telemetry: bool,
     doorbell: Option<&Doorbell>,
 ) {
+    kernel_loop_linked(region, handler, idle, telemetry, doorbell, None);
+}
+
+/// [`kernel_loop_with_doorbell`] for a pipeline stage: its replies go where `link` says
+/// (the next stage's request ring, or the chain head's reply ring; see
+/// `gyre_core::chain`), and the next stage's doorbell is rung after each publication to
+/// it. `None`: a kernel that is not chained.
+pub fn kernel_loop_linked(
+    region: &SharedRegion,
+    handler: CpuHandler<'_>,
+    idle: IdleStrategy,
+    telemetry: bool,
+    doorbell: Option<&Doorbell>,
+    link: Option<&StageLink>,
+) {
     if let Some(d) = doorbell {
         d.register_current_thread();
     }
-    let Some(k) = CKernel::start(region, handler, idle, telemetry, doorbell) else {
+    let Some(k) = CKernel::start(region, handler, idle, telemetry, doorbell, link) else {
         return;
     };
     // SAFETY: a started kernel over a live region (see `CKernel::start`); this thread runs
@@ -237,7 +268,8 @@ impl<'a> Stepper<'a> {
     /// control block's error code: [`error::HANDLER_REJECTED`] for a built-in that does
     /// not validate).
     pub fn with(region: &'a SharedRegion, handler: CpuHandler<'a>) -> Option<Self> {
-        CKernel::start(region, handler, IdleStrategy::BusySpin, true, None).map(|k| Self { k })
+        CKernel::start(region, handler, IdleStrategy::BusySpin, true, None, None)
+            .map(|k| Self { k })
     }
 
     /// One loop iteration: commands and heartbeats (K1, K9), then at most one batch

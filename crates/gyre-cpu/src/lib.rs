@@ -31,6 +31,7 @@
 //!     export: None,
 //!     doorbell: None,
 //!     loans: None,
+//!     link: None,
 //! };
 //! let kernel = backend.launch(region.clone(), &spec)?;
 //! let ch = Channel::new(region, "echo");
@@ -61,7 +62,7 @@ use gyre_core::ring::Geometry;
 use gyre_core::{Backend, Error, KernelInstance, LaunchSpec, Result, SharedRegion};
 use std::sync::Mutex;
 
-pub use kernel::{kernel_loop, kernel_loop_with_doorbell, CpuHandler, Stepper};
+pub use kernel::{kernel_loop, kernel_loop_linked, kernel_loop_with_doorbell, CpuHandler, Stepper};
 
 /// The environment variable that sets the lanes of [`CpuBackend::new`]'s built-in
 /// kernels (1..=256; default 1).
@@ -180,6 +181,7 @@ impl Backend for CpuBackend {
             .clone()
             .unwrap_or_else(|| Arc::new(Doorbell::new()));
         let bell = doorbell.clone();
+        let link = spec.link.clone();
         let thread = std::thread::Builder::new()
             .name(format!("gyre-cpu-{}", spec.name))
             .spawn(move || {
@@ -189,7 +191,7 @@ impl Backend for CpuBackend {
                     None => CpuHandler::Host(&*handler),
                 };
                 tracing::info!(handler = ?h, "ring kernel started");
-                kernel_loop_with_doorbell(&region, h, idle, telemetry, Some(&bell));
+                kernel_loop_linked(&region, h, idle, telemetry, Some(&bell), link.as_ref());
                 let (s, c) = {
                     let cb = region.control();
                     (

@@ -47,6 +47,7 @@ fn producers_receiver_driver_and_kernel_threads_count_every_message() {
         export: None,
         doorbell: None,
         loans: None,
+        link: None,
     };
     let kernel = gyre_cpu::CpuBackend::new()
         .launch(region.clone(), &spec)

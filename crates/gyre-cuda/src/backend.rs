@@ -272,12 +272,15 @@ impl CudaBackend {
         }
     }
 
-    /// Launches the ring kernel over the region at device address `region`; `keep` owns
-    /// the memory behind it and lives until the kernel has finished.
+    /// Launches the ring kernel over the region at device address `region`, a pipeline
+    /// stage's replies going to `link` (the next region's device address, the link flags
+    /// and the next stage's message type; 0: not chained); `keep` owns the memory behind both and lives until the
+    /// kernel has finished.
     fn launch_on(
         &self,
         ctx: &Arc<Context>,
         region: u64,
+        link: (u64, u32, u32),
         keep: Keep,
         spec: &LaunchSpec,
     ) -> Result<CudaKernel> {
@@ -309,11 +312,12 @@ impl CudaBackend {
         let export_tel = export.as_ref().map_or(0, ExportRegistration::telemetry_ptr);
         let keep: Keep = Box::new((keep, export));
         // SAFETY: `region` is the device address of an initialised shared region (mapped
-        // pinned memory or the copy engine's device buffer) and `export_tel` a registered
-        // telemetry line or 0; `keep` owns both until the kernel has finished.
+        // pinned memory or the copy engine's device buffer), `export_tel` a registered
+        // telemetry line or 0, `link.0` another initialised region's device address or 0;
+        // `keep` owns all of them until the kernel has finished.
         let k = unsafe {
             CudaKernel::launch(
-                ctx, &spec.name, module, stream, guard, LANES, region, export_tel, keep,
+                ctx, &spec.name, module, stream, guard, LANES, region, export_tel, link, keep,
             )?
         };
         tracing::info!(
@@ -405,7 +409,30 @@ impl gyre_core::Backend for CudaBackend {
                             "not mapped pinned memory: allocate it with CudaBackend::alloc_region",
                     }
                 })?;
-                self.launch_on(&ctx, dptr, Box::new(region), spec)
+                // A pipeline stage writes into the next stage's region: mapped pinned too.
+                let link = match &spec.link {
+                    Some(l) => {
+                        let next = l.next.base().as_ptr().cast::<std::ffi::c_void>();
+                        // SAFETY: as above.
+                        let d =
+                            unsafe { crate::result::host_device_pointer(next) }.map_err(|e| {
+                                Error::InvalidInput {
+                                    what: format!("next pipeline stage's region at {next:p} ({e})"),
+                                    reason: "not mapped pinned memory: allocate it with \
+                                         CudaBackend::alloc_region",
+                                }
+                            })?;
+                        (d, l.flags, l.next_msg_type)
+                    }
+                    None => (0, 0, 0),
+                };
+                self.launch_on(
+                    &ctx,
+                    dptr,
+                    link,
+                    Box::new((region, spec.link.clone())),
+                    spec,
+                )
             })
             .map_err(|e| to_core(&spec.name, e))?;
         Ok(Box::new(k))
@@ -456,7 +483,7 @@ impl gyre_core::Backend for CudaBackend {
         };
         let k = self
             .context()
-            .and_then(|ctx| self.launch_on(&ctx, dptr, Box::new(mem), spec))
+            .and_then(|ctx| self.launch_on(&ctx, dptr, (0, 0, 0), Box::new(mem), spec))
             .map_err(|e| to_core(&spec.name, e))?;
         Ok(Box::new(k))
     }

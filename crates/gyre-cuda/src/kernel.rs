@@ -49,13 +49,15 @@ pub(crate) struct CudaKernel {
 
 impl CudaKernel {
     /// Launches `module`'s entry point, one block of `lanes` threads, on `stream`, with
-    /// the two pointer arguments of the ring kernel's launch contract
-    /// (`cuda/ring_kernel.cu`): the region and the export file's telemetry line (or 0).
+    /// the five arguments of the ring kernel's launch contract (`cuda/ring_kernel.cu`):
+    /// the region, the export file's telemetry line (or 0), and a pipeline stage's link
+    /// (`next`: the next stage's region or 0; its flags; the next stage's message type).
     ///
     /// # Safety
     ///
     /// `region` addresses a shared region laid out and initialised as the contract says,
-    /// `export_tel` a telemetry line or 0; `keep` owns the memory behind both.
+    /// `export_tel` a telemetry line or 0, `next` another such region or 0; `keep` owns
+    /// the memory behind all three.
     #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn launch(
         ctx: &Arc<Context>,
@@ -66,17 +68,22 @@ impl CudaKernel {
         lanes: u32,
         mut region: u64,
         mut export_tel: u64,
+        (mut next, mut link_flags, mut next_type): (u64, u32, u32),
         keep: Keep,
     ) -> Result<Self> {
         let mut params = [
             std::ptr::addr_of_mut!(region).cast::<std::ffi::c_void>(),
             std::ptr::addr_of_mut!(export_tel).cast::<std::ffi::c_void>(),
+            std::ptr::addr_of_mut!(next).cast::<std::ffi::c_void>(),
+            std::ptr::addr_of_mut!(link_flags).cast::<std::ffi::c_void>(),
+            std::ptr::addr_of_mut!(next_type).cast::<std::ffi::c_void>(),
         ];
         ctx.bind()?;
-        // SAFETY: the ring kernel's two parameters are pointers, passed as the addresses
-        // of `region` and `export_tel` (read by the driver during the call); `keep`, held
-        // until the kernel has finished, owns what they point to (the caller's
-        // contract); the stream is live and held.
+        // SAFETY: the ring kernel's five parameters are three pointers and two 32-bit
+        // words, passed as the addresses of `region`, `export_tel`, `next`, `link_flags`
+        // and `next_type` (read by the driver during the call); `keep`, held until the
+        // kernel has finished, owns what they point to (the caller's contract); the
+        // stream is live and held.
         unsafe {
             crate::result::launch(module.function(), 1, lanes, stream.get(), &mut params)?;
         }

@@ -80,6 +80,7 @@ fn spec(name: &str, builtin: Option<u32>, source: Option<&str>) -> LaunchSpec {
         export: None,
         doorbell: None,
         loans: None,
+        link: None,
     }
 }
 

@@ -235,6 +235,22 @@ impl OpenClBackend {
                 ),
             });
         }
+        // A pipeline stage writes into the next stage's region: SVM of this context too.
+        // Not chained: the region itself (cuda/ring_kernel.cl reads it as no link), since
+        // an SVM argument is never null here.
+        let (next, link_flags, next_type) = match &spec.link {
+            Some(l) => (l.next.base().as_ptr(), l.flags, l.next_msg_type),
+            None => (base, 0u32, 0u32),
+        };
+        if next != base && !self.dev.registry.contains(next as usize) {
+            return Err(Error::Unsupported {
+                device: self.dev.info.name.clone(),
+                reason: format!(
+                    "the next pipeline stage's region at {next:p} is not SVM of this \
+                     device's context (every stage of a chain runs on one device)"
+                ),
+            });
+        }
         let program = self.dev.program(handler)?;
         let kernel = check(
             "clCreateKernel",
@@ -267,10 +283,12 @@ impl OpenClBackend {
             None => (base, base, 0u64, 0u32),
         };
         // SAFETY: the ring kernel's arguments are the region, an SVM pointer of this
-        // context (checked above), and the loan pool's two SVM pointers (from this
-        // backend's `loan_allocator`) with its size and shift; the region and the pool
-        // outlive the kernel (OpenClKernel keeps their Arcs and leaks them if the kernel
-        // never finishes). One group: global == local.
+        // context (checked above), the loan pool's two SVM pointers (from this backend's
+        // `loan_allocator`) with its size and shift, and a pipeline stage's next region
+        // (SVM of this context, checked above, or the region itself) with its link flags
+        // and message type; the regions
+        // and the pool outlive the kernel (OpenClKernel keeps their Arcs and leaks them if
+        // the kernel never finishes). One group: global == local.
         let event = unsafe {
             check(
                 "clSetKernelArgSVMPointer",
@@ -292,6 +310,17 @@ impl OpenClBackend {
             })?;
             check("clSetKernelArg", kernel.set_arg(4, &loan_shift), || {
                 ", the loan pool's block shift".into()
+            })?;
+            check(
+                "clSetKernelArgSVMPointer",
+                kernel.set_arg_svm_pointer(5, next.cast()),
+                || ", the next pipeline stage's region".into(),
+            )?;
+            check("clSetKernelArg", kernel.set_arg(6, &link_flags), || {
+                ", the pipeline link's flags".into()
+            })?;
+            check("clSetKernelArg", kernel.set_arg(7, &next_type), || {
+                ", the next pipeline stage's message type".into()
             })?;
             check(
                 "clEnqueueNDRangeKernel",
@@ -318,6 +347,7 @@ impl OpenClBackend {
                 _kernel: kernel,
                 _region: region.clone(),
                 _loans: spec.loans.clone(),
+                _link: spec.link.clone(),
                 _reservation: reservation,
             })),
         })
@@ -395,6 +425,8 @@ struct Running {
     _kernel: Kernel,
     _region: Arc<SharedRegion>,
     _loans: Option<Arc<gyre_core::loan::LoanArena>>,
+    /// A pipeline stage's link: the next stage's region, which the kernel writes.
+    _link: Option<gyre_core::chain::StageLink>,
     _reservation: Reservation,
 }
 

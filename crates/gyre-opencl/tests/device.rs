@@ -42,6 +42,7 @@ fn spec(builtin: Option<u32>) -> LaunchSpec {
         export: None,
         doorbell: None,
         loans: None,
+        link: None,
     }
 }
 

@@ -136,8 +136,16 @@ typedef unsigned long long uint64_t;
 #define GYRE_ERR_KERNEL_GONE 10u
 #define GYRE_ERR_TRANSFER_FAILED 11u
 #define GYRE_ERR_BAD_LOAN 12u
+/** A pipeline stage stopped because the next stage stopped for good. */
+#define GYRE_ERR_STAGE_STOPPED 13u
 /** First code available to user handlers. */
 #define GYRE_ERR_USER_BASE 0x1000u
+
+/* Pipeline links (gyre_abi::link, docs/pipelines.md): flags of a stage's kernel argument. */
+/** The next region is the chain's head: its reply ring, k2h_head and k2h_tail. */
+#define GYRE_LINK_TO_HEAD 0x1u
+/** Requests come from an earlier stage: a non-zero status is passed on. */
+#define GYRE_LINK_FROM_STAGE 0x2u
 
 /* Loans (gyre_abi::loan, docs/loans.md): a request or reply payload of a loan kernel is a
  * 16-byte handle { offset, len, generation } naming a block of the kernel's loan pool.

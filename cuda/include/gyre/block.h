@@ -36,7 +36,8 @@
 typedef struct gyre_block_shared {
     uint64_t first;     /* index of the batch's first request */
     uint64_t mask;      /* capacity - 1 (set at K0, read-only after) */
-    uint64_t reply_off; /* reply ring offset (set at K0) */
+    uint64_t reply_off; /* reply ring offset in reply_base (set at K0) */
+    GYRE_GLOBAL unsigned char *reply_base; /* the replies' region (a pipeline: the next's) */
     uint64_t t0;        /* GYRE_BATCH_STAMP() when the batch was found */
     uint32_t ok;        /* K0 passed */
     uint32_t slot_size;
@@ -54,16 +55,23 @@ typedef struct gyre_block_shared {
 } gyre_block_shared;
 
 /** K0 on lane 0 (r: lane 0's poller state, `export_tel` the export line or 0,
- *  `telemetry` 0 for state-change-only K8, `lanes` the block's size, 1..=GYRE_MAX_LANES),
- *  broadcast to the block. Returns whether the kernel may run (every lane gets the same
- *  answer). */
+ *  `telemetry` 0 for state-change-only K8, `lanes` the block's size, 1..=GYRE_MAX_LANES,
+ *  `link` where a pipeline stage's replies go: gyre_k0_link), broadcast to the block.
+ *  Returns whether the kernel may run (every lane gets the same answer). A pipeline stage
+ *  that fails here still tells the next stage to terminate. */
 static inline GYRE_DEVICE_FN uint32_t gyre_block_start(GYRE_GLOBAL unsigned char *region,
                                                       GYRE_GLOBAL gyre_telemetry_buffer *export_tel,
                                                       uint32_t telemetry, uint32_t lanes,
+                                                      const gyre_link *link,
                                                       GYRE_SHARED gyre_block_shared *sh,
                                                       gyre_ring *r) {
     GYRE_LANE0_BEGIN
-    sh->ok = gyre_k0_validate(r, region) == GYRE_ERR_NONE;
+    sh->ok = gyre_k0_validate(r, region) == GYRE_ERR_NONE &&
+             gyre_k0_link(r, link) == GYRE_ERR_NONE;
+    if (!sh->ok && link->next != 0 && (link->flags & GYRE_LINK_TO_HEAD) == 0u) {
+        r->next_cb = gyre_control(link->next);
+        gyre_link_stop(r);
+    }
     sh->stopped = 0u;
     sh->lanes = lanes;
     if (sh->ok) {
@@ -71,6 +79,7 @@ static inline GYRE_DEVICE_FN uint32_t gyre_block_start(GYRE_GLOBAL unsigned char
         r->telemetry = telemetry != 0u ? 1u : 0u;
         sh->mask = r->mask;
         sh->reply_off = r->reply_off;
+        sh->reply_base = r->reply_base;
         sh->slot_size = r->slot_size;
         gyre_k8_telemetry(r, GYRE_STATE_ACTIVE);
     }
@@ -175,7 +184,7 @@ static inline GYRE_DEVICE_FN uint32_t gyre_block_answer(GYRE_GLOBAL unsigned cha
                 gyre_hcall c;
                 c.req = gyre_slot_at(region, GYRE_RINGS_OFFSET, mask, slot_size, idx) +
                         GYRE_SLOT_HEADER_SIZE;
-                c.reply = gyre_slot_at(region, sh->reply_off, mask, slot_size, idx) +
+                c.reply = gyre_slot_at(sh->reply_base, sh->reply_off, mask, slot_size, idx) +
                           GYRE_SLOT_HEADER_SIZE;
                 c.msg_type = sh->msg_type;
                 c.req_len = sh->len;
@@ -207,7 +216,7 @@ static inline GYRE_DEVICE_FN uint32_t gyre_block_answer(GYRE_GLOBAL unsigned cha
         } else {
             if (sh->run && sh->loan) {
                 gyre_block_loan_out(r, pool,
-                                    gyre_slot_at(region, sh->reply_off, mask, slot_size, idx) +
+                                    gyre_slot_at(sh->reply_base, sh->reply_off, mask, slot_size, idx) +
                                         GYRE_SLOT_HEADER_SIZE,
                                     sh, &m, &lh);
             } else if (sh->run) {
@@ -248,13 +257,15 @@ static inline GYRE_DEVICE_FN uint32_t gyre_block_poll(GYRE_SHARED gyre_block_sha
 }
 
 /** The kernel: K0, then batches until it stops (terminated, faulted). Every lane runs it;
- *  `pool` is the loan pool (every lane's copy; bytes 0: not a loan kernel). */
+ *  `pool` is the loan pool (every lane's copy; bytes 0: not a loan kernel), `link` where a
+ *  pipeline stage's replies go (next 0: not chained). */
 static inline GYRE_DEVICE_FN void gyre_block_run(GYRE_GLOBAL unsigned char *region,
                                                 GYRE_GLOBAL gyre_telemetry_buffer *export_tel,
                                                 uint32_t telemetry, uint32_t lanes,
                                                 GYRE_SHARED gyre_block_shared *sh, gyre_ring *r,
-                                                const gyre_loan_pool *pool) {
-    if (!gyre_block_start(region, export_tel, telemetry, lanes, sh, r)) {
+                                                const gyre_loan_pool *pool,
+                                                const gyre_link *link) {
+    if (!gyre_block_start(region, export_tel, telemetry, lanes, link, sh, r)) {
         return; /* FAULTED at K0 (error_code written), no trap */
     }
     for (;;) {

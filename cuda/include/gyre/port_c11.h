@@ -251,6 +251,27 @@ static inline void gyre_c11_idle_reset(void) {
     gyre_c11_idle_state.park_ns = 1000u;
 }
 
+/** Told after this kernel, a pipeline stage, published to or commanded the next stage
+ *  (ring.h's GYRE_NOTIFY_NEXT): the host rings the next stage's doorbell (a fence, then an
+ *  unpark if it announced a park: crates/gyre-core/src/doorbell.rs). */
+typedef void (*gyre_c11_notify_fn)(void *ctx);
+
+static _Thread_local gyre_c11_notify_fn gyre_c11_notify_fn_;
+static _Thread_local void *gyre_c11_notify_ctx_;
+
+static inline void gyre_c11_notify_set(gyre_c11_notify_fn f, void *ctx) {
+    gyre_c11_notify_fn_ = f;
+    gyre_c11_notify_ctx_ = ctx;
+}
+
+static inline void gyre_c11_notify_next(void) {
+    if (gyre_c11_notify_fn_ != 0) {
+        gyre_c11_notify_fn_(gyre_c11_notify_ctx_);
+    }
+}
+
+#define GYRE_NOTIFY_NEXT(r) gyre_c11_notify_next()
+
 /* Every empty poll goes to the idle strategy (no extra spins in ring.h). */
 #define GYRE_IDLE_SPINS 0u
 #define GYRE_PAUSE() gyre_c11_pause(0u, 0u)

@@ -84,6 +84,16 @@
  *  of the polling thread. */
 typedef struct gyre_ring {
     GYRE_GLOBAL unsigned char *region;
+    /* Where replies go (K0: this region's reply ring; gyre_k0_link: a pipeline's next
+     * stage's request ring, or the chain head's reply ring): the ring's region (at
+     * reply_off in it), the count its consumer releases (K3 reads it), the count K7
+     * publishes. */
+    GYRE_GLOBAL unsigned char *reply_base;
+    GYRE_GLOBAL uint64_t *reply_release;
+    GYRE_GLOBAL uint64_t *reply_publish;
+    /* The next stage of a pipeline (not the head), or 0: told to terminate when this
+     * stage stops, and watched while idle (gyre_link_check). */
+    GYRE_GLOBAL gyre_control_block *next_cb;
     /* A second telemetry line K8 also writes (the registered export file of
      * crates/gyre-core/src/shm.rs), or 0. Set by the language's loop after K0. */
     GYRE_GLOBAL gyre_telemetry_buffer *export_tel;
@@ -117,6 +127,8 @@ typedef struct gyre_ring {
     uint32_t telemetry; /* K8 per batch and idle refresh (1), or only on state changes (0) */
     uint32_t slow_next; /* run the slow path on the next poll (after a long pause) */
     uint32_t last_cmd;  /* the command as K1 last read it */
+    uint32_t pass_status; /* requests come from a stage: pass a non-zero status on (K4) */
+    uint32_t next_type;   /* the message type of the next stage's requests (next_cb != 0) */
     uint32_t pad;
 } gyre_ring;
 
@@ -128,6 +140,8 @@ typedef struct gyre_slot_meta {
     uint32_t len; /* request length after K4; reply length after K5 */
     uint32_t flags;
     uint32_t status; /* GYRE_ERR_* */
+    uint32_t passed; /* the status came with the request (a pipeline's earlier stage) */
+    uint32_t pad;
 } gyre_slot_meta;
 
 /* ---- addresses -------------------------------------------------------------------- */
@@ -157,7 +171,7 @@ gyre_request_slot(const gyre_ring *r, uint64_t idx) {
 
 static inline GYRE_DEVICE_FN GYRE_GLOBAL gyre_slot_header *
 gyre_reply_slot(const gyre_ring *r, uint64_t idx) {
-    return (GYRE_GLOBAL gyre_slot_header *)gyre_slot_at(r->region, r->reply_off, r->mask,
+    return (GYRE_GLOBAL gyre_slot_header *)gyre_slot_at(r->reply_base, r->reply_off, r->mask,
                                                         r->slot_size, idx);
 }
 
@@ -218,6 +232,13 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k0_validate(gyre_ring *r,
     r->region = region;
     r->mask = (uint64_t)cap - 1u;
     r->reply_off = (uint64_t)GYRE_RINGS_OFFSET + (uint64_t)cap * (uint64_t)slot;
+    r->reply_base = region;
+    r->reply_release = &cb->k2h_tail;
+    r->reply_publish = &cb->k2h_head;
+    r->next_cb = 0;
+    r->pass_status = 0u;
+    r->next_type = 0u;
+    r->pad = 0u;
     r->tail = GYRE_LOAD_ACQUIRE_U64(&cb->h2k_tail);
     r->k2h_tail = GYRE_LOAD_ACQUIRE_U64(&cb->k2h_tail);
     /* GYRE_HOST_FLAG_DOORBELL: requests exist only below h2k_head. Without it the cached
@@ -258,9 +279,71 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k0_validate(gyre_ring *r,
      * (Pause, Terminate) before it takes anything. */
     r->slow_next = 1u;
     r->last_cmd = GYRE_LOAD_ACQUIRE_U32(&cb->command);
-    r->pad = 0u;
     GYRE_STORE_RELEASE_U32(&cb->state, GYRE_STATE_ACTIVE);
     return GYRE_ERR_NONE;
+}
+
+/* ---- pipeline links (docs/pipelines.md) ------------------------------------------- */
+
+/** Where a pipeline stage's replies go: `next` is the region of the next stage (its
+ *  request ring), or with GYRE_LINK_TO_HEAD the chain's first stage (its reply ring, which
+ *  the host reads); 0 for a kernel that is not chained. GYRE_LINK_FROM_STAGE: this stage's
+ *  requests are an earlier stage's replies. `msg_type`: the message type the next stage's
+ *  handler takes, written into each request for it (not used with GYRE_LINK_TO_HEAD: the
+ *  host's reply keeps the type it came with). */
+typedef struct gyre_link {
+    GYRE_GLOBAL unsigned char *next;
+    uint32_t flags; /* GYRE_LINK_* */
+    uint32_t msg_type;
+} gyre_link;
+
+/** What a port does after this stage published to, or commanded, the next stage
+ *  (default: nothing; the C11 port rings the next stage's doorbell, since a CPU kernel
+ *  parks when idle). */
+#ifndef GYRE_NOTIFY_NEXT
+#define GYRE_NOTIFY_NEXT(r) ((void)0)
+#endif
+
+/** K0 of a pipeline stage, after gyre_k0_validate: the replies go to `link->next`, whose
+ *  control block must hold this stage's geometry (else BAD_GEOMETRY, faulting this
+ *  stage). The index spaces of all stages are the same: request i of a stage is the reply
+ *  i of the one before. Returns GYRE_ERR_NONE or the fault's code. */
+static inline GYRE_DEVICE_FN uint32_t gyre_k0_link(gyre_ring *r, const gyre_link *link) {
+    GYRE_GLOBAL gyre_control_block *cb = gyre_control(r->region);
+    GYRE_GLOBAL gyre_control_block *n;
+    if (link->next == 0) {
+        return GYRE_ERR_NONE;
+    }
+    n = gyre_control(link->next);
+    if (GYRE_LOAD_ACQUIRE_U32(&n->magic) != GYRE_MAGIC ||
+        GYRE_LOAD_ACQUIRE_U32(&n->abi_version) != GYRE_ABI_VERSION ||
+        GYRE_LOAD_ACQUIRE_U32(&n->capacity) != GYRE_LOAD_ACQUIRE_U32(&cb->capacity) ||
+        GYRE_LOAD_ACQUIRE_U32(&n->slot_size) != r->slot_size) {
+        return gyre_fault(cb, GYRE_ERR_BAD_GEOMETRY);
+    }
+    r->reply_base = link->next;
+    if ((link->flags & GYRE_LINK_TO_HEAD) != 0u) {
+        r->reply_release = &n->k2h_tail;
+        r->reply_publish = &n->k2h_head;
+    } else {
+        r->reply_off = GYRE_RINGS_OFFSET;
+        r->reply_release = &n->h2k_tail;
+        r->reply_publish = &n->h2k_head;
+        r->next_cb = n;
+        r->next_type = link->msg_type;
+    }
+    r->pass_status = (link->flags & GYRE_LINK_FROM_STAGE) != 0u ? 1u : 0u;
+    r->k2h_tail = GYRE_LOAD_ACQUIRE_U64(r->reply_release);
+    return GYRE_ERR_NONE;
+}
+
+/** A stage that stops (any final state) tells the next one to terminate: it drains what
+ *  this stage passed on, then stops and tells its own next stage. */
+static inline GYRE_DEVICE_FN void gyre_link_stop(gyre_ring *r) {
+    if (r->next_cb != 0) {
+        GYRE_STORE_RELEASE_U32(&r->next_cb->command, GYRE_CMD_TERMINATE);
+        GYRE_NOTIFY_NEXT(r);
+    }
 }
 
 /* ---- K8 telemetry ----------------------------------------------------------------- */
@@ -327,6 +410,22 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k1_next_state(uint32_t cmd, uint32_t 
     return state;
 }
 
+/** The loop's end outside a batch: error_code, processed, final telemetry, then the state
+ *  (release: a successor, or the host, sees everything before it); a pipeline stage that
+ *  reached a final state then tells the next stage to terminate. */
+static inline GYRE_DEVICE_FN void gyre_ring_stop(gyre_ring *r, uint32_t stop_state,
+                                                 uint32_t code) {
+    GYRE_GLOBAL gyre_control_block *cb = gyre_control(r->region);
+    GYRE_STORE_RELEASE_U32(&cb->error_code, code);
+    GYRE_STORE_RELEASE_U64(&cb->processed, r->processed);
+    gyre_k8_telemetry(r, stop_state);
+    GYRE_STORE_RELEASE_U32(&cb->state, stop_state);
+    r->state = stop_state;
+    if (GYRE_STATE_IS_FINAL(stop_state)) {
+        gyre_link_stop(r);
+    }
+}
+
 /** K9 then K1 (then K8): write the kernel heartbeat; if the host heartbeat has not
  *  changed for host_timeout_ns on the device clock, error_code = HOST_HEARTBEAT_STALE and
  *  state = TERMINATED, returning 0 (stop). Otherwise read the command, apply it, publish
@@ -369,11 +468,7 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k1_k9_slow_tick(gyre_ring *r) {
     /* One exit for all: error code, processed, final telemetry, then the state (release:
      * a successor, or the host, sees everything before it). */
     if (stop_state != 0u) {
-        GYRE_STORE_RELEASE_U32(&cb->error_code, stop_code);
-        GYRE_STORE_RELEASE_U64(&cb->processed, r->processed);
-        gyre_k8_telemetry(r, stop_state);
-        GYRE_STORE_RELEASE_U32(&cb->state, stop_state);
-        r->state = stop_state;
+        gyre_ring_stop(r, stop_state, stop_code);
         return 0u;
     }
     /* K1: K8 on a state change, else at most every GYRE_IDLE_TELEMETRY_NS (batches
@@ -420,7 +515,7 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k2_k3_take(gyre_ring *r, uint32_t che
             break; /* doorbell mode: not yet covered by the published head */
         }
         if (idx - r->k2h_tail >= cap) {
-            r->k2h_tail = GYRE_LOAD_ACQUIRE_U64(&cb->k2h_tail);
+            r->k2h_tail = GYRE_LOAD_ACQUIRE_U64(r->reply_release);
             if (idx - r->k2h_tail >= cap) {
                 break;
             }
@@ -437,7 +532,7 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k2_k3_take(gyre_ring *r, uint32_t che
          * the ring looks full; without the re-read a stale copy could hide the error
          * forever, since the fast path above re-reads only over ready slots). */
         if (r->tail - r->k2h_tail >= cap) {
-            r->k2h_tail = GYRE_LOAD_ACQUIRE_U64(&cb->k2h_tail);
+            r->k2h_tail = GYRE_LOAD_ACQUIRE_U64(r->reply_release);
             if (r->tail - r->k2h_tail >= cap) {
                 return 0u;
             }
@@ -466,9 +561,15 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k4_check(const gyre_ring *r, uint64_t
     m->len = h->len;
     m->flags = h->flags;
     m->status = GYRE_ERR_NONE;
+    m->passed = 0u;
+    m->pad = 0u;
     if (bad_seq) {
         m->correlation_id = idx;
         m->status = GYRE_ERR_BAD_SEQUENCE;
+    } else if (r->pass_status && h->status != GYRE_ERR_NONE) {
+        /* A pipeline's earlier stage answered it with an error: passed on as it is. */
+        m->status = h->status;
+        m->passed = 1u;
     } else if (m->len > r->payload) {
         m->status = GYRE_ERR_BAD_LENGTH;
     }
@@ -511,12 +612,12 @@ static inline GYRE_DEVICE_FN void gyre_k5_result(const gyre_ring *r, gyre_slot_m
 static inline GYRE_DEVICE_FN void gyre_k6_stamp_reply(gyre_ring *r, uint64_t idx,
                                                      const gyre_slot_meta *m) {
     GYRE_GLOBAL gyre_slot_header *h = gyre_reply_slot(r, idx);
-    if (m->status != GYRE_ERR_NONE) {
+    if (m->status != GYRE_ERR_NONE && !m->passed) {
         r->errors++;
     }
     h->correlation_id = m->correlation_id;
     h->enqueue_ns = m->enqueue_ns;
-    h->msg_type = m->msg_type;
+    h->msg_type = r->next_cb != 0 ? r->next_type : m->msg_type;
     h->len = m->len;
     h->flags = m->flags;
     h->status = m->status;
@@ -527,15 +628,19 @@ static inline GYRE_DEVICE_FN void gyre_k6_stamp_reply(gyre_ring *r, uint64_t idx
 /* ---- K7 publish ------------------------------------------------------------------- */
 
 /** K7: after the batch, release `n` requests and publish `n` replies: h2k_tail, then
- *  k2h_head, then processed (release; one store of each per batch). */
+ *  k2h_head (a pipeline stage: the next stage's h2k_head, or the head's k2h_head), then
+ *  processed (release; one store of each per batch). */
 static inline GYRE_DEVICE_FN void gyre_k7_publish(gyre_ring *r, uint32_t n) {
     GYRE_GLOBAL gyre_control_block *cb = gyre_control(r->region);
     r->tail += n;
     r->processed += n;
     r->messages += n;
     GYRE_STORE_RELEASE_U64(&cb->h2k_tail, r->tail);
-    GYRE_STORE_RELEASE_U64(&cb->k2h_head, r->tail);
+    GYRE_STORE_RELEASE_U64(r->reply_publish, r->tail);
     GYRE_STORE_RELEASE_U64(&cb->processed, r->processed);
+    if (r->next_cb != 0) {
+        GYRE_NOTIFY_NEXT(r);
+    }
 }
 
 /* ---- the poller's loop ------------------------------------------------------------ */
@@ -619,9 +724,14 @@ static inline GYRE_DEVICE_FN uint32_t gyre_ring_poll(gyre_ring *r, uint32_t *bad
     r->idle_polls++;
     if (r->state == GYRE_STATE_DRAINING && GYRE_LOAD_ACQUIRE_U64(&cb->h2k_head) <= r->tail) {
         /* Everything published before Terminate is answered. */
-        gyre_k8_telemetry(r, GYRE_STATE_TERMINATED);
-        GYRE_STORE_RELEASE_U32(&cb->state, GYRE_STATE_TERMINATED);
-        r->state = GYRE_STATE_TERMINATED;
+        gyre_ring_stop(r, GYRE_STATE_TERMINATED, GYRE_ERR_NONE);
+        return GYRE_POLL_STOPPED;
+    }
+    if (slow && r->next_cb != 0 &&
+        GYRE_STATE_IS_FINAL(GYRE_LOAD_ACQUIRE_U32(&r->next_cb->state))) {
+        /* The next stage of a pipeline stopped for good: what this stage holds can never
+         * be passed on, so it stops too (and so, in turn, do the stages before it). */
+        gyre_ring_stop(r, GYRE_STATE_TERMINATED, GYRE_ERR_STAGE_STOPPED);
         return GYRE_POLL_STOPPED;
     }
     return 0u;
@@ -655,6 +765,7 @@ static inline GYRE_DEVICE_FN void gyre_ring_fault_batch(gyre_ring *r, uint32_t a
     gyre_k8_telemetry(r, GYRE_STATE_FAULTED);
     GYRE_STORE_RELEASE_U32(&cb->state, GYRE_STATE_FAULTED);
     r->state = GYRE_STATE_FAULTED;
+    gyre_link_stop(r);
 }
 
 /** After K4..K6 of a batch of `n` found at GYRE_BATCH_STAMP() `t0`: handler time, K7

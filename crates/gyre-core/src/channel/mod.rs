@@ -167,6 +167,8 @@ pub struct Channel {
     restart_armed: AtomicBool,
     /// Told about every request whose reply slot the host releases (loans).
     release_hook: OnceLock<Arc<dyn ReleaseHook>>,
+    /// The pipeline this channel is the head of: its state is the chain's.
+    chain: OnceLock<Arc<crate::chain::ChainView>>,
 }
 
 /// Told by the host side of a channel about each answered request it is done with: the
@@ -222,6 +224,7 @@ impl Channel {
             doorbell: OnceLock::new(),
             restart_armed: AtomicBool::new(false),
             release_hook: OnceLock::new(),
+            chain: OnceLock::new(),
             region,
         }
     }
@@ -543,20 +546,37 @@ impl Channel {
         }
     }
 
-    /// The kernel's state and error code, as written in the control block.
+    /// The kernel's state and error code, as written in the control block; for the head
+    /// of a pipeline, the chain's ([`ChainView::state`](crate::chain::ChainView::state)).
     pub fn kernel_state(&self) -> (u32, u32) {
         self.refresh();
+        if let Some(chain) = self.chain.get() {
+            return chain.state();
+        }
         let cb = self.region.control();
         let s = cb.state.load(Acquire);
         (s, cb.error_code.load(Acquire))
     }
 
-    /// Writes the host heartbeat.
+    /// Makes this channel the host side of a pipeline whose head is its region: its
+    /// kernel state becomes the chain's, and its heartbeat goes to every stage. Set once,
+    /// before the first request; later calls are ignored.
+    pub fn set_chain(&self, chain: Arc<crate::chain::ChainView>) {
+        let _ = self.chain.set(chain);
+    }
+
+    /// The pipeline this channel is the head of, if any.
+    pub fn chain(&self) -> Option<&Arc<crate::chain::ChainView>> {
+        self.chain.get()
+    }
+
+    /// Writes the host heartbeat (of every stage, for a pipeline's head).
     pub fn heartbeat(&self) {
-        self.region
-            .control()
-            .host_heartbeat
-            .store(crate::clock::now_ns(), Release);
+        let now = crate::clock::now_ns();
+        self.region.control().host_heartbeat.store(now, Release);
+        if let Some(chain) = self.chain.get() {
+            chain.heartbeat(now);
+        }
         self.flushed();
     }
 

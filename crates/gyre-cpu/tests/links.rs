@@ -1,0 +1,211 @@
+//! The pipeline link of `ring.h` (L1–L4 of `docs/protocol.md` §9) run by the CPU backend's
+//! kernel threads, with no host-side chain view: two stages whose regions are linked,
+//! a channel on the first. What the kernels must do by themselves: pass replies on and
+//! back to the head (L1), stamp the next stage's message type (L2), tell the next stage
+//! to terminate when they stop (L3), stop when the next stage stopped (L4), and refuse a
+//! next region of another geometry at K0.
+
+use std::sync::atomic::Ordering::{Acquire, Release};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gyre_abi::{command, error, link, state};
+use gyre_core::chain::StageLink;
+use gyre_core::channel::{Channel, Kind};
+use gyre_core::doorbell::Doorbell;
+use gyre_core::ring::Geometry;
+use gyre_core::{Backend, Handler, IdleStrategy, KernelInstance, LaunchSpec, SharedRegion};
+
+fn region(capacity: u32) -> Arc<SharedRegion> {
+    Arc::new(SharedRegion::new_host(Geometry::new(capacity, 128, 4).unwrap(), 0).unwrap())
+}
+
+fn spec(
+    name: &str,
+    handler: Arc<dyn Handler>,
+    bell: &Arc<Doorbell>,
+    link: StageLink,
+) -> LaunchSpec {
+    LaunchSpec {
+        name: name.into(),
+        handler,
+        builtin: None,
+        idle: IdleStrategy::default(),
+        telemetry: true,
+        cuda_source: None,
+        opencl_source: None,
+        lane_handler: None,
+        export: None,
+        doorbell: Some(bell.clone()),
+        loans: None,
+        link: Some(link),
+    }
+}
+
+fn state_of(r: &SharedRegion) -> (u32, u32) {
+    let cb = r.control();
+    (cb.state.load(Acquire), cb.error_code.load(Acquire))
+}
+
+fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Stage 0 adds 1 (and answers message type 7 only), stage 1 doubles (type 9 only).
+struct Two {
+    head: Arc<SharedRegion>,
+    tail: Arc<SharedRegion>,
+    kernels: Vec<Box<dyn KernelInstance>>,
+    ch: Channel,
+}
+
+fn typed(ty: u32, f: fn(u64) -> u64) -> Arc<dyn Handler> {
+    Arc::new(
+        move |t: u32, req: &[u8], reply: &mut [u8]| -> Result<usize, u32> {
+            if t != ty {
+                return Err(error::UNKNOWN_TYPE);
+            }
+            let x = u64::from_le_bytes(req.try_into().map_err(|_| error::HANDLER_REJECTED)?);
+            reply[..8].copy_from_slice(&f(x).to_le_bytes());
+            Ok(8)
+        },
+    )
+}
+
+fn two() -> Two {
+    let (head, tail) = (region(8), region(8));
+    let (b0, b1) = (Arc::new(Doorbell::new()), Arc::new(Doorbell::new()));
+    let cpu = gyre_cpu::CpuBackend::new();
+    let last = spec(
+        "links.1",
+        typed(9, |x| x * 2),
+        &b1,
+        StageLink {
+            next: head.clone(),
+            flags: link::TO_HEAD | link::FROM_STAGE,
+            next_doorbell: None,
+            next_msg_type: 0,
+        },
+    );
+    let first = spec(
+        "links.0",
+        typed(7, |x| x + 1),
+        &b0,
+        StageLink {
+            next: tail.clone(),
+            flags: 0,
+            next_doorbell: Some(b1.clone()),
+            next_msg_type: 9,
+        },
+    );
+    let kernels = vec![
+        cpu.launch(tail.clone(), &last).unwrap(),
+        cpu.launch(head.clone(), &first).unwrap(),
+    ];
+    let ch = Channel::new(head.clone(), "links");
+    ch.set_doorbell(b0);
+    Two {
+        head,
+        tail,
+        kernels,
+        ch,
+    }
+}
+
+fn call(ch: &Channel, x: u64) -> gyre_core::Result<u64> {
+    let i = ch.try_publish(Kind::Call, 7, &x.to_le_bytes()).unwrap();
+    ch.wait_blocking(i, &IdleStrategy::default(), None, |r| {
+        Ok(u64::from_le_bytes(r.payload.try_into().unwrap_or_default()))
+    })
+}
+
+#[test]
+fn replies_go_through_both_stages_and_a_terminate_reaches_the_second() {
+    let t = two();
+    for x in 0..50u64 {
+        assert_eq!(call(&t.ch, x).unwrap(), (x + 1) * 2);
+    }
+    // L3: only the first stage is told; the second follows by itself.
+    t.ch.command(command::TERMINATE);
+    eventually("both stages to terminate", || {
+        state_of(&t.head).0 == state::TERMINATED && state_of(&t.tail).0 == state::TERMINATED
+    });
+    assert_eq!(state_of(&t.tail), (state::TERMINATED, error::NONE));
+    for k in &t.kernels {
+        k.join().unwrap();
+    }
+}
+
+#[test]
+fn a_stage_whose_next_stage_stopped_stops_with_stage_stopped() {
+    let t = two();
+    assert_eq!(call(&t.ch, 1).unwrap(), 4);
+    // The second stage stops (told directly, as if it had faulted): L4 stops the first.
+    t.tail.control().command.store(command::TERMINATE, Release);
+    eventually("the first stage to stop", || {
+        state::is_final(state_of(&t.head).0)
+    });
+    assert_eq!(state_of(&t.head), (state::TERMINATED, error::STAGE_STOPPED));
+    for k in &t.kernels {
+        k.join().unwrap();
+    }
+}
+
+#[test]
+fn a_next_region_of_another_geometry_faults_k0_and_tells_it_to_terminate() {
+    // Stage 0 (8 slots) links to a stage of 16 slots, whose own replies go to a third
+    // region of its geometry: only stage 0's link is wrong.
+    let (head, tail, sink) = (region(8), region(16), region(16));
+    let (b0, b1) = (Arc::new(Doorbell::new()), Arc::new(Doorbell::new()));
+    let cpu = gyre_cpu::CpuBackend::new();
+    let second = cpu
+        .launch(
+            tail.clone(),
+            &spec(
+                "links.1",
+                typed(9, |x| x),
+                &b1,
+                StageLink {
+                    next: sink,
+                    flags: link::TO_HEAD | link::FROM_STAGE,
+                    next_doorbell: None,
+                    next_msg_type: 0,
+                },
+            ),
+        )
+        .unwrap();
+    eventually("the second stage to run", || {
+        state_of(&tail).0 == state::ACTIVE
+    });
+    let first = cpu
+        .launch(
+            head.clone(),
+            &spec(
+                "links.0",
+                typed(7, |x| x),
+                &b0,
+                StageLink {
+                    next: tail.clone(),
+                    flags: 0,
+                    next_doorbell: Some(b1),
+                    next_msg_type: 9,
+                },
+            ),
+        )
+        .unwrap();
+    eventually("the first stage to fault", || {
+        state::is_final(state_of(&head).0)
+    });
+    assert_eq!(state_of(&head), (state::FAULTED, error::BAD_GEOMETRY));
+    // L3 at K0: the second stage was told to terminate, and did.
+    eventually("the second stage to terminate", || {
+        state::is_final(state_of(&tail).0)
+    });
+    assert_eq!(state_of(&tail), (state::TERMINATED, error::NONE));
+    first.join().unwrap();
+    second.join().unwrap();
+}

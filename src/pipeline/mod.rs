@@ -1,0 +1,589 @@
+//! Pipelines: a chain of ring kernels where the replies of stage k are the requests of
+//! stage k + 1, moved by the kernels themselves, with no host hop in between
+//! (`docs/pipelines.md`).
+//!
+//! The host sees the chain as one [`Kernel`] taking the first stage's requests and
+//! answering the last stage's replies: [`Pipeline`] dereferences to it. Underneath,
+//! stage k's kernel writes each reply straight into stage k + 1's request ring (same
+//! geometry, same index: request `i` of every stage is reply `i` of the one before) and
+//! the last stage writes into the first stage's reply ring, which is where the host's
+//! channel reads replies. The algorithm is the ring protocol itself with the reply side
+//! pointed elsewhere (`gyre_k0_link` in `cuda/include/gyre/ring.h`); the host's view of
+//! the chain as one kernel is [`gyre_core::chain::ChainView`].
+
+mod instance;
+
+use core::marker::PhantomData;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytemuck::Pod;
+use gyre_abi::{command, link};
+use gyre_core::chain::{ChainView, StageLink};
+use gyre_core::doorbell::Doorbell;
+use gyre_core::shm::ExportPublisher;
+use gyre_core::telemetry::read_consistent;
+use gyre_core::{Error, KernelInstance, LaunchSpec, Result, SharedRegion};
+
+use crate::kernel::{Kernel, Started};
+use crate::lifecycle::Place;
+use crate::runtime::{Checked, Runtime};
+use crate::spec::{ExportTarget, KernelSpec};
+use crate::state::KernelState;
+use instance::{ChainInstance, StageFeed};
+
+/// The most stages a pipeline has.
+pub const MAX_PIPELINE_STAGES: usize = 64;
+
+/// How long a launch that failed half way waits for the stages it already started.
+const ABANDON_WAIT: Duration = Duration::from_secs(5);
+
+/// One stage, without its message types (kept for the size checks).
+#[derive(Clone)]
+struct Stage {
+    spec: KernelSpec<(), ()>,
+    req: (&'static str, usize),
+    resp: (&'static str, usize),
+}
+
+impl Stage {
+    fn of<A, B>(spec: KernelSpec<A, B>) -> Self {
+        Self {
+            spec: spec.retyped(),
+            req: (core::any::type_name::<A>(), core::mem::size_of::<A>()),
+            resp: (core::any::type_name::<B>(), core::mem::size_of::<B>()),
+        }
+    }
+}
+
+/// Describes a pipeline: a name and its stages, each a [`KernelSpec`] whose request type
+/// is the previous stage's reply type (checked by the compiler).
+///
+/// What each stage's spec contributes: its handler, its rings' batch size, idle strategy,
+/// telemetry and host timeout. Every stage's capacity and slot size must be the first
+/// stage's. The first stage's spec also gives the host-side settings of the whole
+/// pipeline (host idle, async spin, timestamps, message type, watchdog, telemetry export).
+/// Stages are launched once: epochs, restart policies, watched sources and loans are
+/// refused (see [`Runtime::launch_pipeline`]).
+///
+/// # Examples
+///
+/// ```
+/// use gyre::{KernelSpec, PipelineSpec};
+/// let spec = PipelineSpec::new("double-then-add", KernelSpec::from_fn("double", |x: u32| x * 2))
+///     .then(KernelSpec::from_fn("add", |x: u32| u64::from(x) + 1));
+/// assert_eq!(spec.stages(), 2);
+/// ```
+pub struct PipelineSpec<Req, Resp> {
+    name: String,
+    stages: Vec<Stage>,
+    _types: PhantomData<fn(Req) -> Resp>,
+}
+
+impl<Req, Resp> Clone for PipelineSpec<Req, Resp> {
+    fn clone(&self) -> Self {
+        Self {
+            name: self.name.clone(),
+            stages: self.stages.clone(),
+            _types: PhantomData,
+        }
+    }
+}
+
+impl<Req, Resp> core::fmt::Debug for PipelineSpec<Req, Resp> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("PipelineSpec")
+            .field("name", &self.name)
+            .field(
+                "stages",
+                &self.stages.iter().map(|s| &s.spec.name).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+impl<Req: Pod, Resp: Pod> PipelineSpec<Req, Resp> {
+    /// A pipeline named `name` whose first stage is `first`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let spec = gyre::PipelineSpec::new("p", gyre::KernelSpec::<u64, u64>::echo());
+    /// assert_eq!((spec.name(), spec.stages()), ("p", 1));
+    /// ```
+    pub fn new(name: impl Into<String>, first: KernelSpec<Req, Resp>) -> Self {
+        Self {
+            name: name.into(),
+            stages: vec![Stage::of(first)],
+            _types: PhantomData,
+        }
+    }
+
+    /// Adds `next` as the last stage: it takes this pipeline's replies as its requests.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gyre::{KernelSpec, PipelineSpec};
+    /// let spec = PipelineSpec::new("p", KernelSpec::from_fn("len", |x: [u8; 8]| x.len() as u32))
+    ///     .then(KernelSpec::from_fn("square", |n: u32| n * n));
+    /// assert_eq!(spec.stages(), 2);
+    /// ```
+    pub fn then<Next: Pod>(self, next: KernelSpec<Resp, Next>) -> PipelineSpec<Req, Next> {
+        let mut stages = self.stages;
+        stages.push(Stage::of(next));
+        PipelineSpec {
+            name: self.name,
+            stages,
+            _types: PhantomData,
+        }
+    }
+}
+
+impl<Req, Resp> PipelineSpec<Req, Resp> {
+    /// The pipeline's name (the name of the kernel the host sees; stage k's kernel is
+    /// `<name>.<k>`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Stages so far.
+    pub fn stages(&self) -> usize {
+        self.stages.len()
+    }
+
+    /// Stage k's kernel name.
+    fn stage_name(&self, k: usize) -> String {
+        format!("{}.{k}", self.name)
+    }
+
+    fn refuse(&self, stage: usize, reason: String) -> Error {
+        Error::Pipeline {
+            pipeline: self.name.clone(),
+            stage,
+            reason,
+        }
+    }
+
+    /// What [`Runtime::launch`] checks of each stage, plus what a chain needs: one ring
+    /// geometry (batch sizes may differ), stages launched once.
+    fn check(&self, target: &crate::runtime::Target) -> Result<Vec<Checked>> {
+        if self.stages.len() > MAX_PIPELINE_STAGES {
+            return Err(self.refuse(
+                self.stages.len() - 1,
+                format!("a pipeline has at most {MAX_PIPELINE_STAGES} stages"),
+            ));
+        }
+        let mut out: Vec<Checked> = Vec::with_capacity(self.stages.len());
+        for (k, st) in self.stages.iter().enumerate() {
+            let c = Checked::of(&st.spec, target)?;
+            let payload = c.geometry.payload();
+            for (role, (type_name, size)) in [("request", st.req), ("reply", st.resp)] {
+                if size > payload {
+                    return Err(Error::TypeTooLarge {
+                        role,
+                        type_name,
+                        size,
+                        payload,
+                    });
+                }
+            }
+            if let Some(first) = out.first() {
+                let (a, b) = (&first.geometry, &c.geometry);
+                if a.capacity() != b.capacity() || a.slot_size() != b.slot_size() {
+                    return Err(self.refuse(
+                        k,
+                        format!(
+                            "its rings are {} slots of {} bytes, the first stage's {} slots \
+                             of {} bytes: every stage of a chain has the same capacity and \
+                             slot size (stage k writes into stage k + 1's ring)",
+                            b.capacity(),
+                            b.slot_size(),
+                            a.capacity(),
+                            a.slot_size()
+                        ),
+                    ));
+                }
+            }
+            let once = |what: &str| {
+                self.refuse(
+                    k,
+                    format!(
+                        "it {what}: a pipeline's stages are launched once (no relaunch of \
+                         one stage in a running chain yet)"
+                    ),
+                )
+            };
+            if c.epoch_us != 0 {
+                return Err(once(&format!(
+                    "runs in epochs of {} us (on a device with a kernel time limit, set \
+                     KernelSpec::epoch(Duration::ZERO) and accept the limit)",
+                    c.epoch_us
+                )));
+            }
+            if st.spec.restart.is_some() {
+                return Err(once("has a restart policy"));
+            }
+            if st.spec.watch.is_some() {
+                return Err(once("watches a handler source"));
+            }
+            if st.spec.loan.is_some() || st.spec.loan_arena.is_some() {
+                return Err(
+                    self.refuse(k, "it is a loan kernel: pipelines carry slots only".into())
+                );
+            }
+            out.push(c);
+        }
+        Ok(out)
+    }
+
+    /// Stage k's telemetry export file, if the first stage's spec exports: next to the
+    /// others, named after the stage.
+    fn export_for(&self, k: usize) -> Result<Option<Arc<gyre_core::shm::ExportWriter>>> {
+        let head = &self.stages[0].spec;
+        let mut s = head.clone();
+        s.name = self.stage_name(k);
+        s.export = match &head.export {
+            None => return Ok(None),
+            Some(ExportTarget::Path(p)) if k > 0 => {
+                let mut file = p.clone().into_os_string();
+                file.push(format!(".{k}"));
+                Some(ExportTarget::Path(file.into()))
+            }
+            Some(t) => Some(t.clone()),
+        };
+        s.export_writer()
+    }
+}
+
+/// A running pipeline: to the host, one [`Kernel`] taking the first stage's requests and
+/// answering the last stage's replies (it dereferences to it), plus a view of each stage.
+///
+/// Semantics (`docs/pipelines.md`): replies come back in request order, one per request;
+/// at most `capacity` requests are in the whole chain at once (back-pressure reaches the
+/// callers; nothing is dropped); an error reply of one stage (a handler's status,
+/// `BAD_LENGTH`) is passed on by the stages after it without running their handlers and
+/// reaches its caller; a stage that stops for good (a handler panic, a lost device)
+/// makes the whole chain stop, the requests past it are answered as usual, and every
+/// request the chain did not answer fails with that stage's error. [`Kernel::shutdown`]
+/// drains stage by stage. [`Kernel::pause`] pauses the first stage (intake); the others
+/// finish what they hold. [`Kernel::reload`] is refused ([`Error::Pipeline`]).
+///
+/// # Examples
+///
+/// ```
+/// use gyre::{Backend, KernelSpec, PipelineSpec, Runtime};
+/// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
+/// let p = rt.launch_pipeline(
+///     PipelineSpec::new("p", KernelSpec::from_fn("double", |x: u32| x * 2))
+///         .then(KernelSpec::from_fn("widen", |x: u32| u64::from(x) << 32)),
+/// )?;
+/// assert_eq!(p.call_blocking(3)?, 6u64 << 32);
+/// assert_eq!(p.stages(), 2);
+/// p.shutdown_blocking()?;
+/// # Ok::<(), gyre::Error>(())
+/// ```
+pub struct Pipeline<Req, Resp> {
+    kernel: Kernel<Req, Resp>,
+    names: Arc<[String]>,
+    chain: Arc<ChainView>,
+}
+
+impl<Req, Resp> Clone for Pipeline<Req, Resp> {
+    fn clone(&self) -> Self {
+        Self {
+            kernel: self.kernel.clone(),
+            names: self.names.clone(),
+            chain: self.chain.clone(),
+        }
+    }
+}
+
+impl<Req, Resp> core::fmt::Debug for Pipeline<Req, Resp> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Pipeline")
+            .field("kernel", &self.kernel)
+            .field("stages", &self.names)
+            .finish()
+    }
+}
+
+impl<Req, Resp> core::ops::Deref for Pipeline<Req, Resp> {
+    type Target = Kernel<Req, Resp>;
+    fn deref(&self) -> &Kernel<Req, Resp> {
+        &self.kernel
+    }
+}
+
+impl<Req, Resp> Pipeline<Req, Resp> {
+    /// The kernel the host sees (the pipeline dereferences to it too).
+    pub fn kernel(&self) -> &Kernel<Req, Resp> {
+        &self.kernel
+    }
+
+    /// The kernel the host sees, without the stage view.
+    pub fn into_kernel(self) -> Kernel<Req, Resp> {
+        self.kernel
+    }
+
+    /// Stages in the chain.
+    pub fn stages(&self) -> usize {
+        self.names.len()
+    }
+
+    /// Each stage's spec name, first stage first (its kernel is `<pipeline>.<k>`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gyre::{Backend, KernelSpec, PipelineSpec, Runtime};
+    /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
+    /// let p = rt.launch_pipeline(
+    ///     PipelineSpec::new("p", KernelSpec::<u32, u32>::echo().named("a"))
+    ///         .then(KernelSpec::<u32, u32>::echo().named("b")),
+    /// )?;
+    /// assert_eq!(p.stage_names(), ["a", "b"]);
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
+    pub fn stage_names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// Each stage's state, first stage first (the chain's own is [`Kernel::state`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gyre::{Backend, KernelSpec, KernelState, PipelineSpec, Runtime};
+    /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
+    /// let p = rt.launch_pipeline(
+    ///     PipelineSpec::new("p", KernelSpec::<u32, u32>::echo()).then(KernelSpec::echo()),
+    /// )?;
+    /// p.shutdown_blocking()?;
+    /// assert!(p.stage_states().iter().all(|s| *s == KernelState::Terminated { code: 0 }));
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
+    pub fn stage_states(&self) -> Vec<KernelState> {
+        self.chain
+            .stage_states()
+            .into_iter()
+            .map(|(s, c)| KernelState::from_raw(s, c))
+            .collect()
+    }
+
+    /// Each stage's telemetry line, first stage first: its messages, errors it produced
+    /// (not the ones it passed on), polls and handler time.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::TornTelemetry`] when a line could not be read consistently.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gyre::{Backend, KernelSpec, PipelineSpec, Runtime};
+    /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
+    /// let p = rt.launch_pipeline(
+    ///     PipelineSpec::new("p", KernelSpec::<u32, u32>::echo()).then(KernelSpec::echo()),
+    /// )?;
+    /// p.call_blocking(1)?;
+    /// p.shutdown_blocking()?; // the last telemetry of each stage is written
+    /// assert!(p.stage_telemetry()?.iter().all(|t| t.messages_out == 1));
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
+    pub fn stage_telemetry(&self) -> Result<Vec<gyre_abi::TelemetrySnapshot>> {
+        self.chain
+            .regions()
+            .map(|r| {
+                read_consistent(r.telemetry(), 1024).map_err(|e| Error::TornTelemetry {
+                    attempts: e.attempts,
+                })
+            })
+            .collect()
+    }
+}
+
+impl Runtime {
+    /// Launches the stages of `spec` as one chain and returns the host's handle on it.
+    ///
+    /// Every stage runs on one backend: the runtime's if it runs them all, else (under
+    /// [`Backend::Auto`](crate::Backend::Auto)) the CPU backend. The rings between stages
+    /// are shared by the two kernels that use them, so the backend's transfer strategy
+    /// must be `unified` (zero copy); on the CPU backend they are host memory, on OpenCL
+    /// fine-grained SVM, on CUDA mapped pinned memory. All stages run at once: a backend
+    /// that cannot run them all (OpenCL: one per compute unit; CUDA: resident blocks)
+    /// refuses the launch and the stages already started are stopped.
+    ///
+    /// # Errors
+    ///
+    /// Nothing is left running on any error:
+    /// [`Error::Pipeline`] (more than [`MAX_PIPELINE_STAGES`] stages; a stage whose capacity or
+    /// slot size differs from the first's; a stage with epochs, a restart policy, a
+    /// watched source or loans); [`Error::StrategyUnsupported`] under a copy strategy;
+    /// those of [`Runtime::launch`] for any stage ([`Error::HandlerUnsupported`],
+    /// [`Error::TypeTooLarge`], [`Error::InvalidArgument`], [`Error::Launch`] when a
+    /// backend cannot start one more kernel, ...).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gyre::{Backend, KernelSpec, PipelineSpec, Runtime};
+    /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
+    /// let e = rt
+    ///     .launch_pipeline(
+    ///         PipelineSpec::new("p", KernelSpec::<u32, u32>::echo())
+    ///             .then(KernelSpec::<u32, u32>::echo().capacity(64)),
+    ///     )
+    ///     .unwrap_err();
+    /// assert!(matches!(e, gyre::Error::Pipeline { stage: 1, .. }));
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
+    pub fn launch_pipeline<Req: Pod, Resp: Pod>(
+        &self,
+        spec: PipelineSpec<Req, Resp>,
+    ) -> Result<Pipeline<Req, Resp>> {
+        let specs: Vec<KernelSpec<(), ()>> = spec.stages.iter().map(|s| s.spec.clone()).collect();
+        let target = self.target_for_all(&specs)?;
+        let strategy = target.plan.strategy;
+        if strategy.copies() {
+            return Err(Error::StrategyUnsupported {
+                backend: target.imp.name(),
+                strategy: strategy.name(),
+                reason: "a pipeline's stages write each other's rings directly: it needs the \
+                         unified (zero-copy) strategy"
+                    .into(),
+            });
+        }
+        let checked = spec.check(target)?;
+        let n = checked.len();
+        let imp = &target.imp;
+        let _span = tracing::info_span!(
+            "gyre_launch_pipeline",
+            pipeline = %spec.name,
+            stages = n,
+            backend = imp.name()
+        )
+        .entered();
+        let regions = checked
+            .iter()
+            .map(|c| {
+                let mem = imp.alloc_region(SharedRegion::bytes_for(&c.geometry))?;
+                Ok(Arc::new(SharedRegion::new(
+                    mem,
+                    c.geometry,
+                    c.host_timeout_ms,
+                )?))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let doorbells: Vec<Arc<Doorbell>> = (0..n).map(|_| Arc::new(Doorbell::new())).collect();
+        let mut launches = Vec::with_capacity(n);
+        for (k, st) in spec.stages.iter().enumerate() {
+            let mut l: LaunchSpec = st.spec.launch_spec();
+            l.name = spec.stage_name(k);
+            l.doorbell = Some(doorbells[k].clone());
+            if n > 1 {
+                let last = k + 1 == n;
+                l.link = Some(StageLink {
+                    next: regions[(k + 1) % n].clone(),
+                    flags: if last { link::TO_HEAD } else { 0 }
+                        | if k > 0 { link::FROM_STAGE } else { 0 },
+                    next_doorbell: (!last).then(|| doorbells[k + 1].clone()),
+                    next_msg_type: spec.stages[(k + 1) % n].spec.msg_type,
+                });
+            }
+            launches.push(l);
+        }
+        launches[0].export = spec.export_for(0)?;
+        let mut exports = Vec::with_capacity(n.saturating_sub(1));
+        for (k, region) in regions.iter().enumerate().skip(1) {
+            if let Some(w) = spec.export_for(k)? {
+                let p = ExportPublisher::start(
+                    region.clone(),
+                    w,
+                    spec.stages[0].spec.export_interval,
+                    Arc::new(StageFeed),
+                )
+                .map_err(|e| Error::Launch {
+                    backend: "telemetry export",
+                    kernel: spec.stage_name(k),
+                    source: gyre_core::Cause::new(e),
+                })?;
+                exports.push(p);
+            }
+        }
+        // The last stage first: each stage's next is running when it starts.
+        let mut running: Vec<Arc<dyn KernelInstance>> = Vec::with_capacity(n);
+        for k in (0..n).rev() {
+            match imp.launch(regions[k].clone(), &launches[k]) {
+                Ok(i) => running.push(Arc::from(i)),
+                Err(e) => {
+                    abandon(&regions[k + 1..], &doorbells[k + 1..], &running);
+                    return Err(e);
+                }
+            }
+        }
+        running.reverse();
+        tracing::info!(
+            capacity = checked[0].geometry.capacity(),
+            slot_size = checked[0].geometry.slot_size(),
+            "pipeline launched"
+        );
+        let chain = Arc::new(ChainView::new(
+            regions
+                .iter()
+                .cloned()
+                .zip(doorbells.iter().cloned().map(Some))
+                .collect(),
+        ));
+        let mut head: KernelSpec<Req, Resp> = spec.stages[0].spec.clone().retyped();
+        head.name = spec.name.clone();
+        let kernel = Kernel::start(
+            Started {
+                region: regions[0].clone(),
+                place: Place::Shared(regions[0].clone()),
+                imp: imp.clone(),
+                instance: Box::new(ChainInstance { stages: running }),
+                transfer: None,
+                launched: launches[0].clone(),
+                epoch_us: 0,
+                backend: target.backend,
+                chain: Some(chain.clone()),
+            },
+            &head,
+        )?;
+        kernel.inner().keep_exports(exports);
+        Ok(Pipeline {
+            kernel,
+            names: spec.stages.iter().map(|s| s.spec.name.clone()).collect(),
+            chain,
+        })
+    }
+}
+
+/// Stops the stages a failed launch already started (they hold no request): Terminate,
+/// then a join once each finished (a stage that does not finish in time is detached).
+fn abandon(
+    regions: &[Arc<SharedRegion>],
+    bells: &[Arc<Doorbell>],
+    running: &[Arc<dyn KernelInstance>],
+) {
+    for (r, b) in regions.iter().zip(bells) {
+        r.control()
+            .command
+            .store(command::TERMINATE, core::sync::atomic::Ordering::Release);
+        b.ring();
+    }
+    let deadline = Instant::now() + ABANDON_WAIT;
+    for k in running {
+        while !k.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        if k.is_finished() {
+            let _ = k.join();
+        } else {
+            tracing::warn!(
+                "a stage of a pipeline that failed to launch did not stop; detaching it"
+            );
+        }
+    }
+}

@@ -1,0 +1,176 @@
+//! Pipelines on the OpenCL backend: each stage a work-group of one device, writing the
+//! next stage's request ring in fine-grained SVM (PoCL in CI: one compute unit per core,
+//! so at most that many stages). Without a usable OpenCL device the cases print `SKIP`
+//! and pass, unless `GYRE_REQUIRE_OPENCL=1`. The fault cases that need a handler to panic
+//! are CPU-only (`tests/pipeline.rs`): a device handler cannot panic.
+
+#![cfg(feature = "opencl")]
+
+#[path = "support/opencl.rs"]
+mod support;
+
+use gyre::{codes, Backend, Error, KernelSpec, KernelState, PipelineSpec, Runtime};
+
+fn guard() -> support::Guard {
+    support::guard(
+        module_path!(),
+        "opencl_pipeline_compiles_in_child",
+        support::TEST_LIMIT,
+    )
+}
+
+fn runtime(test: &str) -> Option<Runtime> {
+    let (platform, device) = support::device_or_skip(test)?;
+    Some(
+        Runtime::builder()
+            .backend(Backend::OpenCl { platform, device })
+            .build()
+            .expect("OpenCL runtime"),
+    )
+}
+
+fn compute_units(rt: &Runtime) -> usize {
+    match rt.backend() {
+        Backend::OpenCl { platform, device } => gyre_opencl::probe()
+            .expect("probe")
+            .into_iter()
+            .find(|p| p.index == platform)
+            .and_then(|p| p.devices.into_iter().find(|d| d.index == device))
+            .map(|d| d.compute_units as usize)
+            .expect("the device"),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Odd requests answered with status USER_BASE + x, even ones passed on (u32).
+const REJECT_ODD: &str = r#"
+unsigned int gyre_handler(unsigned int t, const __global unsigned char *req,
+                          unsigned int len, __global unsigned char *reply, unsigned int cap,
+                          unsigned int *out, unsigned int lane, unsigned int lanes) {
+    const unsigned int x = *(const __global unsigned int *)req;
+    *out = 0u;
+    if (len != 4u || cap < 4u) { return GYRE_ERR_HANDLER_REJECTED; }
+    if (x % 2u == 1u) { return GYRE_ERR_USER_BASE + x; }
+    if (lane == 0u) { *(__global unsigned int *)reply = x; }
+    *out = 4u;
+    return GYRE_ERR_NONE;
+}
+"#;
+
+/// x -> x * 10 + 1 (u32).
+const TIMES_TEN: &str = r#"
+unsigned int gyre_handler(unsigned int t, const __global unsigned char *req,
+                          unsigned int len, __global unsigned char *reply, unsigned int cap,
+                          unsigned int *out, unsigned int lane, unsigned int lanes) {
+    const unsigned int x = *(const __global unsigned int *)req;
+    *out = 0u;
+    if (len != 4u || cap < 4u) { return GYRE_ERR_HANDLER_REJECTED; }
+    if (lane == 0u) { *(__global unsigned int *)reply = x * 10u + 1u; }
+    *out = 4u;
+    return GYRE_ERR_NONE;
+}
+"#;
+
+fn reject_odd() -> KernelSpec<u32, u32> {
+    // The Rust closure answers recognisably wrong: it must never run here.
+    KernelSpec::from_fn("reject-odd", |_: u32| 999_999u32)
+        .opencl_handler("reject_odd.cl", REJECT_ODD)
+}
+
+fn times_ten() -> KernelSpec<u32, u32> {
+    KernelSpec::from_fn("times-ten", |_: u32| 888_888u32).opencl_handler("times_ten.cl", TIMES_TEN)
+}
+
+/// The child of the compile check: a two-stage chain of both sources.
+#[test]
+fn opencl_pipeline_compiles_in_child() {
+    if !support::is_child() {
+        let _g = guard();
+        support::device_or_skip("opencl_pipeline_compiles_in_child");
+        return;
+    }
+    let Some(rt) = runtime("opencl_pipeline_compiles_in_child") else {
+        return;
+    };
+    let p = rt
+        .launch_pipeline(PipelineSpec::new("c", reject_odd()).then(times_ten()))
+        .expect("pipeline");
+    assert_eq!(p.call_blocking(2).expect("call"), 21);
+    p.shutdown_blocking().expect("shutdown");
+}
+
+#[test]
+fn two_device_stages_answer_in_order_and_pass_errors_on() {
+    let _g = guard();
+    let Some(rt) = runtime("two_device_stages_answer_in_order_and_pass_errors_on") else {
+        return;
+    };
+    let p = rt
+        .launch_pipeline(
+            PipelineSpec::new("cl", reject_odd().capacity(16)).then(times_ten().capacity(16)),
+        )
+        .expect("pipeline");
+    assert!(matches!(p.backend(), Backend::OpenCl { .. }));
+    for x in 0..40u32 {
+        match p.call_blocking(x) {
+            Ok(v) => assert_eq!((x % 2, v), (0, x * 10 + 1)),
+            Err(Error::Handler { status, .. }) => {
+                assert_eq!((x % 2, status), (1, codes::USER_BASE + x))
+            }
+            Err(e) => panic!("{x}: {e}"),
+        }
+    }
+    // More than the capacity in flight through the chain, in order.
+    let producer = {
+        let k = p.kernel().clone();
+        std::thread::spawn(move || {
+            for x in 0..300u32 {
+                k.send_blocking(2 * x).expect("send");
+            }
+        })
+    };
+    for x in 0..300u32 {
+        assert_eq!(p.recv_blocking().expect("recv"), 20 * x + 1);
+    }
+    producer.join().expect("producer");
+    p.shutdown_blocking().expect("shutdown");
+    let t = p.stage_telemetry().expect("telemetry");
+    assert_eq!((t[0].messages_out, t[1].messages_out), (340, 340));
+    assert_eq!((t[0].errors, t[1].errors), (20, 0));
+    assert!(p
+        .stage_states()
+        .iter()
+        .all(|s| *s == KernelState::Terminated { code: 0 }));
+}
+
+/// A chain longer than the device's compute units cannot run at once: refused, and the
+/// stages already started give their units back (a chain that fits launches after it).
+#[test]
+fn a_chain_longer_than_the_device_runs_is_refused_and_leaves_nothing_running() {
+    let _g = guard();
+    let Some(rt) =
+        runtime("a_chain_longer_than_the_device_runs_is_refused_and_leaves_nothing_running")
+    else {
+        return;
+    };
+    let units = compute_units(&rt);
+    let mut long = PipelineSpec::new("long", KernelSpec::<u32, u32>::echo());
+    for _ in 0..units {
+        long = long.then(KernelSpec::<u32, u32>::echo());
+    }
+    match rt.launch_pipeline(long) {
+        Err(Error::Launch {
+            backend: "opencl", ..
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    let mut fits = PipelineSpec::new("fits", KernelSpec::<u32, u32>::echo());
+    for _ in 1..units {
+        fits = fits.then(KernelSpec::<u32, u32>::echo());
+    }
+    let p = rt
+        .launch_pipeline(fits)
+        .expect("a chain of one stage per unit");
+    assert_eq!(p.call_blocking(7).expect("call"), 7);
+    p.shutdown_blocking().expect("shutdown");
+}
