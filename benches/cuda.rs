@@ -76,7 +76,7 @@ fn req(i: u64) -> Msg {
 
 fn runtime(s: TransferStrategy) -> gyre::Result<Runtime> {
     Runtime::builder()
-        .backend(Backend::Cuda)
+        .backend(Backend::Cuda { device: 0 })
         .transfer_strategy(s)
         .build()
 }

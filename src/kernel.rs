@@ -229,7 +229,7 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
     fn watch(&self, spec: &KernelSpec<Req, Resp>, path: &std::path::Path) -> Result<Watcher> {
         let backend = self.backend();
         let initial = match backend {
-            crate::Backend::Cuda => spec.cuda_source.as_ref(),
+            crate::Backend::Cuda { .. } => spec.cuda_source.as_ref(),
             crate::Backend::OpenCl { .. } => spec.opencl_source.as_ref(),
             _ => None,
         };

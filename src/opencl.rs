@@ -214,7 +214,7 @@ mod tests {
                 .iter()
                 .flat_map(|p| &p.devices)
                 .all(|d| d.kind != gyre_opencl::DeviceKind::Gpu);
-            if only_cpus && !matches!(rt.backend(), Backend::Cuda) {
+            if only_cpus && !matches!(rt.backend(), Backend::Cuda { .. }) {
                 assert_eq!(rt.backend(), Backend::Cpu);
             }
         }

@@ -48,11 +48,32 @@ pub enum Backend {
     Auto,
     /// A host thread per kernel (always available); runs every [`KernelSpec`].
     Cpu,
-    /// A persistent kernel on CUDA device 0 (the `cuda` feature). Building a runtime on a
-    /// machine without a usable driver and device is [`Error::BackendUnavailable`] naming
-    /// what is missing. Runs built-ins and specs with a CUDA source; launching a Rust
-    /// handler without one is [`Error::HandlerUnsupported`].
-    Cuda,
+    /// A persistent kernel on CUDA device `device`, the driver's ordinal as `gyre doctor`
+    /// lists them (the `cuda` feature). Building a runtime on a machine without a usable
+    /// driver and device (or with no device of that ordinal) is
+    /// [`Error::BackendUnavailable`] naming what is missing. Runs built-ins and specs with
+    /// a CUDA source; launching a Rust handler without one is
+    /// [`Error::HandlerUnsupported`]. One runtime per device; a [`KernelPool`] over
+    /// several runtimes ([`KernelPool::launch_across`]) spreads one service over devices.
+    ///
+    /// [`KernelPool`]: crate::KernelPool
+    /// [`KernelPool::launch_across`]: crate::KernelPool::launch_across
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # if cfg!(feature = "cuda") {
+    /// let b: gyre::Backend = "cuda:1".parse()?;
+    /// assert_eq!(b, gyre::Backend::Cuda { device: 1 });
+    /// assert_eq!("cuda".parse::<gyre::Backend>()?, gyre::Backend::Cuda { device: 0 });
+    /// assert_eq!(b.to_string(), "cuda:1");
+    /// # }
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
+    Cuda {
+        /// Device ordinal (`cuDeviceGet`).
+        device: usize,
+    },
     /// A persistent work-group on OpenCL device `device` of platform `platform`, indices
     /// as `gyre doctor` lists them (the `opencl` feature). The rings live in fine-grained
     /// SVM with atomics. A missing OpenCL library, platform or device, or a device without
@@ -80,7 +101,7 @@ impl Backend {
     /// The kind of device that runs this backend's handlers.
     pub(crate) fn device(&self) -> Device {
         match self {
-            Backend::Cuda => Device::Cuda,
+            Backend::Cuda { .. } => Device::Cuda,
             Backend::OpenCl { .. } => Device::OpenCl,
             Backend::Auto | Backend::Cpu => Device::Cpu,
         }
@@ -92,7 +113,7 @@ impl Backend {
         match self {
             Backend::Auto => "auto",
             Backend::Cpu => "cpu",
-            Backend::Cuda => "cuda",
+            Backend::Cuda { .. } => "cuda",
             Backend::OpenCl { .. } => "opencl",
         }
     }
@@ -102,9 +123,20 @@ impl core::fmt::Display for Backend {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             Backend::OpenCl { platform, device } => write!(f, "opencl:{platform}:{device}"),
+            Backend::Cuda { device } => write!(f, "cuda:{device}"),
             _ => f.write_str(self.name()),
         }
     }
+}
+
+/// Parses the ordinal of `cuda` or `cuda:D` (missing: 0).
+fn parse_cuda(s: &str) -> Option<Backend> {
+    let rest = s.strip_prefix("cuda")?;
+    let device = match rest {
+        "" => 0,
+        r => r.strip_prefix(':')?.parse().ok()?,
+    };
+    Some(Backend::Cuda { device })
 }
 
 /// Parses the indices of `opencl`, `opencl:P` or `opencl:P:D` (missing ones are 0).
@@ -142,11 +174,15 @@ impl core::str::FromStr for Backend {
         match s.to_ascii_lowercase().as_str() {
             "auto" => Ok(Backend::Auto),
             "cpu" => Ok(Backend::Cpu),
-            "cuda" if cfg!(feature = "cuda") => Ok(Backend::Cuda),
-            "cuda" => Err(Error::BackendUnavailable {
-                backend: "cuda",
-                source: Cause::msg(not_built("cuda")),
-            }),
+            o if o == "cuda" || o.starts_with("cuda:") => {
+                if !cfg!(feature = "cuda") {
+                    return Err(Error::BackendUnavailable {
+                        backend: "cuda",
+                        source: Cause::msg(not_built("cuda")),
+                    });
+                }
+                parse_cuda(o).ok_or_else(|| invalid("expected cuda or cuda:D"))
+            }
             o if o == "opencl" || o.starts_with("opencl:") => {
                 if !cfg!(feature = "opencl") {
                     return Err(Error::BackendUnavailable {
@@ -156,7 +192,9 @@ impl core::str::FromStr for Backend {
                 }
                 parse_opencl(o).ok_or_else(|| invalid("expected opencl, opencl:P or opencl:P:D"))
             }
-            _ => Err(invalid("valid backends: auto, cpu, cuda, opencl[:P[:D]]")),
+            _ => Err(invalid(
+                "valid backends: auto, cpu, cuda[:D], opencl[:P[:D]]",
+            )),
         }
     }
 }
@@ -263,7 +301,29 @@ mod cuda {
         facts.extend([
             ("driver", i.driver_version_string()),
             ("devices", i.device_count.to_string()),
-            ("device 0", d.name.clone()),
+        ]);
+        // Every device, as `Backend::Cuda { device }` names them, and whether gyre can use
+        // it; then device 0's attributes (the device `Backend::Auto` uses).
+        for dev in &i.devices {
+            let ordinal = usize::try_from(dev.ordinal).unwrap_or(usize::MAX);
+            let verdict = match gyre_cuda::CudaBackend::check_device(ordinal) {
+                Ok(_) => "usable".to_owned(),
+                Err(e) => format!("not usable: {e}"),
+            };
+            facts.push((
+                "device",
+                format!(
+                    "{} {} (sm_{}, {} SMs, {} MiB); {verdict}",
+                    dev.ordinal,
+                    dev.name,
+                    dev.arch(),
+                    dev.multiprocessors,
+                    dev.total_mem >> 20
+                ),
+            ));
+        }
+        facts.extend([
+            ("attributes of", format!("device 0 ({})", d.name)),
             (
                 "compute capability",
                 format!("{}.{}", d.compute_capability.0, d.compute_capability.1),
@@ -303,10 +363,12 @@ mod cuda {
         (Ok(()), facts)
     }
 
-    /// Device 0's memory attributes, where the CUDA backend is usable.
+    /// Device `ordinal`'s memory attributes, where the CUDA backend is usable on it.
     #[cfg(feature = "cuda")]
-    pub(super) fn device_attributes() -> Option<gyre_core::visibility::DeviceAttributes> {
-        let d = gyre_cuda::CudaBackend::check().ok()?.device;
+    pub(super) fn device_attributes(
+        ordinal: usize,
+    ) -> Option<gyre_core::visibility::DeviceAttributes> {
+        let d = gyre_cuda::CudaBackend::check_device(ordinal).ok()?.device;
         Some(gyre_core::visibility::DeviceAttributes {
             can_map_host_memory: d.can_map_host_memory,
             unified_addressing: d.unified_addressing,
@@ -317,14 +379,16 @@ mod cuda {
     }
 
     #[cfg(not(feature = "cuda"))]
-    pub(super) fn device_attributes() -> Option<gyre_core::visibility::DeviceAttributes> {
+    pub(super) fn device_attributes(
+        _ordinal: usize,
+    ) -> Option<gyre_core::visibility::DeviceAttributes> {
         None
     }
 
-    /// A CUDA backend on device 0, or why not.
+    /// A CUDA backend on device `ordinal`, or why not.
     #[cfg(feature = "cuda")]
-    pub(super) fn backend() -> Result<Arc<dyn gyre_core::Backend>, gyre_core::Cause> {
-        match gyre_cuda::CudaBackend::new() {
+    pub(super) fn backend(ordinal: usize) -> Result<Arc<dyn gyre_core::Backend>, gyre_core::Cause> {
+        match gyre_cuda::CudaBackend::on_device(ordinal) {
             Ok(b) => Ok(Arc::new(b)),
             Err(e) => Err(gyre_core::Cause::new(e)),
         }
@@ -336,7 +400,9 @@ mod cuda {
     }
 
     #[cfg(not(feature = "cuda"))]
-    pub(super) fn backend() -> Result<Arc<dyn gyre_core::Backend>, gyre_core::Cause> {
+    pub(super) fn backend(
+        _ordinal: usize,
+    ) -> Result<Arc<dyn gyre_core::Backend>, gyre_core::Cause> {
         Err(gyre_core::Cause::msg(crate::features::not_built("cuda")))
     }
 }
@@ -480,10 +546,12 @@ fn open(backend: Backend, lanes: Option<u32>) -> Result<Arc<dyn gyre_core::Backe
     Ok(match backend {
         Backend::Auto => return Ok(detect_device(cpu(lanes)?).1),
         Backend::Cpu => cpu(lanes)?,
-        Backend::Cuda => cuda::backend().map_err(|source| Error::BackendUnavailable {
-            backend: "cuda",
-            source,
-        })?,
+        Backend::Cuda { device } => {
+            cuda::backend(device).map_err(|source| Error::BackendUnavailable {
+                backend: "cuda",
+                source,
+            })?
+        }
         Backend::OpenCl { platform, device } => {
             opencl::backend(platform, device).map_err(|source| Error::BackendUnavailable {
                 backend: "opencl",
@@ -495,13 +563,14 @@ fn open(backend: Backend, lanes: Option<u32>) -> Result<Arc<dyn gyre_core::Backe
 
 /// Auto's device backend: CUDA, else an OpenCL GPU, else `cpu`.
 fn detect_device(cpu: Arc<dyn gyre_core::Backend>) -> (Backend, Arc<dyn gyre_core::Backend>) {
-    match cuda::backend() {
+    match cuda::backend(0) {
         Ok(b) => {
             tracing::info!(
                 backend = "cuda",
+                device = 0,
                 "Backend::Auto: device kernels run on cuda"
             );
-            (Backend::Cuda, b)
+            (Backend::Cuda { device: 0 }, b)
         }
         Err(no_cuda) => match opencl::auto_gpu() {
             Ok((platform, device, b)) => {
@@ -534,7 +603,7 @@ impl Target {
     ) -> Result<Self> {
         let mut probe = PlatformProbe::from_host();
         match backend {
-            Backend::Cuda => probe.device = cuda::device_attributes(),
+            Backend::Cuda { device } => probe.device = cuda::device_attributes(device),
             Backend::OpenCl { platform, device } => {
                 probe.device = opencl::device_attributes(platform, device);
             }
@@ -661,7 +730,7 @@ impl Runtime {
         spec: &KernelSpec<Req, Resp>,
     ) -> Result<(Backend, TransferStrategy, Arc<dyn gyre_core::Backend>)> {
         let mut t = self.target_for(spec)?;
-        if t.backend == Backend::Cuda {
+        if matches!(t.backend, Backend::Cuda { .. }) {
             if let Some(host) = &self.host {
                 t = host;
             }
@@ -907,7 +976,7 @@ mod cuda_selection_tests {
 
     #[test]
     fn an_invalid_cpu_lane_count_fails_every_build() {
-        for b in [Backend::Cpu, Backend::Auto, Backend::Cuda] {
+        for b in [Backend::Cpu, Backend::Auto, Backend::Cuda { device: 0 }] {
             let e = Runtime::builder()
                 .backend(b)
                 .cpu_lanes(0)
@@ -919,24 +988,60 @@ mod cuda_selection_tests {
 
     #[test]
     fn cuda_parses_and_displays() {
-        assert_eq!(Backend::Cuda.to_string(), "cuda");
+        assert_eq!(Backend::Cuda { device: 0 }.to_string(), "cuda:0");
+        assert_eq!(Backend::Cuda { device: 3 }.to_string(), "cuda:3");
         if cfg!(feature = "cuda") {
-            assert_eq!("CUDA".parse::<Backend>().ok(), Some(Backend::Cuda));
+            for (s, device) in [("CUDA", 0), ("cuda:0", 0), ("cuda:7", 7)] {
+                assert_eq!(
+                    s.parse::<Backend>().ok(),
+                    Some(Backend::Cuda { device }),
+                    "{s}"
+                );
+            }
+            let b = Backend::Cuda { device: 2 };
+            assert_eq!(b.to_string().parse::<Backend>().ok(), Some(b));
+            for bad in ["cuda:", "cuda:x", "cuda:1:2", "cuda:-1"] {
+                assert!(
+                    matches!(bad.parse::<Backend>(), Err(Error::InvalidArgument { .. })),
+                    "{bad}"
+                );
+            }
         } else {
-            assert!(matches!(
-                "cuda".parse::<Backend>(),
-                Err(Error::BackendUnavailable {
-                    backend: "cuda",
-                    ..
-                })
-            ));
+            for s in ["cuda", "cuda:1"] {
+                assert!(matches!(
+                    s.parse::<Backend>(),
+                    Err(Error::BackendUnavailable {
+                        backend: "cuda",
+                        ..
+                    })
+                ));
+            }
+        }
+    }
+
+    /// A device ordinal the machine does not have: unavailable, naming it (with or
+    /// without a driver here).
+    #[test]
+    fn a_cuda_device_that_is_not_there_is_unavailable() {
+        match Runtime::builder()
+            .backend(Backend::Cuda { device: 999 })
+            .build()
+        {
+            Err(Error::BackendUnavailable { backend, source }) => {
+                assert_eq!(backend, "cuda");
+                if cuda_info().available.is_ok() {
+                    let why = source.to_string();
+                    assert!(why.contains("no CUDA device 999"), "{why}");
+                }
+            }
+            other => panic!("{other:?}"),
         }
     }
 
     /// Parsing depends on the build only, never on what this machine has.
     #[test]
     fn unknown_backend_names_are_invalid_arguments() {
-        for bad in ["", "gpu", "cuda:0", "cpu:1", "opencl-1"] {
+        for bad in ["", "gpu", "cudax", "cpu:1", "opencl-1"] {
             assert!(
                 matches!(
                     bad.parse::<Backend>(),
@@ -957,7 +1062,9 @@ mod cuda_selection_tests {
         let info = cuda_info();
         assert_eq!(info.compiled, cfg!(feature = "cuda"));
         match (
-            Runtime::builder().backend(Backend::Cuda).build(),
+            Runtime::builder()
+                .backend(Backend::Cuda { device: 0 })
+                .build(),
             info.available,
         ) {
             (Ok(rt), Ok(())) => assert_eq!(rt.backend_name(), "cuda"),
@@ -987,7 +1094,7 @@ mod cuda_selection_tests {
     fn auto_falls_back_to_cpu_without_cuda() {
         let rt = Runtime::builder().backend(Backend::Auto).build().unwrap();
         match cuda_info().available {
-            Ok(()) => assert_eq!(rt.backend(), Backend::Cuda),
+            Ok(()) => assert_eq!(rt.backend(), Backend::Cuda { device: 0 }),
             // Without CUDA: an OpenCL GPU if there is one (src/opencl.rs tests that it is
             // never a CPU device), else the CPU backend.
             Err(_) => match rt.backend() {

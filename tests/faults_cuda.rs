@@ -23,7 +23,7 @@ faults_suite!(
         if !support::available(module_path!()) {
             return;
         }
-        Backend::Cuda
+        Backend::Cuda { device: 0 }
     },
     guard = support::serial()
 );
@@ -54,7 +54,7 @@ fn device_fault_fails_callers_then_a_new_launch_works() {
     }
     faults::guarded("device_fault", || {
         let rt = Runtime::builder()
-            .backend(Backend::Cuda)
+            .backend(Backend::Cuda { device: 0 })
             .build()
             .expect("CUDA runtime");
         let k = rt
@@ -107,7 +107,7 @@ fn device_fault_fails_callers_then_a_new_launch_works() {
         k2.shutdown_blocking().expect("clean shutdown");
         // And a fresh runtime too.
         let rt2 = Runtime::builder()
-            .backend(Backend::Cuda)
+            .backend(Backend::Cuda { device: 0 })
             .build()
             .expect("runtime");
         let k3 = rt2.launch(KernelSpec::<u64, u64>::echo()).expect("launch");

@@ -17,7 +17,7 @@ fn runtime(test: &str) -> Option<Runtime> {
     }
     Some(
         Runtime::builder()
-            .backend(Backend::Cuda)
+            .backend(Backend::Cuda { device: 0 })
             .build()
             .expect("CUDA runtime"),
     )
@@ -43,7 +43,7 @@ fn a_chain_of_three_echo_stages_answers_in_order_on_the_gpu() {
         }
         Err(e) => panic!("launch: {e}"),
     };
-    assert_eq!(p.backend(), Backend::Cuda);
+    assert_eq!(p.backend(), Backend::Cuda { device: 0 });
     for x in 0..100u64 {
         assert_eq!(p.call_blocking(x).expect("call"), x);
     }

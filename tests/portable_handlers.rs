@@ -664,7 +664,7 @@ fn portable_handlers_on_cuda_match_rust() {
         return;
     }
     let rt = Runtime::builder()
-        .backend(Backend::Cuda)
+        .backend(Backend::Cuda { device: 0 })
         .build()
         .expect("CUDA runtime");
     run_all(&rt);

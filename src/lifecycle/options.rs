@@ -183,7 +183,7 @@ impl<Req, Resp> KernelSpec<Req, Resp> {
         });
         let mut next = self.clone();
         match backend {
-            crate::Backend::Cuda => next.cuda_source = Some(s),
+            crate::Backend::Cuda { .. } => next.cuda_source = Some(s),
             _ => next.opencl_source = Some(s),
         }
         next

@@ -44,8 +44,9 @@ pub struct TopArgs {
 /// Arguments of `gyre demo`, as parsed; checked by `config::DemoConfig::from_args`.
 #[derive(Debug, Clone, Args)]
 pub struct DemoArgs {
-    /// Backend to run the kernel on: auto, cpu, cuda, opencl, opencl:P or opencl:P:D
-    /// (OpenCL platform P, device D, as `gyre doctor` lists them; default 0:0).
+    /// Backend to run the kernel on: auto, cpu, cuda, cuda:D, opencl, opencl:P or
+    /// opencl:P:D (CUDA device D; OpenCL platform P, device D; as `gyre doctor` lists
+    /// them; default 0, 0:0).
     #[arg(long, default_value = "auto")]
     pub backend: String,
     /// Messages to send in total (at least 1).

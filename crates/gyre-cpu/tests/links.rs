@@ -61,6 +61,9 @@ struct Two {
     tail: Arc<SharedRegion>,
     kernels: Vec<Box<dyn KernelInstance>>,
     ch: Channel,
+    /// Kept until the kernels are joined (the join orders their threads' last use of
+    /// the handlers before the handlers are freed).
+    _specs: [LaunchSpec; 2],
 }
 
 fn typed(ty: u32, f: fn(u64) -> u64) -> Arc<dyn Handler> {
@@ -113,6 +116,7 @@ fn two() -> Two {
         tail,
         kernels,
         ch,
+        _specs: [first, last],
     }
 }
 
@@ -162,41 +166,34 @@ fn a_next_region_of_another_geometry_faults_k0_and_tells_it_to_terminate() {
     let (head, tail, sink) = (region(8), region(16), region(16));
     let (b0, b1) = (Arc::new(Doorbell::new()), Arc::new(Doorbell::new()));
     let cpu = gyre_cpu::CpuBackend::new();
-    let second = cpu
-        .launch(
-            tail.clone(),
-            &spec(
-                "links.1",
-                typed(9, |x| x),
-                &b1,
-                StageLink {
-                    next: sink,
-                    flags: link::TO_HEAD | link::FROM_STAGE,
-                    next_doorbell: None,
-                    next_msg_type: 0,
-                },
-            ),
-        )
-        .unwrap();
+    // The specs outlive the joins below (see `Two::_specs`).
+    let second_spec = spec(
+        "links.1",
+        typed(9, |x| x),
+        &b1,
+        StageLink {
+            next: sink,
+            flags: link::TO_HEAD | link::FROM_STAGE,
+            next_doorbell: None,
+            next_msg_type: 0,
+        },
+    );
+    let second = cpu.launch(tail.clone(), &second_spec).unwrap();
     eventually("the second stage to run", || {
         state_of(&tail).0 == state::ACTIVE
     });
-    let first = cpu
-        .launch(
-            head.clone(),
-            &spec(
-                "links.0",
-                typed(7, |x| x),
-                &b0,
-                StageLink {
-                    next: tail.clone(),
-                    flags: 0,
-                    next_doorbell: Some(b1),
-                    next_msg_type: 9,
-                },
-            ),
-        )
-        .unwrap();
+    let first_spec = spec(
+        "links.0",
+        typed(7, |x| x),
+        &b0,
+        StageLink {
+            next: tail.clone(),
+            flags: 0,
+            next_doorbell: Some(b1),
+            next_msg_type: 9,
+        },
+    );
+    let first = cpu.launch(head.clone(), &first_spec).unwrap();
     eventually("the first stage to fault", || {
         state::is_final(state_of(&head).0)
     });

@@ -60,14 +60,24 @@ pub struct CudaBackend {
 }
 
 impl CudaBackend {
-    /// Whether the backend can work here: a driver, a device that maps host memory and
-    /// is sm_70 or newer, and NVRTC. Makes no context.
+    /// Whether the backend can work here on device 0: a driver, a device that maps host
+    /// memory and is sm_70 or newer, and NVRTC. Makes no context.
     ///
     /// # Errors
     ///
     /// What is missing, as a typed [`Error`].
     pub fn check() -> Result<CudaInfo> {
-        let info = CudaProbe::detect()?;
+        Self::check_device(0)
+    }
+
+    /// [`check`](Self::check) for device `ordinal` (as `gyre doctor` lists them).
+    ///
+    /// # Errors
+    ///
+    /// What is missing, as a typed [`Error`]; [`Error::DeviceOutOfRange`] for an ordinal
+    /// the driver does not report.
+    pub fn check_device(ordinal: usize) -> Result<CudaInfo> {
+        let info = CudaProbe::detect()?.on_device(ordinal)?;
         if !info.device.can_map_host_memory {
             return Err(Error::Unsupported {
                 op: "the CUDA backend (rings in mapped pinned memory)",
@@ -92,10 +102,23 @@ impl CudaBackend {
     ///
     /// A typed [`Error`] naming what is missing.
     pub fn new() -> Result<Self> {
-        let info = Self::check()?;
+        Self::on_device(0)
+    }
+
+    /// [`new`](Self::new) on device `ordinal`: its primary context, its kernels, its
+    /// mapped memory. One backend per device; backends of different devices are
+    /// independent (their kernel limits and module caches are per context).
+    ///
+    /// # Errors
+    ///
+    /// A typed [`Error`] naming what is missing; [`Error::DeviceOutOfRange`] for an
+    /// ordinal the driver does not report.
+    pub fn on_device(ordinal: usize) -> Result<Self> {
+        let info = Self::check_device(ordinal)?;
         let (nvrtc, toolchain) = Nvrtc::discover()?;
         let ctx = Context::primary(&info)?;
         tracing::info!(
+            ordinal = info.device.ordinal,
             device = %info.device.name,
             arch = info.device.arch(),
             driver = %info.driver_version_string(),

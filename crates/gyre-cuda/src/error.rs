@@ -86,6 +86,14 @@ pub enum Error {
         /// The CUDA error name (`CUDA_ERROR_...`).
         name: String,
     },
+    /// A device ordinal beyond the devices the driver reports.
+    #[error("no CUDA device {ordinal}: the driver reports {count} (ordinals 0..{count})")]
+    DeviceOutOfRange {
+        /// The ordinal asked for.
+        ordinal: usize,
+        /// Devices the driver reports.
+        count: usize,
+    },
     /// The driver loads but reports no CUDA device.
     #[error("no CUDA device: the driver (version {driver}) reports none")]
     NoDevice {

@@ -100,13 +100,32 @@ pub struct CudaInfo {
     pub driver_version: i32,
     /// Number of devices.
     pub device_count: i32,
-    /// Device 0, the one gyre uses.
+    /// The device gyre uses: device 0 as detected, another through
+    /// [`CudaInfo::on_device`].
     pub device: DeviceInfo,
+    /// Every device the driver reports, by ordinal (`gyre doctor` lists them).
+    pub devices: Vec<DeviceInfo>,
     /// The driver environment in effect.
     pub env: DriverEnv,
 }
 
 impl CudaInfo {
+    /// The same facts about device `ordinal`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::DeviceOutOfRange`] when the driver reports no such device.
+    pub fn on_device(&self, ordinal: usize) -> Result<CudaInfo> {
+        let d = self.devices.get(ordinal).ok_or(Error::DeviceOutOfRange {
+            ordinal,
+            count: self.devices.len(),
+        })?;
+        Ok(CudaInfo {
+            device: d.clone(),
+            ..self.clone()
+        })
+    }
+
     /// The driver version as `major.minor`.
     pub fn driver_version_string(&self) -> String {
         version_string(self.driver_version)
@@ -146,7 +165,7 @@ impl CudaProbe {
     }
 
     /// Loads the driver, prepares its environment (once), initialises it and describes
-    /// device 0. A success is kept: the facts do not change within a process; a failure
+    /// every device (`device`: device 0). A success is kept: the facts do not change within a process; a failure
     /// is detected again next time.
     ///
     /// # Errors
@@ -270,10 +289,12 @@ fn detect_uncached() -> Result<CudaInfo> {
     if count < 1 {
         return Err(Error::NoDevice { driver: version });
     }
+    let devices = (0..count).map(describe).collect::<Result<Vec<_>>>()?;
     Ok(CudaInfo {
         driver_version: version,
         device_count: count,
-        device: describe(0)?,
+        device: devices[0].clone(),
+        devices,
         env,
     })
 }
