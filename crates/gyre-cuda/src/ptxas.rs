@@ -3,6 +3,7 @@
 //! that every ring kernel, built-in and generated handlers alike, runs without spills or
 //! stack on every architecture NVRTC supports.
 
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::path::Path;
 use std::process::Command;
 
@@ -60,20 +61,28 @@ fn number_before(line: &str, what: &str) -> Option<u32> {
         .ok()
 }
 
-/// Assembles `ptx` for `sm_<arch>` with `ptxas -v` (in a directory under the system temp
-/// dir; `stem` names the files); returns its report, for [`parse`].
+/// Assembles `ptx` for `sm_<arch>` with `ptxas -v` (in a directory of its own under the
+/// system temp dir, removed afterwards; `stem` names the files); returns its report, for
+/// [`parse`].
 ///
 /// # Errors
 ///
 /// The reason as text: a file could not be written, `ptxas` could not run, or it failed
 /// (with its output).
 pub fn run(ptxas: &Path, ptx: &str, arch: u32, stem: &str) -> Result<String, String> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
     // The system temp dir, not a build-time path: the GPU kit runs this binary elsewhere.
-    let dir = std::env::temp_dir().join(format!("gyre-cuda-nvrtc-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    // One directory per call (process id and a counter), so concurrent calls never
+    // remove each other's files.
+    let dir = TempDir(std::env::temp_dir().join(format!(
+        "gyre-cuda-ptxas-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Relaxed)
+    )));
+    std::fs::create_dir_all(&dir.0).map_err(|e| e.to_string())?;
     let (src, bin) = (
-        dir.join(format!("{stem}.ptx")),
-        dir.join(format!("{stem}.cubin")),
+        dir.0.join(format!("{stem}.ptx")),
+        dir.0.join(format!("{stem}.cubin")),
     );
     std::fs::write(&src, ptx).map_err(|e| e.to_string())?;
     let out = Command::new(ptxas)
@@ -92,5 +101,15 @@ pub fn run(ptxas: &Path, ptx: &str, arch: u32, stem: &str) -> Result<String, Str
         Ok(text)
     } else {
         Err(format!("ptxas failed ({}):\n{text}", out.status))
+    }
+}
+
+/// A directory removed (with what is in it) when dropped; a failure to remove it is
+/// ignored (it is in the temp dir).
+struct TempDir(std::path::PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
