@@ -268,6 +268,8 @@ impl<Req, Resp> PipelineSpec<Req, Resp> {
 /// request the chain did not answer fails with that stage's error. [`Kernel::shutdown`]
 /// drains stage by stage. [`Kernel::pause`] pauses the first stage (intake); the others
 /// finish what they hold. [`Kernel::reload`] is refused ([`Error::Pipeline`]).
+/// [`Kernel::telemetry`] is the first stage's line; [`Pipeline::stage_telemetry`] has
+/// every stage's.
 ///
 /// # Examples
 ///
