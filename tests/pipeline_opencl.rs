@@ -31,13 +31,7 @@ fn runtime(test: &str) -> Option<Runtime> {
 
 fn compute_units(rt: &Runtime) -> usize {
     match rt.backend() {
-        Backend::OpenCl { platform, device } => gyre_opencl::probe()
-            .expect("probe")
-            .into_iter()
-            .find(|p| p.index == platform)
-            .and_then(|p| p.devices.into_iter().find(|d| d.index == device))
-            .map(|d| d.compute_units as usize)
-            .expect("the device"),
+        Backend::OpenCl { platform, device } => support::compute_units(platform, device),
         other => panic!("{other:?}"),
     }
 }

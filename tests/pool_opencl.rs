@@ -95,13 +95,7 @@ fn a_stopped_member_is_replaced_on_a_full_device() {
         return;
     };
     let units = match rt.backend() {
-        Backend::OpenCl { platform, device } => gyre_opencl::probe()
-            .expect("probe")
-            .into_iter()
-            .find(|p| p.index == platform)
-            .and_then(|p| p.devices.into_iter().find(|d| d.index == device))
-            .map(|d| d.compute_units as usize)
-            .expect("the device"),
+        Backend::OpenCl { platform, device } => support::compute_units(platform, device),
         other => panic!("{other:?}"),
     };
     let pool = rt

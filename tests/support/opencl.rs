@@ -173,3 +173,15 @@ fn run_child(child_test: &str) -> Result<(), String> {
         ))
     }
 }
+
+/// The compute units of OpenCL device `device` of `platform` (as `gyre doctor` lists
+/// them): how many persistent kernels it runs at once.
+pub fn compute_units(platform: usize, device: usize) -> usize {
+    gyre_opencl::probe()
+        .expect("probe")
+        .into_iter()
+        .find(|p| p.index == platform)
+        .and_then(|p| p.devices.into_iter().find(|d| d.index == device))
+        .map(|d| d.compute_units as usize)
+        .expect("the device")
+}

@@ -436,7 +436,8 @@ impl gyre_core::Backend for CudaBackend {
                 let link = match &spec.link {
                     Some(l) => {
                         let next = l.next.base().as_ptr().cast::<std::ffi::c_void>();
-                        // SAFETY: as above.
+                        // SAFETY: the context is current (bound above); fails (typed)
+                        // if the next region is not mapped pinned memory.
                         let d =
                             unsafe { crate::result::host_device_pointer(next) }.map_err(|e| {
                                 Error::InvalidInput {
