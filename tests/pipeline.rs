@@ -523,3 +523,79 @@ fn many_producers_through_three_stages_lose_and_duplicate_nothing() {
         "{t:?}"
     );
 }
+
+/// Every stage times the host out as the first stage's spec says: a later stage's own
+/// (shorter) host timeout would stop it between the host's heartbeats.
+#[test]
+fn every_stage_uses_the_first_stage_s_host_timeout() {
+    let rt = rt();
+    let p = rt
+        .launch_pipeline(
+            PipelineSpec::new("hb", KernelSpec::<u32, u32>::echo())
+                .then(KernelSpec::<u32, u32>::echo().host_timeout(Duration::from_millis(1))),
+        )
+        .expect("launch");
+    // The first stage's 10 s timeout: heartbeats every 2.5 s, far beyond 1 ms.
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(p.call_blocking(4).expect("the chain still runs"), 4);
+    assert!(p.stage_states().iter().all(|s| *s == KernelState::Active));
+    p.shutdown_blocking().expect("shutdown");
+}
+
+/// A fault behind a paused first stage still ends the chain (L4 runs while paused): the
+/// request it holds fails instead of waiting for a resume.
+#[test]
+fn a_fault_behind_a_paused_head_ends_the_chain() {
+    let rt = rt();
+    let go = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let gate = go.clone();
+    let p = rt
+        .launch_pipeline(
+            PipelineSpec::new(
+                "paused",
+                KernelSpec::<u32, u32>::echo().idle(gyre::IdleStrategy::Backoff {
+                    spins: 0,
+                    yields: 0,
+                    max_park: Duration::from_secs(1),
+                }),
+            )
+            .then(KernelSpec::from_fn("panics", move |x: u32| {
+                // Request 1 waits for the test, then panics.
+                while x == 1 && !gate.load(Ordering::Acquire) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                assert_ne!(x, 1, "injected fault");
+                x
+            })),
+        )
+        .expect("launch");
+    p.send_blocking(1).expect("send");
+    p.send_blocking(2).expect("send");
+    eventually("both requests to pass the first stage", || {
+        p.stage_telemetry().expect("telemetry")[0].messages_out == 2
+    });
+    p.pause();
+    eventually("the first stage to pause", || {
+        p.stage_states()[0] == KernelState::Paused
+    });
+    go.store(true, Ordering::Release);
+    match p.recv_timeout(Duration::from_secs(20)) {
+        Err(Error::Handler { status, .. }) => assert_eq!(status, codes::HANDLER_PANIC),
+        other => panic!("{other:?}"),
+    }
+    match p.recv_timeout(Duration::from_secs(20)) {
+        Err(Error::KernelFaulted { code, .. }) => assert_eq!(code, codes::HANDLER_PANIC),
+        other => panic!("request 2 behind the paused head: {other:?}"),
+    }
+    assert_eq!(
+        p.stage_states(),
+        [
+            KernelState::Terminated {
+                code: codes::STAGE_STOPPED
+            },
+            KernelState::Faulted {
+                code: codes::HANDLER_PANIC
+            },
+        ]
+    );
+}

@@ -147,6 +147,16 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
     /// export file and doorbell.
     pub(crate) fn reload_spec(&self, spec: &KernelSpec<Req, Resp>) -> Result<LaunchSpec> {
         let inner = self.inner();
+        // A pipeline's stages are launched once: refused before anything is built.
+        if inner.ch.chain().is_some() {
+            return Err(Error::Pipeline {
+                pipeline: self.name().to_owned(),
+                stage: 0,
+                reason: "a pipeline's stages are not reloaded (shut it down and launch the \
+                         new chain)"
+                    .into(),
+            });
+        }
         let mismatch = |field, running: String, reload: String| Error::ReloadMismatch {
             kernel: self.name().to_owned(),
             field,

@@ -60,9 +60,11 @@ impl Stage {
 /// is the previous stage's reply type (checked by the compiler).
 ///
 /// What each stage's spec contributes: its handler, its rings' batch size, idle strategy,
-/// telemetry and host timeout. Every stage's capacity and slot size must be the first
+/// telemetry and message type. Every stage's capacity and slot size must be the first
 /// stage's. The first stage's spec also gives the host-side settings of the whole
-/// pipeline (host idle, async spin, timestamps, message type, watchdog, telemetry export).
+/// pipeline (host idle, async spin, timestamps, watchdog, telemetry export, and the host
+/// timeout of every stage: the host writes every stage's heartbeat at the pace the first
+/// stage's timeout sets).
 /// Stages are launched once: epochs, restart policies, watched sources and loans are
 /// refused (see [`Runtime::launch_pipeline`]).
 ///
@@ -466,6 +468,9 @@ impl Runtime {
             backend = imp.name()
         )
         .entered();
+        // Every stage times the host out as the first does: the host writes all their
+        // heartbeats at the pace the first stage's host timeout sets.
+        let host_timeout_ms = checked[0].host_timeout_ms;
         let regions = checked
             .iter()
             .map(|c| {
@@ -473,7 +478,7 @@ impl Runtime {
                 Ok(Arc::new(SharedRegion::new(
                     mem,
                     c.geometry,
-                    c.host_timeout_ms,
+                    host_timeout_ms,
                 )?))
             })
             .collect::<Result<Vec<_>>>()?;

@@ -32,8 +32,8 @@ pub struct StageLink {
     /// [`gyre_abi::link`] flags.
     pub flags: u32,
     /// The message type the next stage's handler takes: the stage writes it into each
-    /// request it passes on (ignored with [`gyre_abi::link::TO_HEAD`]: a reply keeps the
-    /// type the host's request had).
+    /// request it passes on (ignored with [`gyre_abi::link::TO_HEAD`]: the last stage's
+    /// reply keeps its own request's type, the last stage's; the host does not check it).
     pub next_msg_type: u32,
     /// The doorbell the next stage parks on (a CPU kernel), rung after each publication
     /// to it or command; `None` for the head (the host polls its replies).
@@ -141,10 +141,18 @@ impl ChainView {
     ///
     /// It also makes sure a stopped stage's next stage was told to terminate: the kernel
     /// does so itself, but a stage that never ran its loop (the host failed it before K0)
-    /// could not.
+    /// could not; and it wakes a parked stage whose next stage stopped, so that it stops
+    /// at once (the kernel that stopped rings only its next stage).
     pub fn state(&self) -> (u32, u32) {
         let states = self.stage_states();
         for (k, pair) in states.windows(2).enumerate() {
+            if state::is_final(pair[1].0) && !state::is_final(pair[0].0) {
+                // A stage whose next stage stopped stops at its next slow path (L4): wake
+                // it if it parked (a CPU stage), so the chain ends now, not after a park.
+                if let Some(d) = &self.stages[k].doorbell {
+                    d.ring();
+                }
+            }
             if state::is_final(pair[0].0) && !state::is_final(pair[1].0) {
                 let next = &self.stages[k + 1];
                 let cb = next.region.control();

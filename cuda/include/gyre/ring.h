@@ -290,7 +290,7 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k0_validate(gyre_ring *r,
  *  the host reads); 0 for a kernel that is not chained. GYRE_LINK_FROM_STAGE: this stage's
  *  requests are an earlier stage's replies. `msg_type`: the message type the next stage's
  *  handler takes, written into each request for it (not used with GYRE_LINK_TO_HEAD: the
- *  host's reply keeps the type it came with). */
+ *  last stage's reply keeps its own request's type, which the host does not check). */
 typedef struct gyre_link {
     GYRE_GLOBAL unsigned char *next;
     uint32_t flags; /* GYRE_LINK_* */
@@ -481,6 +481,17 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k1_k9_slow_tick(gyre_ring *r) {
     } else if (now - r->tel_at >= GYRE_IDLE_TELEMETRY_NS) {
         gyre_k8_refresh(r, r->state);
     }
+    return 1u;
+}
+
+/** L4 (on the slow path, when idle or paused): the next stage of a pipeline stopped for
+ *  good, so what this stage holds can never be passed on: it stops too (TERMINATED,
+ *  STAGE_STOPPED), and so, in turn, do the stages before it. Returns whether it stopped. */
+static inline GYRE_DEVICE_FN uint32_t gyre_link_check(gyre_ring *r) {
+    if (r->next_cb == 0 || !GYRE_STATE_IS_FINAL(GYRE_LOAD_ACQUIRE_U32(&r->next_cb->state))) {
+        return 0u;
+    }
+    gyre_ring_stop(r, GYRE_STATE_TERMINATED, GYRE_ERR_STAGE_STOPPED);
     return 1u;
 }
 
@@ -713,7 +724,9 @@ static inline GYRE_DEVICE_FN uint32_t gyre_ring_poll(gyre_ring *r, uint32_t *bad
             return GYRE_POLL_STOPPED;
         }
         if (r->state == GYRE_STATE_PAUSED) {
-            return 0u;
+            /* L4 holds while paused too: a chain whose later stage stopped must end
+             * even with its intake paused. */
+            return gyre_link_check(r) ? GYRE_POLL_STOPPED : 0u;
         }
     }
     /* K2 + K3 (+ K4's slow-path check). */
@@ -727,11 +740,7 @@ static inline GYRE_DEVICE_FN uint32_t gyre_ring_poll(gyre_ring *r, uint32_t *bad
         gyre_ring_stop(r, GYRE_STATE_TERMINATED, GYRE_ERR_NONE);
         return GYRE_POLL_STOPPED;
     }
-    if (slow && r->next_cb != 0 &&
-        GYRE_STATE_IS_FINAL(GYRE_LOAD_ACQUIRE_U32(&r->next_cb->state))) {
-        /* The next stage of a pipeline stopped for good: what this stage holds can never
-         * be passed on, so it stops too (and so, in turn, do the stages before it). */
-        gyre_ring_stop(r, GYRE_STATE_TERMINATED, GYRE_ERR_STAGE_STOPPED);
+    if (slow && gyre_link_check(r)) {
         return GYRE_POLL_STOPPED;
     }
     return 0u;
