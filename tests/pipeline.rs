@@ -599,3 +599,42 @@ fn a_fault_behind_a_paused_head_ends_the_chain() {
         ]
     );
 }
+
+/// The first stage's watchdog watches every stage: a later stage whose handler never
+/// returns makes the chain unresponsive instead of hanging its callers.
+#[test]
+fn the_watchdog_notices_a_hung_later_stage() {
+    let rt = rt();
+    let release = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let gate = release.clone();
+    let p = rt
+        .launch_pipeline(
+            PipelineSpec::new(
+                "hung",
+                KernelSpec::<u32, u32>::echo().watchdog(Duration::from_millis(200)),
+            )
+            .then(KernelSpec::from_fn("hangs", move |x: u32| {
+                while x == 1 && !gate.load(Ordering::Acquire) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                x
+            })),
+        )
+        .expect("launch");
+    assert_eq!(p.call_blocking(0).expect("call"), 0);
+    match p.call_timeout(1, Duration::from_secs(20)) {
+        Err(Error::Unresponsive { kernel, bound, .. }) => {
+            assert_eq!(
+                (kernel.as_str(), bound),
+                ("hung", Duration::from_millis(200))
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // Let the handler return so the detached stage can drain and stop.
+    release.store(true, Ordering::Release);
+    assert!(matches!(
+        p.shutdown_blocking(),
+        Err(Error::Unresponsive { .. })
+    ));
+}

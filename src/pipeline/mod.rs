@@ -62,7 +62,8 @@ impl Stage {
 /// What each stage's spec contributes: its handler, its rings' batch size, idle strategy,
 /// telemetry and message type. Every stage's capacity and slot size must be the first
 /// stage's. The first stage's spec also gives the host-side settings of the whole
-/// pipeline (host idle, async spin, timestamps, watchdog, telemetry export, and the host
+/// pipeline (host idle, async spin, timestamps, telemetry export, the watchdog, which
+/// watches every stage, and the host
 /// timeout of every stage: the host writes every stage's heartbeat at the pace the first
 /// stage's timeout sets).
 /// Stages are launched once: epochs, restart policies, watched sources and loans are
@@ -177,8 +178,16 @@ impl<Req, Resp> PipelineSpec<Req, Resp> {
             ));
         }
         let mut out: Vec<Checked> = Vec::with_capacity(self.stages.len());
+        let watchdog = self.stages[0].spec.watchdog;
         for (k, st) in self.stages.iter().enumerate() {
             let c = Checked::of(&st.spec, target)?;
+            if k > 0 && watchdog.is_some() {
+                // The first stage's watchdog watches every stage: its bound must fit each
+                // stage's idle park too.
+                let mut watched = st.spec.clone();
+                watched.watchdog = watchdog;
+                watched.validate_watchdog()?;
+            }
             let payload = c.geometry.payload();
             for (role, (type_name, size)) in [("request", st.req), ("reply", st.resp)] {
                 if size > payload {

@@ -13,6 +13,10 @@
 //!
 //! The bound must exceed the longest batch (batch size x the slowest handler) plus one
 //! idle park, or a busy but healthy kernel is declared unresponsive.
+//!
+//! The head of a pipeline ([`crate::chain`]) is watched stage by stage: the chain is
+//! unresponsive when any stage that has not stopped showed no sign of life for longer
+//! than the bound (a later stage's hung handler holds the whole chain).
 
 use core::sync::atomic::Ordering::{AcqRel, Acquire};
 use std::time::{Duration, Instant};
@@ -50,9 +54,9 @@ pub(crate) const UNRESPONSIVE: u32 = 0x100;
 #[derive(Debug)]
 pub struct Watchdog {
     bound: Duration,
-    /// (kernel heartbeat, h2k_tail, state) as last seen, and when that changed.
-    last: Option<(u64, u64, u32)>,
-    changed: Option<Instant>,
+    /// Per stage (one for a lone kernel): (kernel heartbeat, h2k_tail, state) as last
+    /// seen, and when that changed.
+    last: Vec<((u64, u64, u32), Instant)>,
     fired: bool,
 }
 
@@ -61,8 +65,7 @@ impl Watchdog {
     pub fn new(bound: Duration) -> Self {
         Self {
             bound,
-            last: None,
-            changed: None,
+            last: Vec::new(),
             fired: false,
         }
     }
@@ -78,29 +81,42 @@ impl Watchdog {
         (self.bound / 8).max(Duration::from_micros(100))
     }
 
-    /// Looks at the kernel's line once, at time `now`. Returns `true` when this call
-    /// declared the kernel unresponsive. The first call only records what it sees.
+    /// Looks at the kernel's line (each stage's, for a pipeline's head) once, at time
+    /// `now`. Returns `true` when this call declared the kernel unresponsive. The first
+    /// call only records what it sees.
     pub fn check(&mut self, ch: &Channel, now: Instant) -> bool {
         if self.fired {
             return false;
         }
-        let cb = ch.region.control();
-        let seen = (
-            cb.kernel_heartbeat.load(Acquire),
-            cb.h2k_tail.load(Acquire),
-            cb.state.load(Acquire),
-        );
-        if state::is_final(seen.2) {
-            // The kernel stopped by itself: `check_stopped` reports that.
-            return false;
+        let lone = [&ch.region];
+        let regions: Vec<&std::sync::Arc<crate::SharedRegion>> = match ch.chain() {
+            Some(c) => c.regions().collect(),
+            None => lone.to_vec(),
+        };
+        if self.last.len() != regions.len() {
+            self.last = Vec::with_capacity(regions.len());
         }
-        let changed = *self.changed.get_or_insert(now);
-        if self.last != Some(seen) {
-            self.last = Some(seen);
-            self.changed = Some(now);
-            return false;
+        let mut silent = Duration::ZERO;
+        for (i, r) in regions.iter().enumerate() {
+            let cb = r.control();
+            let seen = (
+                cb.kernel_heartbeat.load(Acquire),
+                cb.h2k_tail.load(Acquire),
+                cb.state.load(Acquire),
+            );
+            if i == self.last.len() {
+                self.last.push((seen, now));
+                continue;
+            }
+            let (last, changed) = &mut self.last[i];
+            if *last != seen {
+                *last = seen;
+                *changed = now;
+            } else if !state::is_final(seen.2) {
+                // A stopped stage is not silent: `check_stopped` reports its end.
+                silent = silent.max(now.saturating_duration_since(*changed));
+            }
         }
-        let silent = now.saturating_duration_since(changed);
         if silent <= self.bound {
             return false;
         }
