@@ -137,10 +137,7 @@ uint32_t gyre_c11_start(gyre_c11_kernel *k, unsigned char *region, uint32_t kind
     gyre_c11_notify_set(notify, notify_ctx);
     if (kind > GYRE_C11_REDUCE_SUM || (kind == GYRE_C11_HOST && handler == NULL) ||
         lanes == 0u || lanes > GYRE_MAX_LANES) {
-        if (next != NULL && (link_flags & GYRE_LINK_TO_HEAD) == 0u) {
-            GYRE_STORE_RELEASE_U32(&gyre_control(next)->command, GYRE_CMD_TERMINATE);
-            gyre_c11_notify_next();
-        }
+        /* A pipeline's next stage is told by the host's chain view (ChainView::state). */
         return gyre_fault(gyre_control(region), GYRE_ERR_HANDLER_REJECTED);
     }
     k->handler = handler;

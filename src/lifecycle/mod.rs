@@ -247,15 +247,6 @@ impl Lifecycle {
     /// Replaces the running kernel's handler with `next` (already prepared): the handover
     /// of the [module documentation](self), on this thread.
     pub(crate) fn reload(&self, next: LaunchSpec) -> Result<()> {
-        if self.ch.chain().is_some() {
-            return Err(gyre_core::Error::Pipeline {
-                pipeline: self.ch.name().to_owned(),
-                stage: 0,
-                reason: "a pipeline's stages are not reloaded (shut it down and launch the \
-                         new chain)"
-                    .into(),
-            });
-        }
         let _one = self.handover.lock();
         if self.ended.load(SeqCst) || self.ch.is_closed() {
             return Err(self.ch.closed_error());
