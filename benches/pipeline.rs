@@ -8,6 +8,11 @@
 //! - round trip: one caller, one message at a time (`call_blocking` on the chain; one
 //!   `call_blocking` per stage in turn for the hop), per-call latency, median and p99.
 //!
+//! In the same rounds, a fan-out graph: a head, a round-robin fan-out of 2 echo branches
+//! and an echo join (4 stages), against the chain of 3 (the same path length): what the
+//! fan-out's copy, the writes by id and the extra thread cost on echo stages that have no
+//! work to spread.
+//!
 //! Every kernel and host wait uses the default idle strategy (spin, yield, then park):
 //! this machine has 2 cores, and a chain of 3 with its producer and consumer is 5 busy
 //! threads. 5 interleaved rounds of 1 s per configuration; medians over rounds.
@@ -15,7 +20,7 @@
 
 use std::time::{Duration, Instant};
 
-use gyre::{Backend, Kernel, KernelSpec, Pipeline, PipelineSpec, Runtime};
+use gyre::{Backend, Branch, Kernel, KernelSpec, Pipeline, PipelineSpec, Route, Runtime};
 
 const RUN: Duration = Duration::from_secs(1);
 const ROUNDS: usize = 5;
@@ -33,6 +38,16 @@ fn chain(rt: &Runtime, n: usize) -> Pipeline<u64, u64> {
         spec = spec.then(stage());
     }
     rt.launch_pipeline(spec).expect("pipeline")
+}
+
+fn graph(rt: &Runtime) -> Pipeline<u64, u64> {
+    let spec = PipelineSpec::new("fan2", stage())
+        .fan_out(
+            Route::RoundRobin,
+            [Branch::new(stage()), Branch::new(stage())],
+        )
+        .then(stage());
+    rt.launch_pipeline(spec).expect("graph")
 }
 
 fn kernels(rt: &Runtime, n: usize) -> Vec<K> {
@@ -126,8 +141,9 @@ fn main() {
     let lens = [2usize, 3];
     let chains: Vec<_> = lens.iter().map(|&n| chain(&rt, n)).collect();
     let hops: Vec<_> = lens.iter().map(|&n| kernels(&rt, n)).collect();
-    // rows[i * 2]: chain of lens[i]; rows[i * 2 + 1]: the hop.
-    let mut rows: Vec<Row> = (0..lens.len() * 2)
+    let fan = graph(&rt);
+    // rows[i * 2]: chain of lens[i]; rows[i * 2 + 1]: the hop; the last: the graph.
+    let mut rows: Vec<Row> = (0..lens.len() * 2 + 1)
         .map(|_| Row {
             tput: Vec::new(),
             p50: Vec::new(),
@@ -148,6 +164,11 @@ fn main() {
                 rows[r].p99.push(quantile(v, 0.99) as f64);
             }
         }
+        let g = rows.len() - 1;
+        rows[g].tput.push(throughput(&fan, &fan, &[]));
+        let mut v = rtt(|x| fan.call_blocking(x).expect("call"));
+        rows[g].p50.push(quantile(&mut v, 0.5) as f64);
+        rows[g].p99.push(quantile(&mut v, 0.99) as f64);
     }
     println!(
         "pipelines vs host hops, CPU backend, echo stages, capacity {CAPACITY}, {ROUNDS} \
@@ -177,6 +198,23 @@ fn main() {
             median(h.p99.clone()) / 1e3
         );
     }
+    let (g, c3) = (&rows[rows.len() - 1], &rows[(lens.len() - 1) * 2]);
+    let (gt, ct) = (median(g.tput.clone()), median(c3.tput.clone()));
+    let (g50, c50) = (median(g.p50.clone()), median(c3.p50.clone()));
+    println!();
+    println!(
+        "| graph | throughput | graph / chain of 3 | RTT p50 | RTT p99 | p50 graph / chain of 3 |"
+    );
+    println!("| --- | ---: | ---: | ---: | ---: | ---: |");
+    println!(
+        "| head, fan-out of 2, join | {:.0} k/s | {:.2}x | {:.1} us | {:.1} us | {:.2}x |",
+        gt / 1e3,
+        gt / ct,
+        g50 / 1e3,
+        median(g.p99.clone()) / 1e3,
+        g50 / c50
+    );
+    fan.shutdown_blocking().expect("shutdown");
     for c in chains {
         c.shutdown_blocking().expect("shutdown");
     }

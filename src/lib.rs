@@ -74,7 +74,7 @@ pub use lifecycle::{Relaunches, ReloadFuture, RestartPolicy};
 pub use loan::{
     Loan, LoanBuf, LoanCallFuture, LoanFuture, LoanKernel, LoanRecvFuture, LoanSendFuture,
 };
-pub use pipeline::{Pipeline, PipelineSpec, MAX_PIPELINE_STAGES};
+pub use pipeline::{Branch, Pipeline, PipelineSpec, Route, MAX_PIPELINE_STAGES};
 pub use pool::{
     AcquireDevice, DeviceGuard, DevicePool, KernelPool, MemberFailure, PoolCallFuture, PoolOptions,
     PoolStats,

@@ -67,3 +67,57 @@ fn a_chain_of_three_echo_stages_answers_in_order_on_the_gpu() {
     let t = p.stage_telemetry().expect("telemetry");
     assert!(t.iter().all(|t| t.messages_out == 10_100), "{t:?}");
 }
+
+/// A keyed fan-out of echo stages into an echo join: the route and join tables in mapped
+/// pinned memory, the branches writing the join by id (device compare-and-swap on the
+/// join's `h2k_head`, system scope).
+#[test]
+fn a_keyed_fan_out_into_a_join_answers_in_order_on_the_gpu() {
+    let _g = support::serial();
+    let Some(rt) = runtime("a_keyed_fan_out_into_a_join_answers_in_order_on_the_gpu") else {
+        return;
+    };
+    let echo = || KernelSpec::<u64, u64>::echo();
+    let p = match rt.launch_pipeline(
+        PipelineSpec::new("gpufan", echo())
+            .fan_out(
+                gyre::Route::key_at(0),
+                (0..3).map(|_| gyre::Branch::new(echo())),
+            )
+            .then(echo()),
+    ) {
+        Ok(p) => p,
+        Err(Error::StrategyUnsupported { reason, .. }) => {
+            eprintln!("SKIP: the planned strategy is a copy strategy: {reason}");
+            return;
+        }
+        Err(e) => panic!("launch: {e}"),
+    };
+    let producer = {
+        let k = p.kernel().clone();
+        std::thread::spawn(move || {
+            for x in 0..10_000u64 {
+                k.send_blocking(x).expect("send");
+            }
+        })
+    };
+    for x in 0..10_000u64 {
+        assert_eq!(p.recv_blocking().expect("recv"), x);
+    }
+    producer.join().expect("producer");
+    p.shutdown_blocking().expect("shutdown");
+    let t = p.stage_telemetry().expect("telemetry");
+    let branches: u64 = t[1..4].iter().map(|t| t.messages_out).sum();
+    assert_eq!(
+        (t[0].messages_out, branches, t[4].messages_out),
+        (10_000, 10_000, 10_000)
+    );
+    for (b, t) in t[1..4].iter().enumerate() {
+        let expect = (0..10_000u64)
+            .filter(|&x| gyre::Route::branch_of(x, 3) == b)
+            .count() as u64;
+        assert_eq!(t.messages_out, expect, "branch {b}");
+    }
+    let rings = p.stage_rings();
+    assert_eq!((rings[4].h2k_head, rings[0].k2h_head), (10_000, 10_000));
+}

@@ -168,3 +168,60 @@ fn a_chain_longer_than_the_device_runs_is_refused_and_leaves_nothing_running() {
     assert_eq!(p.call_blocking(7).expect("call"), 7);
     p.shutdown_blocking().expect("shutdown");
 }
+
+/// A round-robin fan-out of device stages, answering the host by id: three work-groups
+/// (head and two branches) at once, so it needs three compute units (PoCL on a 2-core
+/// machine has two: the case prints SKIP there).
+#[test]
+fn a_device_fan_out_answers_the_host_in_request_order() {
+    let _g = guard();
+    let Some(rt) = runtime("a_device_fan_out_answers_the_host_in_request_order") else {
+        return;
+    };
+    let units = compute_units(&rt);
+    if units < 3 {
+        eprintln!(
+            "SKIP a_device_fan_out_answers_the_host_in_request_order: the device has {units} \
+             compute units, a fan-out of two needs 3"
+        );
+        return;
+    }
+    let p = rt
+        .launch_pipeline(PipelineSpec::new("fan", reject_odd()).fan_out(
+            gyre::Route::RoundRobin,
+            [
+                gyre::Branch::new(times_ten()),
+                gyre::Branch::new(times_ten()),
+            ],
+        ))
+        .expect("pipeline");
+    for x in 0..40u32 {
+        match p.call_blocking(x) {
+            Ok(v) => assert_eq!((x % 2, v), (0, x * 10 + 1)),
+            Err(Error::Handler { status, .. }) => {
+                assert_eq!((x % 2, status), (1, codes::USER_BASE + x))
+            }
+            Err(e) => panic!("{x}: {e}"),
+        }
+    }
+    let producer = {
+        let k = p.kernel().clone();
+        std::thread::spawn(move || {
+            for x in 0..300u32 {
+                k.send_blocking(2 * x).expect("send");
+            }
+        })
+    };
+    for x in 0..300u32 {
+        assert_eq!(p.recv_blocking().expect("recv"), 20 * x + 1);
+    }
+    producer.join().expect("producer");
+    p.shutdown_blocking().expect("shutdown");
+    let t = p.stage_telemetry().expect("telemetry");
+    assert_eq!(t[0].messages_out, 340);
+    assert_eq!((t[1].messages_out, t[2].messages_out), (170, 170));
+    assert!(p
+        .stage_states()
+        .iter()
+        .all(|s| *s == KernelState::Terminated { code: 0 }));
+}

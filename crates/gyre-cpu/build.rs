@@ -14,6 +14,7 @@ fn main() {
     for f in [
         "ring_kernel_c11.c",
         "include/gyre/ring.h",
+        "include/gyre/link.h",
         "include/gyre/port_c11.h",
         "include/gyre/abi.h",
         "include/gyre/handler.h",

@@ -11,6 +11,7 @@
 //! pointed elsewhere (`gyre_k0_link` in `cuda/include/gyre/ring.h`); the host's view of
 //! the chain as one kernel is [`gyre_core::chain::ChainView`].
 
+mod graph;
 mod instance;
 
 use core::marker::PhantomData;
@@ -18,8 +19,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytemuck::Pod;
-use gyre_abi::{command, link};
-use gyre_core::chain::{ChainView, StageLink};
+use gyre_abi::command;
+use gyre_core::chain::{ChainView, LinkTables, LinkTarget, StageLink};
 use gyre_core::doorbell::Doorbell;
 use gyre_core::shm::ExportPublisher;
 use gyre_core::telemetry::read_consistent;
@@ -30,7 +31,10 @@ use crate::lifecycle::Place;
 use crate::runtime::{Checked, Runtime};
 use crate::spec::{ExportTarget, KernelSpec};
 use crate::state::KernelState;
+use graph::{route_mode, Out, Plan, Step};
 use instance::{ChainInstance, StageFeed};
+
+pub use graph::{Branch, Route};
 
 /// The most stages a pipeline has.
 pub const MAX_PIPELINE_STAGES: usize = 64;
@@ -79,7 +83,9 @@ impl Stage {
 /// ```
 pub struct PipelineSpec<Req, Resp> {
     name: String,
+    /// Every stage, numbered in the order added (a fan-out's branches one after another).
     stages: Vec<Stage>,
+    steps: Vec<Step>,
     _types: PhantomData<fn(Req) -> Resp>,
 }
 
@@ -88,6 +94,7 @@ impl<Req, Resp> Clone for PipelineSpec<Req, Resp> {
         Self {
             name: self.name.clone(),
             stages: self.stages.clone(),
+            steps: self.steps.clone(),
             _types: PhantomData,
         }
     }
@@ -118,6 +125,7 @@ impl<Req: Pod, Resp: Pod> PipelineSpec<Req, Resp> {
         Self {
             name: name.into(),
             stages: vec![Stage::of(first)],
+            steps: vec![Step::One(0)],
             _types: PhantomData,
         }
     }
@@ -132,12 +140,62 @@ impl<Req: Pod, Resp: Pod> PipelineSpec<Req, Resp> {
     ///     .then(KernelSpec::from_fn("square", |n: u32| n * n));
     /// assert_eq!(spec.stages(), 2);
     /// ```
+    ///
+    /// After a [`fan_out`](Self::fan_out), `next` is the *join*: it takes the replies of
+    /// every branch, in request order.
     pub fn then<Next: Pod>(self, next: KernelSpec<Resp, Next>) -> PipelineSpec<Req, Next> {
-        let mut stages = self.stages;
+        let (mut stages, mut steps) = (self.stages, self.steps);
+        steps.push(Step::One(stages.len()));
         stages.push(Stage::of(next));
         PipelineSpec {
             name: self.name,
             stages,
+            steps,
+            _types: PhantomData,
+        }
+    }
+
+    /// Adds a fan-out: each reply of the last stage goes to one of `branches` (2 to 8,
+    /// picked by `route`), whose replies meet in the next stage added with
+    /// [`then`](Self::then) (a join), or at the host if none is. Either way they arrive
+    /// in request order: the branches write by request index, not by arrival. Shapes
+    /// the launch refuses ([`Error::Pipeline`]): fewer than 2 or more than 8 branches, a
+    /// fan-out right after a fan-out (join first), a [`Route::Key`] outside the reply.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gyre::{Branch, KernelSpec, PipelineSpec, Route};
+    /// let spec = PipelineSpec::new("p", KernelSpec::<u64, u64>::echo())
+    ///     .fan_out(
+    ///         Route::key_at(0),
+    ///         [
+    ///             Branch::new(KernelSpec::from_fn("a", |x: u64| x + 1)),
+    ///             Branch::new(KernelSpec::from_fn("b", |x: u64| x + 1)),
+    ///         ],
+    ///     )
+    ///     .then(KernelSpec::from_fn("join", |x: u64| x * 2));
+    /// assert_eq!(spec.stages(), 4);
+    /// ```
+    pub fn fan_out<Out: Pod>(
+        self,
+        route: Route,
+        branches: impl IntoIterator<Item = Branch<Resp, Out>>,
+    ) -> PipelineSpec<Req, Out> {
+        let (mut stages, mut steps) = (self.stages, self.steps);
+        let mut ids = Vec::new();
+        for b in branches {
+            ids.push((stages.len()..stages.len() + b.stages.len()).collect());
+            stages.extend(b.stages);
+        }
+        steps.push(Step::FanOut {
+            route,
+            branches: ids,
+        });
+        PipelineSpec {
+            name: self.name,
+            stages,
+            steps,
             _types: PhantomData,
         }
     }
@@ -170,12 +228,23 @@ impl<Req, Resp> PipelineSpec<Req, Resp> {
 
     /// What [`Runtime::launch`] checks of each stage, plus what a chain needs: one ring
     /// geometry (batch sizes may differ), stages launched once.
-    fn check(&self, target: &crate::runtime::Target) -> Result<Vec<Checked>> {
+    fn check(&self, target: &crate::runtime::Target) -> Result<(Vec<Checked>, Plan)> {
         if self.stages.len() > MAX_PIPELINE_STAGES {
             return Err(self.refuse(
                 self.stages.len() - 1,
                 format!("a pipeline has at most {MAX_PIPELINE_STAGES} stages"),
             ));
+        }
+        let plan = Plan::of(&self.steps, self.stages.len())
+            .map_err(|(stage, why)| self.refuse(stage, why))?;
+        for (k, o) in plan.outs.iter().enumerate() {
+            if let Out::Route { entry, .. } = o {
+                if let Some(&(_, Route::Key { offset }, _)) =
+                    plan.routes.iter().find(|r| r.0 == *entry)
+                {
+                    self.check_key(k, offset)?;
+                }
+            }
         }
         let mut out: Vec<Checked> = Vec::with_capacity(self.stages.len());
         let watchdog = self.stages[0].spec.watchdog;
@@ -245,7 +314,23 @@ impl<Req, Resp> PipelineSpec<Req, Resp> {
             }
             out.push(c);
         }
-        Ok(out)
+        Ok((out, plan))
+    }
+
+    /// A keyed fan-out after stage `k` reads its key (a `u64` at byte `offset`) inside
+    /// `k`'s reply type.
+    fn check_key(&self, k: usize, offset: usize) -> Result<()> {
+        let (type_name, size) = self.stages[k].resp;
+        if offset.checked_add(8).is_some_and(|end| end <= size) {
+            return Ok(());
+        }
+        Err(self.refuse(
+            k,
+            format!(
+                "its fan-out routes by the u64 at byte {offset} of its reply, a {type_name} \
+                 of {size} bytes"
+            ),
+        ))
     }
 
     /// Stage k's telemetry export file, if the first stage's spec exports: next to the
@@ -384,6 +469,28 @@ impl<Req, Resp> Pipeline<Req, Resp> {
             .collect()
     }
 
+    /// Each stage's ring counters, first stage first: requests published into it and
+    /// consumed by it, and (the first stage's) replies published to the host and
+    /// consumed. What `gyre top` shows as queues, for a look at a graph that is stuck.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gyre::{Backend, KernelSpec, PipelineSpec, Runtime};
+    /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
+    /// let p = rt.launch_pipeline(
+    ///     PipelineSpec::new("p", KernelSpec::<u32, u32>::echo()).then(KernelSpec::echo()),
+    /// )?;
+    /// p.call_blocking(1)?;
+    /// p.shutdown_blocking()?;
+    /// let r = p.stage_rings();
+    /// assert_eq!((r[0].k2h_head, r[1].h2k_head, r[1].h2k_tail), (1, 1, 1));
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
+    pub fn stage_rings(&self) -> Vec<gyre_core::chain::RingCounters> {
+        self.chain.counters()
+    }
+
     /// Each stage's telemetry line, first stage first: its messages, errors it produced
     /// (not the ones it passed on), polls and handler time.
     ///
@@ -467,7 +574,7 @@ impl Runtime {
                     .into(),
             });
         }
-        let checked = spec.check(target)?;
+        let (checked, plan) = spec.check(target)?;
         let n = checked.len();
         let imp = &target.imp;
         let _span = tracing::info_span!(
@@ -492,21 +599,13 @@ impl Runtime {
             })
             .collect::<Result<Vec<_>>>()?;
         let doorbells: Vec<Arc<Doorbell>> = (0..n).map(|_| Arc::new(Doorbell::new())).collect();
+        let links = links_of(&spec, &plan, imp.as_ref(), &regions, &doorbells)?;
         let mut launches = Vec::with_capacity(n);
-        for (k, st) in spec.stages.iter().enumerate() {
+        for ((k, st), link) in spec.stages.iter().enumerate().zip(links) {
             let mut l: LaunchSpec = st.spec.launch_spec();
             l.name = spec.stage_name(k);
             l.doorbell = Some(doorbells[k].clone());
-            if n > 1 {
-                let last = k + 1 == n;
-                l.link = Some(StageLink {
-                    next: regions[(k + 1) % n].clone(),
-                    flags: if last { link::TO_HEAD } else { 0 }
-                        | if k > 0 { link::FROM_STAGE } else { 0 },
-                    next_doorbell: (!last).then(|| doorbells[k + 1].clone()),
-                    next_msg_type: spec.stages[(k + 1) % n].spec.msg_type,
-                });
-            }
+            l.link = link;
             launches.push(l);
         }
         launches[0].export = spec.export_for(0)?;
@@ -544,12 +643,13 @@ impl Runtime {
             slot_size = checked[0].geometry.slot_size(),
             "pipeline launched"
         );
-        let chain = Arc::new(ChainView::new(
+        let chain = Arc::new(ChainView::graph(
             regions
                 .iter()
                 .cloned()
                 .zip(doorbells.iter().cloned().map(Some))
                 .collect(),
+            plan.edges(),
         ));
         let mut head: KernelSpec<Req, Resp> = spec.stages[0].spec.clone().retyped();
         head.name = spec.name.clone();
@@ -574,6 +674,75 @@ impl Runtime {
             chain,
         })
     }
+}
+
+/// Each stage's link, from the plan: regions, or entries of link tables allocated in the
+/// backend's region memory and filled with the kernels' addresses of the regions.
+fn links_of<Req, Resp>(
+    spec: &PipelineSpec<Req, Resp>,
+    plan: &Plan,
+    imp: &dyn gyre_core::Backend,
+    regions: &[Arc<SharedRegion>],
+    bells: &[Arc<Doorbell>],
+) -> Result<Vec<Option<StageLink>>> {
+    let tables = if plan.entries() == 0 {
+        None
+    } else {
+        let mem = imp.alloc_region(LinkTables::bytes_for(plan.entries()))?;
+        Some(Arc::new(LinkTables::new(mem, plan.entries())?))
+    };
+    let addr = |k: usize| imp.device_address(regions[k].base());
+    if let Some(t) = &tables {
+        for (entry, route, branches) in &plan.routes {
+            let targets = branches
+                .iter()
+                .map(|&b| Ok((addr(b)?, spec.stages[b].spec.msg_type)))
+                .collect::<Result<Vec<_>>>()?;
+            t.set_route(*entry, route_mode(*route), &targets)?;
+        }
+        for &(entry, to, producers) in &plan.joins {
+            t.set_join(entry, addr(to.unwrap_or(0))?, producers)?;
+        }
+    }
+    let table = |entry: usize, targets: Vec<usize>| -> Result<LinkTarget> {
+        let tables = tables.clone().ok_or(Error::InvalidArgument {
+            name: "pipeline link tables",
+            value: "none".into(),
+            reason: "allocated for every fan-out and join",
+        })?;
+        Ok(LinkTarget::Table {
+            tables,
+            entry,
+            regions: targets.into_iter().map(|k| regions[k].clone()).collect(),
+        })
+    };
+    let msg_type = |k: usize| spec.stages[k].spec.msg_type;
+    plan.outs
+        .iter()
+        .enumerate()
+        .map(|(k, out)| {
+            let (next, next_msg_type) = match out {
+                Out::Own => return Ok(None),
+                Out::Direct(m) => (LinkTarget::Region(regions[*m].clone()), msg_type(*m)),
+                Out::Head => (LinkTarget::Region(regions[0].clone()), msg_type(0)),
+                Out::Route { entry, branches } => (table(*entry, branches.clone())?, 0),
+                Out::ById { entry, to } => (
+                    table(*entry, vec![to.unwrap_or(0)])?,
+                    msg_type(to.unwrap_or(0)),
+                ),
+            };
+            Ok(Some(StageLink {
+                next,
+                flags: plan.flags(k),
+                next_msg_type,
+                next_doorbells: plan
+                    .writes(k)
+                    .into_iter()
+                    .map(|m| bells[m].clone())
+                    .collect(),
+            }))
+        })
+        .collect()
 }
 
 /// Stops the stages a failed launch already started (they hold no request): Terminate,

@@ -207,6 +207,31 @@ pub mod link {
     /// This stage's requests are an earlier stage's replies: a non-zero status in one is
     /// passed on without running the handler.
     pub const FROM_STAGE: u32 = 1 << 1;
+    /// The link argument is a [`JoinTable`](crate::JoinTable), not a region: the reply to
+    /// a request is written at the index its **correlation id** names in the ring of the
+    /// table's target (a join stage's request ring, or with [`TO_HEAD`] the head's reply
+    /// ring), and the target's head is advanced over the written prefix by whichever of
+    /// its producers completes it. Several stages may write one target this way.
+    pub const BY_ID: u32 = 1 << 2;
+    /// The link argument is a [`RouteTable`](crate::RouteTable), not a region: each reply
+    /// goes to one of the table's branches (round-robin or by a key in the reply).
+    pub const FAN_OUT: u32 = 1 << 3;
+    /// The stage answers each request with its own request index as correlation id (the
+    /// head of a pipeline whose later stages write by id: the host's index, whatever a
+    /// request's header said).
+    pub const OWN_ID: u32 = 1 << 4;
+}
+
+/// How a fan-out stage picks a branch ([`RouteTable::mode`]).
+pub mod route {
+    /// Most branches of one fan-out.
+    pub const MAX_BRANCHES: u32 = 8;
+    /// Branch `i mod count` for the stage's i-th reply.
+    pub const ROUND_ROBIN: u32 = 0;
+    /// Branch `splitmix64(key) mod count`, `key` the little-endian `u64` at
+    /// [`RouteTable::key_offset`](crate::RouteTable::key_offset) of the reply payload (0
+    /// for a reply too short to hold it, an error reply among them).
+    pub const KEY: u32 = 1;
 }
 
 /// Slot header flags ([`SlotHeader::flags`]).
@@ -315,6 +340,52 @@ pub struct SlotHeader {
     pub _reserved: [u64; 3],
 }
 
+/// Where a fan-out stage's replies go (a pipeline's link argument with
+/// [`link::FAN_OUT`]): 256 bytes of the memory the stages share, written by the host
+/// before launch; `rr`, `head` and `released` are the fan-out stage's own scratch words
+/// afterwards (it is their only writer).
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub struct RouteTable {
+    /// [`route`] mode.
+    pub mode: AtomicU32,
+    /// Branches, `2..=route::MAX_BRANCHES`.
+    pub count: AtomicU32,
+    /// [`route::KEY`]: byte offset of the `u64` key in the reply payload.
+    pub key_offset: AtomicU32,
+    /// Scratch: replies routed round-robin so far.
+    pub rr: AtomicU32,
+    /// The message type of each branch's first stage, written into its requests.
+    pub msg_type: [AtomicU32; 8],
+    /// Reserved, zero.
+    pub _reserved: [u64; 2],
+    /// The device address of each branch's first stage's region.
+    pub target: [AtomicU64; 8],
+    /// Scratch: requests written into each branch (its next request index).
+    pub head: [AtomicU64; 8],
+    /// Scratch: each branch's `h2k_tail` as last read.
+    pub released: [AtomicU64; 8],
+}
+
+/// Where the stages writing one target by correlation id ([`link::BY_ID`]) stand: 64
+/// bytes of the memory the stages share, one per join (or per fan-in into the head).
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub struct JoinTable {
+    /// The device address of the target region: a join stage's, or the head's with
+    /// [`link::TO_HEAD`].
+    pub target: AtomicU64,
+    /// Stages writing the target.
+    pub producers: AtomicU32,
+    /// Reserved, zero.
+    pub _reserved0: u32,
+    /// Producers that stopped for good (incremented by each, compare-and-swap); the one
+    /// that makes it `producers` tells a join stage to terminate.
+    pub stopped: AtomicU64,
+    /// Reserved, zero.
+    pub _reserved: [u64; 5],
+}
+
 /// The 64-byte telemetry line, written only by the kernel under a sequence lock.
 ///
 /// Writer: `seq += 1` (odd), write fields, `seq += 1` (even) with release. Reader: load
@@ -397,6 +468,18 @@ const_assert_eq!(core::mem::size_of::<TelemetryBuffer>(), 64);
 const_assert_eq!(core::mem::align_of::<TelemetryBuffer>(), 64);
 const_assert_eq!(core::mem::offset_of!(TelemetryBuffer, heartbeat_ms), 60);
 const_assert_eq!(core::mem::size_of::<TelemetrySnapshot>(), 64);
+
+const_assert_eq!(core::mem::size_of::<RouteTable>(), 256);
+const_assert_eq!(core::mem::align_of::<RouteTable>(), 64);
+const_assert_eq!(core::mem::offset_of!(RouteTable, msg_type), 16);
+const_assert_eq!(core::mem::offset_of!(RouteTable, target), 64);
+const_assert_eq!(core::mem::offset_of!(RouteTable, head), 128);
+const_assert_eq!(core::mem::offset_of!(RouteTable, released), 192);
+const_assert_eq!(route::MAX_BRANCHES, 8);
+
+const_assert_eq!(core::mem::size_of::<JoinTable>(), 64);
+const_assert_eq!(core::mem::align_of::<JoinTable>(), 64);
+const_assert_eq!(core::mem::offset_of!(JoinTable, stopped), 16);
 
 const_assert!(SLOT_HEADER_SIZE < MIN_SLOT_SIZE);
 const_assert!(MAX_SLOT_SIZE % SLOT_ALIGN == 0);

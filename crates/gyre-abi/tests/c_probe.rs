@@ -29,9 +29,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use gyre_abi::{
-    command, error, flags, host_flags, link, loan, state, ControlBlock, SlotHeader,
-    TelemetryBuffer, ABI_VERSION, MAGIC, MAX_CAPACITY, MAX_SLOT_SIZE, MIN_CAPACITY, MIN_SLOT_SIZE,
-    SLOT_ALIGN, SLOT_HEADER_SIZE,
+    command, error, flags, host_flags, link, loan, route, state, ControlBlock, JoinTable,
+    RouteTable, SlotHeader, TelemetryBuffer, ABI_VERSION, MAGIC, MAX_CAPACITY, MAX_SLOT_SIZE,
+    MIN_CAPACITY, MIN_SLOT_SIZE, SLOT_ALIGN, SLOT_HEADER_SIZE,
 };
 
 /// The include directory holding `gyre/abi.h`.
@@ -152,6 +152,12 @@ fn layouts() -> Vec<Layout> {
             seq, state, messages_in, messages_out, errors, busy_polls, idle_polls,
             handler_ns_total, handler_ns_max, heartbeat_ms,
         }),
+        layout!(RouteTable => "gyre_route" {
+            mode, count, key_offset, rr, msg_type, _reserved, target, head, released,
+        }),
+        layout!(JoinTable => "gyre_join" {
+            target, producers, _reserved0, stopped, _reserved,
+        }),
     ]
 }
 
@@ -219,6 +225,12 @@ fn constants() -> Vec<Constant> {
         loan::OWNER_BUSY => GYRE_LOAN_OWNER_BUSY,
         link::TO_HEAD => GYRE_LINK_TO_HEAD,
         link::FROM_STAGE => GYRE_LINK_FROM_STAGE,
+        link::BY_ID => GYRE_LINK_BY_ID,
+        link::FAN_OUT => GYRE_LINK_FAN_OUT,
+        link::OWN_ID => GYRE_LINK_OWN_ID,
+        route::MAX_BRANCHES => GYRE_ROUTE_MAX_BRANCHES,
+        route::ROUND_ROBIN => GYRE_ROUTE_ROUND_ROBIN,
+        route::KEY => GYRE_ROUTE_KEY,
         flags::CALL => GYRE_FLAG_CALL,
         host_flags::DOORBELL => GYRE_HOST_FLAG_DOORBELL,
     ]

@@ -150,6 +150,17 @@ pub trait Backend: Send + Sync {
         Ok(Box::new(HostMemory::zeroed(bytes)?))
     }
 
+    /// The address a kernel of this backend uses for the host address `host`, which lies
+    /// in memory from [`Backend::alloc_region`] (a pipeline's link tables name regions by
+    /// it). The default is `host` itself (host memory, shared virtual memory).
+    ///
+    /// # Errors
+    ///
+    /// The backend's, when `host` is not memory its kernels can address.
+    fn device_address(&self, host: core::ptr::NonNull<u8>) -> Result<u64> {
+        Ok(host.as_ptr() as u64)
+    }
+
     /// Checks empirically that a running kernel and the host see each other's writes
     /// through the memory [`Backend::alloc_region`] returns, within `timeout` — the claim
     /// behind `system-scope` visibility. `Ok(Ok(rtt))` confirms it; `Ok(Err(why))` says

@@ -5,6 +5,7 @@
 use core::sync::atomic::Ordering::Acquire;
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
 use std::time::Duration;
 
 use gyre_core::doorbell::Doorbell;
@@ -206,15 +207,17 @@ pub(crate) unsafe extern "C" fn park(
     u32::from(parked)
 }
 
-/// A pipeline stage's notification of its next stage (after a publication to it or a
-/// command): rings the next stage's doorbell, fencing first (`Doorbell::ring`), so a
-/// parked next stage wakes up.
+/// A pipeline stage's notification of the stages it writes (after a publication to them
+/// or a command): rings each one's doorbell, fencing first (`Doorbell::ring`), so a
+/// parked stage wakes up.
 ///
 /// # Safety
 ///
-/// `ctx` points to a live [`Doorbell`].
+/// `ctx` points to a live `Vec<Arc<Doorbell>>`.
 pub(crate) unsafe extern "C" fn notify(ctx: *mut c_void) {
     // SAFETY: the caller's contract.
-    let d = unsafe { &*ctx.cast::<Doorbell>() };
-    d.ring();
+    let bells = unsafe { &*ctx.cast::<Vec<Arc<Doorbell>>>() };
+    for d in bells {
+        d.ring();
+    }
 }

@@ -6,6 +6,7 @@
 
 use core::sync::atomic::Ordering::{Acquire, Release};
 use std::ffi::c_void;
+use std::sync::Arc;
 
 use gyre_abi::{error, state};
 use gyre_core::chain::StageLink;
@@ -143,19 +144,22 @@ impl<'a> CKernel<'a> {
         let ctx: *const HandlerCtx<'a> = k.ctx.as_deref().map_or(std::ptr::null(), |c| c);
         let park_ctx: *const ParkCtx<'a> = k.park.as_deref().map_or(std::ptr::null(), |p| p);
         let (next, link_flags, next_type) = link.map_or((std::ptr::null_mut(), 0, 0), |l| {
-            (l.next.base().as_ptr(), l.flags, l.next_msg_type)
+            let (base, offset) = l.argument();
+            (base.as_ptr().wrapping_add(offset), l.flags, l.next_msg_type)
         });
-        let notify_ctx: *const Doorbell = link
-            .and_then(|l| l.next_doorbell.as_deref())
-            .map_or(std::ptr::null(), |d| d);
+        let notify_ctx: *const Vec<Arc<Doorbell>> = link
+            .map(|l| &l.next_doorbells)
+            .filter(|b| !b.is_empty())
+            .map_or(std::ptr::null(), |b| b);
         // SAFETY: `raw` is a fresh kernel; the region is a live, initialised shared region
         // of `SharedRegion::bytes_for` bytes that outlives the kernel (`'a`), accessed by
         // the host only through atomics and the protocol; `ctx` and `park_ctx` point to
         // the boxed contexts, which live in `k` as long as the kernel (the trampoline is
         // given only with a handler context, the park only with a park context); kind
-        // and lanes were validated above. A link's next region is a live, initialised
-        // shared region (the `StageLink` holds it, and the caller holds the link for `'a`)
-        // and its doorbell outlives the kernel likewise (notify only with one).
+        // and lanes were validated above. A link's argument is a live, initialised shared
+        // region or link table entry naming such regions (the `StageLink` holds them, and
+        // the caller holds the link for `'a`), and its doorbells outlive the kernel
+        // likewise (notify only with some).
         let code = unsafe {
             ffi::gyre_c11_start(
                 k.raw,

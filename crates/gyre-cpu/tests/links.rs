@@ -1,4 +1,4 @@
-//! The pipeline link of `ring.h` (L1–L4 of `docs/protocol.md` §9) run by the CPU backend's
+//! The pipeline link of `ring.h` (L1–L4 of `docs/protocol.md` §9; L5–L6, fan-out and by id, in `tests/pipeline_fan.rs`) run by the CPU backend's
 //! kernel threads, with no host-side chain view: two stages whose regions are linked,
 //! a channel on the first. What the kernels must do by themselves: pass replies on and
 //! back to the head (L1), stamp the next stage's message type (L2), tell the next stage
@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gyre_abi::{command, error, link, state};
-use gyre_core::chain::StageLink;
+use gyre_core::chain::{LinkTarget, StageLink};
 use gyre_core::channel::{Channel, Kind};
 use gyre_core::doorbell::Doorbell;
 use gyre_core::ring::Geometry;
@@ -88,9 +88,9 @@ fn two() -> Two {
         typed(9, |x| x * 2),
         &b1,
         StageLink {
-            next: head.clone(),
+            next: LinkTarget::Region(head.clone()),
             flags: link::TO_HEAD | link::FROM_STAGE,
-            next_doorbell: None,
+            next_doorbells: Vec::new(),
             next_msg_type: 0,
         },
     );
@@ -99,9 +99,9 @@ fn two() -> Two {
         typed(7, |x| x + 1),
         &b0,
         StageLink {
-            next: tail.clone(),
+            next: LinkTarget::Region(tail.clone()),
             flags: 0,
-            next_doorbell: Some(b1.clone()),
+            next_doorbells: vec![b1.clone()],
             next_msg_type: 9,
         },
     );
@@ -172,9 +172,9 @@ fn a_next_region_of_another_geometry_faults_k0_and_tells_it_to_terminate() {
         typed(9, |x| x),
         &b1,
         StageLink {
-            next: sink,
+            next: LinkTarget::Region(sink),
             flags: link::TO_HEAD | link::FROM_STAGE,
-            next_doorbell: None,
+            next_doorbells: Vec::new(),
             next_msg_type: 0,
         },
     );
@@ -187,9 +187,9 @@ fn a_next_region_of_another_geometry_faults_k0_and_tells_it_to_terminate() {
         typed(7, |x| x),
         &b0,
         StageLink {
-            next: tail.clone(),
+            next: LinkTarget::Region(tail.clone()),
             flags: 0,
-            next_doorbell: Some(b1),
+            next_doorbells: vec![b1],
             next_msg_type: 9,
         },
     );

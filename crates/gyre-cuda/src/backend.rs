@@ -390,6 +390,17 @@ impl gyre_core::Backend for CudaBackend {
         Ok(Box::new(mem))
     }
 
+    /// The device address of mapped pinned memory from `alloc_region`
+    /// (`cuMemHostGetDevicePointer`).
+    fn device_address(&self, host: core::ptr::NonNull<u8>) -> gyre_core::Result<u64> {
+        self.context()
+            .and_then(|ctx| {
+                ctx.bind()?;
+                device_pointer(host, "a pipeline's region")
+            })
+            .map_err(|e| to_core("(pipeline link)", e))
+    }
+
     /// A device with a kernel execution timeout (a display watchdog, WDDM's default
     /// 2 s) kills any kernel that runs longer: kernels there run in epochs.
     fn kernel_time_limit(&self) -> Option<std::time::Duration> {
@@ -432,21 +443,13 @@ impl gyre_core::Backend for CudaBackend {
                             "not mapped pinned memory: allocate it with CudaBackend::alloc_region",
                     }
                 })?;
-                // A pipeline stage writes into the next stage's region: mapped pinned too.
+                // A pipeline stage writes into the next stage's region (or reads a link
+                // table naming regions): mapped pinned too.
                 let link = match &spec.link {
                     Some(l) => {
-                        let next = l.next.base().as_ptr().cast::<std::ffi::c_void>();
-                        // SAFETY: the context is current (bound above); fails (typed)
-                        // if the next region is not mapped pinned memory.
-                        let d =
-                            unsafe { crate::result::host_device_pointer(next) }.map_err(|e| {
-                                Error::InvalidInput {
-                                    what: format!("next pipeline stage's region at {next:p} ({e})"),
-                                    reason: "not mapped pinned memory: allocate it with \
-                                         CudaBackend::alloc_region",
-                                }
-                            })?;
-                        (d, l.flags, l.next_msg_type)
+                        let (base, offset) = l.argument();
+                        let d = device_pointer(base, "a pipeline stage's link")?;
+                        (d + offset as u64, l.flags, l.next_msg_type)
                     }
                     None => (0, 0, 0),
                 };
@@ -511,4 +514,16 @@ impl gyre_core::Backend for CudaBackend {
             .map_err(|e| to_core(&spec.name, e))?;
         Ok(Box::new(k))
     }
+}
+
+/// The device address of mapped pinned memory at `host` (`what` names it in the error).
+/// The caller has bound a context.
+fn device_pointer(host: core::ptr::NonNull<u8>, what: &str) -> Result<u64> {
+    let p = host.as_ptr().cast::<std::ffi::c_void>();
+    // SAFETY: the caller bound the context; fails (typed) if `p` is not mapped pinned
+    // memory of it.
+    unsafe { crate::result::host_device_pointer(p) }.map_err(|e| Error::InvalidInput {
+        what: format!("{what} at {p:p} ({e})"),
+        reason: "not mapped pinned memory: allocate it with CudaBackend::alloc_region",
+    })
 }

@@ -32,6 +32,10 @@ const PORT: &str = r#"
 #define GYRE_STORE_RELAXED_U32(p, v) atomic_store_explicit(GYRE_A32(p), (v), memory_order_relaxed)
 #define GYRE_STORE_RELAXED_U64(p, v) atomic_store_explicit(GYRE_A64(p), (v), memory_order_relaxed)
 #define GYRE_FENCE_SYSTEM() atomic_thread_fence(memory_order_seq_cst)
+static inline uint32_t cas_u64(uint64_t *p, uint64_t e, uint64_t d) {
+    return atomic_compare_exchange_strong(GYRE_A64(p), &e, d) ? 1u : 0u;
+}
+#define GYRE_CAS_U64(p, e, d) cas_u64((p), (e), (d))
 static unsigned long pauses;
 #define GYRE_PAUSE() (pauses++)
 static uint64_t fake_now = 1000000000u;

@@ -239,15 +239,18 @@ impl OpenClBackend {
         // Not chained: the region itself (cuda/ring_kernel.cl reads it as no link), since
         // an SVM argument is never null here.
         let (next, link_flags, next_type) = match &spec.link {
-            Some(l) => (l.next.base().as_ptr(), l.flags, l.next_msg_type),
+            Some(l) => {
+                let (b, offset) = l.argument();
+                (b.as_ptr().wrapping_add(offset), l.flags, l.next_msg_type)
+            }
             None => (base, 0u32, 0u32),
         };
         if next != base && !self.dev.registry.contains(next as usize) {
             return Err(Error::Unsupported {
                 device: self.dev.info.name.clone(),
                 reason: format!(
-                    "the next pipeline stage's region at {next:p} is not SVM of this \
-                     device's context (every stage of a chain runs on one device)"
+                    "the pipeline link at {next:p} (a region or link table) is not SVM of \
+                     this device's context (every stage of a chain runs on one device)"
                 ),
             });
         }

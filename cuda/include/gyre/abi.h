@@ -146,6 +146,19 @@ typedef unsigned long long uint64_t;
 #define GYRE_LINK_TO_HEAD 0x1u
 /** Requests come from an earlier stage: a non-zero status is passed on. */
 #define GYRE_LINK_FROM_STAGE 0x2u
+/** The link is a gyre_join: replies are written at their correlation id's index of the
+ *  target's ring (a join stage's requests, or the head's replies with TO_HEAD). */
+#define GYRE_LINK_BY_ID 0x4u
+/** The link is a gyre_route: each reply goes to one of its branches. */
+#define GYRE_LINK_FAN_OUT 0x8u
+/** Answer each request with this stage's request index as its correlation id. */
+#define GYRE_LINK_OWN_ID 0x10u
+/* Fan-out routes (gyre_abi::route), gyre_route.mode. */
+#define GYRE_ROUTE_MAX_BRANCHES 8u
+/** Branch i mod count for the stage's i-th reply. */
+#define GYRE_ROUTE_ROUND_ROBIN 0u
+/** Branch splitmix64(key) mod count; key: the little-endian u64 at key_offset. */
+#define GYRE_ROUTE_KEY 1u
 
 /* Loans (gyre_abi::loan, docs/loans.md): a request or reply payload of a loan kernel is a
  * 16-byte handle { offset, len, generation } naming a block of the kernel's loan pool.
@@ -223,6 +236,29 @@ typedef struct gyre_telemetry_buffer {
     uint32_t handler_ns_max;
     uint32_t heartbeat_ms;
 } gyre_telemetry_buffer;
+
+/** A fan-out stage's branches (gyre_abi::RouteTable): host-written before launch; rr,
+ *  head and released are the fan-out stage's scratch afterwards. */
+typedef struct gyre_route {
+    GYRE_ALIGN(64) uint32_t mode; /* GYRE_ROUTE_* */
+    uint32_t count;               /* branches, 2..=GYRE_ROUTE_MAX_BRANCHES */
+    uint32_t key_offset;          /* GYRE_ROUTE_KEY: the key's byte offset in the payload */
+    uint32_t rr;                  /* scratch: replies routed round-robin so far */
+    uint32_t msg_type[8];         /* each branch's first stage's message type */
+    uint64_t _reserved[2];
+    uint64_t target[8];   /* device address of each branch's first stage's region */
+    uint64_t head[8];     /* scratch: requests written into each branch */
+    uint64_t released[8]; /* scratch: each branch's h2k_tail as last read */
+} gyre_route;
+
+/** The stages writing one target by correlation id (gyre_abi::JoinTable). */
+typedef struct gyre_join {
+    GYRE_ALIGN(64) uint64_t target; /* device address of the target region */
+    uint32_t producers;             /* stages writing it */
+    uint32_t _reserved0;
+    uint64_t stopped; /* producers stopped for good (compare-and-swap) */
+    uint64_t _reserved[5];
+} gyre_join;
 
 /* ---- compile-time layout checks (mirror the const_asserts in lib.rs) ------------- */
 GYRE_STATIC_ASSERT(sizeof(uint32_t) == 4 && GYRE_ALIGNOF(uint32_t) == 4, "uint32_t");
@@ -312,5 +348,13 @@ GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_telemetry_buffer, handler_ns_max) == 56,
                    "gyre_telemetry_buffer.handler_ns_max");
 GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_telemetry_buffer, heartbeat_ms) == 60,
                    "gyre_telemetry_buffer.heartbeat_ms");
+
+GYRE_STATIC_ASSERT(sizeof(gyre_route) == 256 && GYRE_ALIGNOF(gyre_route) == 64, "gyre_route");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_route, msg_type) == 16, "gyre_route.msg_type");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_route, target) == 64, "gyre_route.target");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_route, head) == 128, "gyre_route.head");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_route, released) == 192, "gyre_route.released");
+GYRE_STATIC_ASSERT(sizeof(gyre_join) == 64 && GYRE_ALIGNOF(gyre_join) == 64, "gyre_join");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_join, stopped) == 16, "gyre_join.stopped");
 
 #endif /* GYRE_ABI_H */

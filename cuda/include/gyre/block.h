@@ -39,6 +39,7 @@ typedef struct gyre_block_shared {
     uint64_t reply_off; /* reply ring offset in reply_base (set at K0) */
     GYRE_GLOBAL unsigned char *reply_base; /* the replies' region (a pipeline: the next's) */
     uint64_t t0;        /* GYRE_BATCH_STAMP() when the batch was found */
+    uint64_t reply_idx; /* the request's reply index (gyre_reply_index) */
     uint32_t ok;        /* K0 passed */
     uint32_t slot_size;
     uint32_t n;         /* batch length; 0 = none, GYRE_POLL_STOPPED = stopped */
@@ -68,9 +69,9 @@ static inline GYRE_DEVICE_FN uint32_t gyre_block_start(GYRE_GLOBAL unsigned char
     GYRE_LANE0_BEGIN
     sh->ok = gyre_k0_validate(r, region) == GYRE_ERR_NONE &&
              gyre_k0_link(r, link) == GYRE_ERR_NONE;
-    if (!sh->ok && link->next != 0 && (link->flags & GYRE_LINK_TO_HEAD) == 0u) {
-        r->next_cb = gyre_control(link->next);
-        gyre_link_stop(r);
+    if (!sh->ok && link->next != 0) {
+        gyre_link_tell(link->next, link->flags);
+        GYRE_NOTIFY_NEXT(r);
     }
     sh->stopped = 0u;
     sh->lanes = lanes;
@@ -170,6 +171,7 @@ static inline GYRE_DEVICE_FN uint32_t gyre_block_answer(GYRE_GLOBAL unsigned cha
         }
         sh->msg_type = m.msg_type;
         sh->len = m.len;
+        sh->reply_idx = gyre_reply_index(r, idx, &m);
         sh->h.status = GYRE_ERR_NONE;
         sh->h.reply_len = 0u;
         sh->h.panicked = 0u;
@@ -184,7 +186,7 @@ static inline GYRE_DEVICE_FN uint32_t gyre_block_answer(GYRE_GLOBAL unsigned cha
                 gyre_hcall c;
                 c.req = gyre_slot_at(region, GYRE_RINGS_OFFSET, mask, slot_size, idx) +
                         GYRE_SLOT_HEADER_SIZE;
-                c.reply = gyre_slot_at(sh->reply_base, sh->reply_off, mask, slot_size, idx) +
+                c.reply = gyre_slot_at(sh->reply_base, sh->reply_off, mask, slot_size, sh->reply_idx) +
                           GYRE_SLOT_HEADER_SIZE;
                 c.msg_type = sh->msg_type;
                 c.req_len = sh->len;
@@ -216,7 +218,7 @@ static inline GYRE_DEVICE_FN uint32_t gyre_block_answer(GYRE_GLOBAL unsigned cha
         } else {
             if (sh->run && sh->loan) {
                 gyre_block_loan_out(r, pool,
-                                    gyre_slot_at(sh->reply_base, sh->reply_off, mask, slot_size, idx) +
+                                    gyre_slot_at(sh->reply_base, sh->reply_off, mask, slot_size, sh->reply_idx) +
                                         GYRE_SLOT_HEADER_SIZE,
                                     sh, &m, &lh);
             } else if (sh->run) {

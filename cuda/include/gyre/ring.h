@@ -32,6 +32,8 @@
  *   GYRE_STORE_RELEASE_U32/U64(p, v)  store with release, system scope
  *   GYRE_STORE_RELAXED_U32/U64(p, v)  relaxed atomic store
  *   GYRE_FENCE_SYSTEM()               sequentially consistent fence, system scope
+ *   GYRE_CAS_U64(p, e, d)             compare-and-swap (acq_rel), 1 if done: pipeline
+ *                                     links written by id (gyre/link.h)
  *   GYRE_PAUSE()                      a short sleep / pause of the polling thread
  *   GYRE_NOW_NS()                     a monotonic device clock in nanoseconds (uint64_t)
  *
@@ -49,7 +51,7 @@
 
 #if !defined(GYRE_LOAD_ACQUIRE_U64) || !defined(GYRE_STORE_RELEASE_U64) ||                     \
     !defined(GYRE_FENCE_SYSTEM) || !defined(GYRE_NOW_NS) || !defined(GYRE_PAUSE) ||            \
-    !defined(GYRE_DEVICE_FN) || !defined(GYRE_GLOBAL)
+    !defined(GYRE_DEVICE_FN) || !defined(GYRE_GLOBAL) || !defined(GYRE_CAS_U64)
 #error "include a gyre port header (gyre/port_cuda.h, port_opencl.h, port_c11.h) before gyre/ring.h"
 #endif
 
@@ -91,9 +93,13 @@ typedef struct gyre_ring {
     GYRE_GLOBAL unsigned char *reply_base;
     GYRE_GLOBAL uint64_t *reply_release;
     GYRE_GLOBAL uint64_t *reply_publish;
-    /* The next stage of a pipeline (not the head), or 0: told to terminate when this
-     * stage stops, and watched while idle (gyre_link_check). */
+    /* The next stage of a pipeline that this stage writes (not the head, not a fan-out's
+     * branches), or 0: its message type is written into each request (K6), and it is
+     * notified after each publication (K7). */
     GYRE_GLOBAL gyre_control_block *next_cb;
+    /* The link argument (gyre/link.h): a region, a gyre_route (GYRE_LINK_FAN_OUT) or a
+     * gyre_join (GYRE_LINK_BY_ID); 0 when not chained. */
+    GYRE_GLOBAL unsigned char *link_next;
     /* A second telemetry line K8 also writes (the registered export file of
      * crates/gyre-core/src/shm.rs), or 0. Set by the language's loop after K0. */
     GYRE_GLOBAL gyre_telemetry_buffer *export_tel;
@@ -129,7 +135,8 @@ typedef struct gyre_ring {
     uint32_t last_cmd;  /* the command as K1 last read it */
     uint32_t pass_status; /* requests come from a stage: pass a non-zero status on (K4) */
     uint32_t next_type;   /* the message type of the next stage's requests (next_cb != 0) */
-    uint32_t pad;
+    uint32_t link_flags;  /* GYRE_LINK_* of link_next */
+    uint32_t out;         /* GYRE_OUT_*: how replies leave (gyre/link.h) */
 } gyre_ring;
 
 /** The header fields of one request, then of its reply (K4..K6). */
@@ -236,9 +243,11 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k0_validate(gyre_ring *r,
     r->reply_release = &cb->k2h_tail;
     r->reply_publish = &cb->k2h_head;
     r->next_cb = 0;
+    r->link_next = 0;
     r->pass_status = 0u;
     r->next_type = 0u;
-    r->pad = 0u;
+    r->link_flags = 0u;
+    r->out = 0u; /* GYRE_OUT_DIRECT */
     r->tail = GYRE_LOAD_ACQUIRE_U64(&cb->h2k_tail);
     r->k2h_tail = GYRE_LOAD_ACQUIRE_U64(&cb->k2h_tail);
     /* GYRE_HOST_FLAG_DOORBELL: requests exist only below h2k_head. Without it the cached
@@ -283,68 +292,7 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k0_validate(gyre_ring *r,
     return GYRE_ERR_NONE;
 }
 
-/* ---- pipeline links (docs/pipelines.md) ------------------------------------------- */
-
-/** Where a pipeline stage's replies go: `next` is the region of the next stage (its
- *  request ring), or with GYRE_LINK_TO_HEAD the chain's first stage (its reply ring, which
- *  the host reads); 0 for a kernel that is not chained. GYRE_LINK_FROM_STAGE: this stage's
- *  requests are an earlier stage's replies. `msg_type`: the message type the next stage's
- *  handler takes, written into each request for it (not used with GYRE_LINK_TO_HEAD: the
- *  last stage's reply keeps its own request's type, which the host does not check). */
-typedef struct gyre_link {
-    GYRE_GLOBAL unsigned char *next;
-    uint32_t flags; /* GYRE_LINK_* */
-    uint32_t msg_type;
-} gyre_link;
-
-/** What a port does after this stage published to, or commanded, the next stage
- *  (default: nothing; the C11 port rings the next stage's doorbell, since a CPU kernel
- *  parks when idle). */
-#ifndef GYRE_NOTIFY_NEXT
-#define GYRE_NOTIFY_NEXT(r) ((void)0)
-#endif
-
-/** K0 of a pipeline stage, after gyre_k0_validate: the replies go to `link->next`, whose
- *  control block must hold this stage's geometry (else BAD_GEOMETRY, faulting this
- *  stage). The index spaces of all stages are the same: request i of a stage is the reply
- *  i of the one before. Returns GYRE_ERR_NONE or the fault's code. */
-static inline GYRE_DEVICE_FN uint32_t gyre_k0_link(gyre_ring *r, const gyre_link *link) {
-    GYRE_GLOBAL gyre_control_block *cb = gyre_control(r->region);
-    GYRE_GLOBAL gyre_control_block *n;
-    if (link->next == 0) {
-        return GYRE_ERR_NONE;
-    }
-    n = gyre_control(link->next);
-    if (GYRE_LOAD_ACQUIRE_U32(&n->magic) != GYRE_MAGIC ||
-        GYRE_LOAD_ACQUIRE_U32(&n->abi_version) != GYRE_ABI_VERSION ||
-        GYRE_LOAD_ACQUIRE_U32(&n->capacity) != GYRE_LOAD_ACQUIRE_U32(&cb->capacity) ||
-        GYRE_LOAD_ACQUIRE_U32(&n->slot_size) != r->slot_size) {
-        return gyre_fault(cb, GYRE_ERR_BAD_GEOMETRY);
-    }
-    r->reply_base = link->next;
-    if ((link->flags & GYRE_LINK_TO_HEAD) != 0u) {
-        r->reply_release = &n->k2h_tail;
-        r->reply_publish = &n->k2h_head;
-    } else {
-        r->reply_off = GYRE_RINGS_OFFSET;
-        r->reply_release = &n->h2k_tail;
-        r->reply_publish = &n->h2k_head;
-        r->next_cb = n;
-        r->next_type = link->msg_type;
-    }
-    r->pass_status = (link->flags & GYRE_LINK_FROM_STAGE) != 0u ? 1u : 0u;
-    r->k2h_tail = GYRE_LOAD_ACQUIRE_U64(r->reply_release);
-    return GYRE_ERR_NONE;
-}
-
-/** A stage that stops (any final state) tells the next one to terminate: it drains what
- *  this stage passed on, then stops and tells its own next stage. */
-static inline GYRE_DEVICE_FN void gyre_link_stop(gyre_ring *r) {
-    if (r->next_cb != 0) {
-        GYRE_STORE_RELEASE_U32(&r->next_cb->command, GYRE_CMD_TERMINATE);
-        GYRE_NOTIFY_NEXT(r);
-    }
-}
+#include "link.h"
 
 /* ---- K8 telemetry ----------------------------------------------------------------- */
 
@@ -488,7 +436,7 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k1_k9_slow_tick(gyre_ring *r) {
  *  good, so what this stage holds can never be passed on: it stops too (TERMINATED,
  *  STAGE_STOPPED), and so, in turn, do the stages before it. Returns whether it stopped. */
 static inline GYRE_DEVICE_FN uint32_t gyre_link_check(gyre_ring *r) {
-    if (r->next_cb == 0 || !GYRE_STATE_IS_FINAL(GYRE_LOAD_ACQUIRE_U32(&r->next_cb->state))) {
+    if (!gyre_link_next_final(r)) {
         return 0u;
     }
     gyre_ring_stop(r, GYRE_STATE_TERMINATED, GYRE_ERR_STAGE_STOPPED);
@@ -509,6 +457,11 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k2_k3_take(gyre_ring *r, uint32_t che
                                                      uint32_t *bad_seq) {
     GYRE_GLOBAL gyre_control_block *cb = gyre_control(r->region);
     const uint64_t cap = r->mask + 1u;
+    /* Reply space (K3): a direct reply needs its reply slot released (checked per
+     * request below); a reply written by id has its slot free by the host's claim rule
+     * (gyre/link.h); a fan-out needs room in every branch. */
+    const uint32_t direct = r->out == GYRE_OUT_DIRECT;
+    const uint32_t limit = r->out == GYRE_OUT_FAN_OUT ? gyre_route_room(r) : r->batch;
     uint32_t n = 0u;
     *bad_seq = 0u;
     if (r->head != ~(uint64_t)0) {
@@ -517,7 +470,7 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k2_k3_take(gyre_ring *r, uint32_t che
          * acquire of the head per poll; payloads are read after it. */
         r->head = GYRE_LOAD_ACQUIRE_U64(&cb->h2k_head);
     }
-    while (n < r->batch) {
+    while (n < limit) {
         const uint64_t idx = r->tail + n;
         if (GYRE_LOAD_ACQUIRE_U64(&gyre_request_slot(r, idx)->sequence) != idx + 1u) {
             break;
@@ -525,7 +478,7 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k2_k3_take(gyre_ring *r, uint32_t che
         if (idx >= r->head) {
             break; /* doorbell mode: not yet covered by the published head */
         }
-        if (idx - r->k2h_tail >= cap) {
+        if (direct && idx - r->k2h_tail >= cap) {
             r->k2h_tail = GYRE_LOAD_ACQUIRE_U64(r->reply_release);
             if (idx - r->k2h_tail >= cap) {
                 break;
@@ -533,7 +486,11 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k2_k3_take(gyre_ring *r, uint32_t che
         }
         n++;
     }
-    if (n == 0u && check_head) {
+    /* The check is for requests a host wrote. A stage fed by a stage (pass_status) has
+     * kernels of its pipeline as producers: a wrong sequence there is memory corruption,
+     * and an error reply could not name its request (in a branch, the correlation id it
+     * would need is the corrupt header's), so such a stage only waits. */
+    if (n == 0u && check_head && limit > 0u && !r->pass_status) {
         /* K4 (slow path): a wrong sequence under the published head. */
         const uint64_t head = GYRE_LOAD_ACQUIRE_U64(&cb->h2k_head);
         if (head <= r->tail) {
@@ -542,7 +499,7 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k2_k3_take(gyre_ring *r, uint32_t che
         /* The error reply needs a free reply slot too (K3's rule: re-read k2h_tail when
          * the ring looks full; without the re-read a stale copy could hide the error
          * forever, since the fast path above re-reads only over ready slots). */
-        if (r->tail - r->k2h_tail >= cap) {
+        if (direct && r->tail - r->k2h_tail >= cap) {
             r->k2h_tail = GYRE_LOAD_ACQUIRE_U64(r->reply_release);
             if (r->tail - r->k2h_tail >= cap) {
                 return 0u;
@@ -574,6 +531,9 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k4_check(const gyre_ring *r, uint64_t
     m->status = GYRE_ERR_NONE;
     m->passed = 0u;
     m->pad = 0u;
+    if ((r->link_flags & GYRE_LINK_OWN_ID) != 0u) {
+        m->correlation_id = idx; /* later stages write by id: the host's index */
+    }
     if (bad_seq) {
         m->correlation_id = idx;
         m->status = GYRE_ERR_BAD_SEQUENCE;
@@ -622,9 +582,14 @@ static inline GYRE_DEVICE_FN void gyre_k5_result(const gyre_ring *r, gyre_slot_m
  *  with release. */
 static inline GYRE_DEVICE_FN void gyre_k6_stamp_reply(gyre_ring *r, uint64_t idx,
                                                      const gyre_slot_meta *m) {
-    GYRE_GLOBAL gyre_slot_header *h = gyre_reply_slot(r, idx);
+    const uint64_t at = gyre_reply_index(r, idx, m);
+    GYRE_GLOBAL gyre_slot_header *h = gyre_reply_slot(r, at);
     if (m->status != GYRE_ERR_NONE && !m->passed) {
         r->errors++;
+    }
+    if (r->out == GYRE_OUT_FAN_OUT) {
+        gyre_route_pass(r, h, m); /* the reply, written here, goes on to its branch */
+        return;
     }
     h->correlation_id = m->correlation_id;
     h->enqueue_ns = m->enqueue_ns;
@@ -633,23 +598,28 @@ static inline GYRE_DEVICE_FN void gyre_k6_stamp_reply(gyre_ring *r, uint64_t idx
     h->flags = m->flags;
     h->status = m->status;
     GYRE_FENCE_SYSTEM();
-    GYRE_STORE_RELEASE_U64(&h->sequence, idx + 1u);
+    GYRE_STORE_RELEASE_U64(&h->sequence, at + 1u);
 }
 
 /* ---- K7 publish ------------------------------------------------------------------- */
 
 /** K7: after the batch, release `n` requests and publish `n` replies: h2k_tail, then
- *  k2h_head (a pipeline stage: the next stage's h2k_head, or the head's k2h_head), then
- *  processed (release; one store of each per batch). */
+ *  k2h_head (a pipeline stage: the next stage's h2k_head, or the head's k2h_head; written
+ *  by id or fanned out: gyre_link_publish), then processed (release; one store of each
+ *  per batch). */
 static inline GYRE_DEVICE_FN void gyre_k7_publish(gyre_ring *r, uint32_t n) {
     GYRE_GLOBAL gyre_control_block *cb = gyre_control(r->region);
     r->tail += n;
     r->processed += n;
     r->messages += n;
     GYRE_STORE_RELEASE_U64(&cb->h2k_tail, r->tail);
-    GYRE_STORE_RELEASE_U64(r->reply_publish, r->tail);
+    if (r->out == GYRE_OUT_DIRECT) {
+        GYRE_STORE_RELEASE_U64(r->reply_publish, r->tail);
+    } else {
+        gyre_link_publish(r);
+    }
     GYRE_STORE_RELEASE_U64(&cb->processed, r->processed);
-    if (r->next_cb != 0) {
+    if (r->next_cb != 0 || r->out == GYRE_OUT_FAN_OUT) {
         GYRE_NOTIFY_NEXT(r);
     }
 }

@@ -13,6 +13,7 @@
 //! request the chain did not answer is failed by the host with the first fault's code.
 //! `docs/pipelines.md` has the whole picture.
 
+use core::ptr::NonNull;
 use core::sync::atomic::Ordering::{Acquire, Release};
 use std::sync::Arc;
 
@@ -21,32 +22,82 @@ use gyre_abi::{command, error, state};
 use crate::doorbell::Doorbell;
 use crate::region::SharedRegion;
 
-/// Where a pipeline stage's replies go: a [`LaunchSpec::link`](crate::LaunchSpec::link).
+mod tables;
+
+pub use tables::{route_branch, LinkTables, RouteMode, ENTRY_BYTES};
+
+/// What a [`StageLink`]'s kernel argument points at.
 #[derive(Clone)]
-pub struct StageLink {
-    /// The next stage's region (its request ring), or with
+pub enum LinkTarget {
+    /// A region: the next stage's (its request ring), or with
     /// [`gyre_abi::link::TO_HEAD`] the chain head's (its reply ring). Same geometry as the
     /// stage's own region (the kernel checks it at K0 and faults `BAD_GEOMETRY`
-    /// otherwise). The kernel instance keeps it alive while it runs.
-    pub next: Arc<SharedRegion>,
+    /// otherwise).
+    Region(Arc<SharedRegion>),
+    /// An entry of a pipeline's [`LinkTables`]: a route
+    /// ([`gyre_abi::link::FAN_OUT`]) or a join ([`gyre_abi::link::BY_ID`]), whose
+    /// targets are `regions` (kept alive with it).
+    Table {
+        /// The tables.
+        tables: Arc<LinkTables>,
+        /// The entry.
+        entry: usize,
+        /// The regions the entry names.
+        regions: Vec<Arc<SharedRegion>>,
+    },
+}
+
+/// Where a pipeline stage's replies go: a [`LaunchSpec::link`](crate::LaunchSpec::link).
+/// The kernel instance keeps it (and so every region it names) alive while it runs.
+#[derive(Clone)]
+pub struct StageLink {
+    /// The kernel argument: a region, or a link table entry.
+    pub next: LinkTarget,
     /// [`gyre_abi::link`] flags.
     pub flags: u32,
     /// The message type the next stage's handler takes: the stage writes it into each
-    /// request it passes on (ignored with [`gyre_abi::link::TO_HEAD`]: the last stage's
-    /// reply keeps its own request's type, the last stage's; the host does not check it).
+    /// request it passes on (ignored towards the head, whose replies keep the last
+    /// stage's request's type, which the host does not check; a route holds one per
+    /// branch).
     pub next_msg_type: u32,
-    /// The doorbell the next stage parks on (a CPU kernel), rung after each publication
-    /// to it or command; `None` for the head (the host polls its replies).
-    pub next_doorbell: Option<Arc<Doorbell>>,
+    /// The doorbells of the stages this one writes (CPU kernels park on them), rung
+    /// after each publication to them or command; none towards the head (the host polls
+    /// its replies).
+    pub next_doorbells: Vec<Arc<Doorbell>>,
+}
+
+impl StageLink {
+    /// The kernel argument as host memory: the base of the allocation it lies in and its
+    /// offset there (a backend whose kernels use other addresses translates the base).
+    pub fn argument(&self) -> (NonNull<u8>, usize) {
+        match &self.next {
+            LinkTarget::Region(r) => (r.base(), 0),
+            LinkTarget::Table { tables, entry, .. } => tables.entry(*entry),
+        }
+    }
 }
 
 impl core::fmt::Debug for StageLink {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("StageLink")
-            .field("next", &self.next.base())
+            .field("argument", &self.argument())
             .field("flags", &self.flags)
             .finish_non_exhaustive()
     }
+}
+
+/// The four ring counters of one stage's control block, as last read (each is read on
+/// its own: a snapshot of a running stage is not one instant).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RingCounters {
+    /// Requests published into the stage (by the host or the stages before it).
+    pub h2k_head: u64,
+    /// Requests the stage consumed.
+    pub h2k_tail: u64,
+    /// Replies published into the stage's reply ring (the head's: the pipeline's replies).
+    pub k2h_head: u64,
+    /// Replies the host consumed from it.
+    pub k2h_tail: u64,
 }
 
 /// One stage as the host watches it.
@@ -84,6 +135,8 @@ struct Stage {
 /// ```
 pub struct ChainView {
     stages: Vec<Stage>,
+    /// `(from, to)`: stage `from` writes stage `to`'s request ring (not towards the head).
+    edges: Vec<(usize, usize)>,
 }
 
 impl core::fmt::Debug for ChainView {
@@ -95,13 +148,27 @@ impl core::fmt::Debug for ChainView {
 }
 
 impl ChainView {
-    /// The chain of `stages` (region and doorbell of each, head first).
+    /// The chain of `stages` (region and doorbell of each, head first), each stage
+    /// writing the next.
     pub fn new(stages: Vec<(Arc<SharedRegion>, Option<Arc<Doorbell>>)>) -> Self {
+        let edges = (1..stages.len()).map(|k| (k - 1, k)).collect();
+        Self::graph(stages, edges)
+    }
+
+    /// A pipeline graph: `stages` (head first) and `edges` (`(from, to)`: stage `from`
+    /// writes stage `to`'s request ring; a fan-out has an edge to each branch, a join one
+    /// from each producer). Edges out of range are ignored.
+    pub fn graph(
+        stages: Vec<(Arc<SharedRegion>, Option<Arc<Doorbell>>)>,
+        edges: Vec<(usize, usize)>,
+    ) -> Self {
+        let n = stages.len();
         Self {
             stages: stages
                 .into_iter()
                 .map(|(region, doorbell)| Stage { region, doorbell })
                 .collect(),
+            edges: edges.into_iter().filter(|&(a, b)| a < n && b < n).collect(),
         }
     }
 
@@ -131,6 +198,22 @@ impl ChainView {
             .collect()
     }
 
+    /// Each stage's ring counters, head first.
+    pub fn counters(&self) -> Vec<RingCounters> {
+        self.stages
+            .iter()
+            .map(|s| {
+                let cb = s.region.control();
+                RingCounters {
+                    h2k_head: cb.h2k_head.load(Acquire),
+                    h2k_tail: cb.h2k_tail.load(Acquire),
+                    k2h_head: cb.k2h_head.load(Acquire),
+                    k2h_tail: cb.k2h_tail.load(Acquire),
+                }
+            })
+            .collect()
+    }
+
     /// The chain's state and error code, as one kernel's:
     ///
     /// - every stage stopped for good: `FAULTED` with the first faulted stage's code if
@@ -139,28 +222,32 @@ impl ChainView {
     /// - otherwise the head's state while it runs, `DRAINING` once it stopped (the stages
     ///   after it still pass on what they hold).
     ///
-    /// It also makes sure a stopped stage's next stage was told to terminate: the kernel
-    /// does so itself, but a stage that never ran its loop (the host failed it before K0)
-    /// could not; and it wakes a parked stage whose next stage stopped, so that it stops
-    /// at once (the kernel that stopped rings only its next stage).
+    /// It also makes sure a stage whose producers all stopped was told to terminate: the
+    /// kernels do so themselves, but a stage that never ran its loop (the host failed it
+    /// before K0) could not; and it wakes a parked stage a stage it writes to stopped, so
+    /// that it stops at once (the kernel that stopped rings only the stages it writes).
     pub fn state(&self) -> (u32, u32) {
         let states = self.stage_states();
-        for (k, pair) in states.windows(2).enumerate() {
-            if state::is_final(pair[1].0) && !state::is_final(pair[0].0) {
+        let fin = |k: usize| state::is_final(states[k].0);
+        for &(from, to) in &self.edges {
+            if fin(to) && !fin(from) {
                 // A stage whose next stage stopped stops at its next slow path (L4): wake
                 // it if it parked (a CPU stage), so the chain ends now, not after a park.
-                if let Some(d) = &self.stages[k].doorbell {
+                if let Some(d) = &self.stages[from].doorbell {
                     d.ring();
                 }
             }
-            if state::is_final(pair[0].0) && !state::is_final(pair[1].0) {
-                let next = &self.stages[k + 1];
-                let cb = next.region.control();
-                if cb.command.load(Acquire) != command::TERMINATE {
-                    cb.command.store(command::TERMINATE, Release);
-                    if let Some(d) = &next.doorbell {
-                        d.ring();
-                    }
+        }
+        for (to, next) in self.stages.iter().enumerate() {
+            let mut producers = self.edges.iter().filter(|e| e.1 == to).peekable();
+            if fin(to) || producers.peek().is_none() || !producers.all(|e| fin(e.0)) {
+                continue;
+            }
+            let cb = next.region.control();
+            if cb.command.load(Acquire) != command::TERMINATE {
+                cb.command.store(command::TERMINATE, Release);
+                if let Some(d) = &next.doorbell {
+                    d.ring();
                 }
             }
         }

@@ -1,0 +1,431 @@
+//! Fan-out and fan-in on the CPU backend (`docs/pipelines.md`, "Shapes"): a stage feeding
+//! several branches round-robin or by key, branches meeting in a join stage or at the
+//! host, replies in request order, per-key order in the branches, errors and faults
+//! through the graph, shutdown draining every branch, and the shapes that are refused.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use gyre::{
+    codes, Backend, Branch, Error, KernelSpec, KernelState, Pipeline, PipelineSpec, Route, Runtime,
+};
+
+fn rt() -> Runtime {
+    Runtime::builder()
+        .backend(Backend::Cpu)
+        .build()
+        .expect("runtime")
+}
+
+fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Branch `b` of `n`: tags each value with its branch (`x * 10 + b`).
+fn tagging(b: u64) -> Branch<u64, u64> {
+    Branch::new(KernelSpec::from_fn(format!("branch-{b}"), move |x: u64| {
+        x * 10 + b
+    }))
+}
+
+#[test]
+fn a_round_robin_fan_out_answers_the_host_in_request_order() {
+    let rt = rt();
+    let p = rt
+        .launch_pipeline(
+            PipelineSpec::new("rr", KernelSpec::<u64, u64>::echo())
+                .fan_out(Route::RoundRobin, (0..3).map(tagging)),
+        )
+        .expect("launch");
+    assert_eq!(p.stages(), 4);
+    // The i-th request the head passes on goes to branch i mod 3, and the host gets the
+    // replies in request order although three kernels answer them.
+    let producer = {
+        let k = p.kernel().clone();
+        std::thread::spawn(move || {
+            for x in 0..3000u64 {
+                k.send_blocking(x).expect("send");
+            }
+        })
+    };
+    for x in 0..3000u64 {
+        assert_eq!(
+            p.recv_blocking().expect("recv"),
+            x * 10 + x % 3,
+            "reply {x}"
+        );
+    }
+    producer.join().expect("producer");
+    assert_eq!(p.call_blocking(5).expect("call"), 50); // request 3000: branch 0
+    p.shutdown_blocking().expect("shutdown");
+    let t = p.stage_telemetry().expect("telemetry");
+    let out: Vec<u64> = t.iter().map(|t| t.messages_out).collect();
+    assert_eq!(out, [3001, 1001, 1000, 1000]);
+    let rings = p.stage_rings();
+    assert_eq!((rings[0].k2h_head, rings[0].k2h_tail), (3001, 3001));
+    assert!(p
+        .stage_states()
+        .iter()
+        .all(|s| *s == KernelState::Terminated { code: 0 }));
+}
+
+/// `[key, seq]` through a keyed fan-out of 3 branches into a join: each branch records
+/// what it saw, the join records the order it saw.
+#[test]
+fn a_keyed_fan_out_keeps_per_key_order_and_the_join_sees_request_order() {
+    type Seen = Arc<Mutex<Vec<(usize, u64, u64)>>>;
+    let seen: Seen = Arc::default();
+    let joined: Arc<Mutex<Vec<u64>>> = Arc::default();
+    let branch = |b: usize| {
+        let seen = seen.clone();
+        Branch::new(
+            KernelSpec::from_fn(format!("b{b}"), move |m: [u64; 2]| {
+                seen.lock().expect("seen").push((b, m[0], m[1]));
+                m
+            })
+            .capacity(32),
+        )
+    };
+    let join = {
+        let joined = joined.clone();
+        KernelSpec::from_fn("join", move |m: [u64; 2]| {
+            joined.lock().expect("joined").push(m[1]);
+            m[1] * 2
+        })
+        .capacity(32)
+    };
+    let rt = rt();
+    let p = rt
+        .launch_pipeline(
+            PipelineSpec::new(
+                "keyed",
+                KernelSpec::<[u64; 2], [u64; 2]>::echo().capacity(32),
+            )
+            .fan_out(Route::key_at(0), (0..3).map(branch))
+            .then(join),
+        )
+        .expect("launch");
+    const N: u64 = 2000;
+    let producer = {
+        let k = p.kernel().clone();
+        std::thread::spawn(move || {
+            for seq in 0..N {
+                k.send_blocking([seq % 11, seq]).expect("send");
+            }
+        })
+    };
+    for seq in 0..N {
+        assert_eq!(p.recv_blocking().expect("recv"), seq * 2);
+    }
+    producer.join().expect("producer");
+    p.shutdown_blocking().expect("shutdown");
+    // The join took every request exactly once, in request order.
+    assert_eq!(*joined.lock().expect("joined"), (0..N).collect::<Vec<_>>());
+    // Every key took one branch, the one Route::branch_of names, in order.
+    let seen = seen.lock().expect("seen");
+    assert_eq!(seen.len() as u64, N);
+    let mut last: HashMap<u64, (usize, u64)> = HashMap::new();
+    for &(b, key, seq) in seen.iter() {
+        assert_eq!(b, Route::branch_of(key, 3), "key {key}");
+        if let Some(&(_, prev)) = last.get(&key) {
+            assert!(seq > prev, "key {key}: {seq} after {prev}");
+        }
+        last.insert(key, (b, seq));
+    }
+    assert_eq!(last.len(), 11);
+}
+
+/// 2 branches, one slow, into a join, with 4 producers and a small capacity: nothing is
+/// lost or duplicated, and every stage counts what it saw.
+#[test]
+fn many_producers_through_a_fan_out_and_a_join_lose_and_duplicate_nothing() {
+    let slow = Branch::new(
+        KernelSpec::from_fn("slow", |x: u64| {
+            std::thread::sleep(Duration::from_micros(50));
+            x.rotate_left(9)
+        })
+        .capacity(16),
+    );
+    let fast = Branch::new(KernelSpec::from_fn("fast", |x: u64| x.rotate_left(9)).capacity(16));
+    let rt = rt();
+    let p: Pipeline<u64, u64> = rt
+        .launch_pipeline(
+            PipelineSpec::new(
+                "many",
+                KernelSpec::from_fn("xor", |x: u64| x ^ 0xa5).capacity(16),
+            )
+            .fan_out(Route::RoundRobin, [slow, fast])
+            .then(KernelSpec::from_fn("undo", |x: u64| x.rotate_right(9) ^ 0xa5).capacity(16)),
+        )
+        .expect("launch");
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let k = p.kernel().clone();
+            std::thread::spawn(move || {
+                for i in 0..500u64 {
+                    let x = (t << 32) | i;
+                    assert_eq!(k.call_blocking(x).expect("call"), x);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("producer");
+    }
+    p.shutdown_blocking().expect("shutdown");
+    let out: Vec<u64> = p
+        .stage_telemetry()
+        .expect("telemetry")
+        .iter()
+        .map(|t| t.messages_out)
+        .collect();
+    assert_eq!(out, [2000, 1000, 1000, 2000]);
+    // Every ring's published head covers what was written into it (the branches publish
+    // the join's head, and the join's replies the host's, over out-of-order writes).
+    let rings = p.stage_rings();
+    for (k, r) in rings.iter().enumerate() {
+        assert_eq!(
+            (r.h2k_head, r.h2k_tail),
+            (out[k], out[k]),
+            "stage {k}: {r:?}"
+        );
+    }
+    assert_eq!((rings[0].k2h_head, rings[0].k2h_tail), (2000, 2000));
+}
+
+#[test]
+fn errors_pass_through_the_branches_and_the_join() {
+    let rt = rt();
+    let p = rt
+        .launch_pipeline(
+            PipelineSpec::new(
+                "errors",
+                KernelSpec::try_from_fn("odd-rejected", |x: u64| {
+                    if x % 2 == 1 {
+                        Err(codes::USER_BASE + x as u32)
+                    } else {
+                        Ok(x)
+                    }
+                }),
+            )
+            .fan_out(
+                Route::key_at(0),
+                [
+                    Branch::new(KernelSpec::from_fn("a", |x: u64| x + 1)),
+                    Branch::new(KernelSpec::from_fn("b", |x: u64| x + 1)),
+                ],
+            )
+            .then(KernelSpec::from_fn("join", |x: u64| x * 2)),
+        )
+        .expect("launch");
+    for x in 0..40u64 {
+        match p.call_blocking(x) {
+            Ok(v) => assert_eq!((x % 2, v), (0, (x + 1) * 2)),
+            Err(Error::Handler { status, .. }) => {
+                assert_eq!((x % 2, status), (1, codes::USER_BASE + x as u32))
+            }
+            Err(e) => panic!("{x}: {e}"),
+        }
+    }
+    p.shutdown_blocking().expect("shutdown");
+    let t = p.stage_telemetry().expect("telemetry");
+    // Made at the head, passed on by a branch and the join; an error reply has no
+    // payload, so it takes key 0's branch.
+    let errors: Vec<u64> = t.iter().map(|t| t.errors).collect();
+    assert_eq!(errors, [20, 0, 0, 0]);
+    let key0 = 1 + Route::branch_of(0, 2);
+    assert!(t[key0].messages_out >= 20, "{t:?}");
+    assert_eq!(t[1].messages_out + t[2].messages_out, 40);
+}
+
+/// Branch 1 of 2 panics on request 51: that request is answered HANDLER_PANIC, every
+/// other one is answered or fails with the fault (0 lost, 0 duplicated), and the graph
+/// stops: the faulted branch Faulted, everything else Terminated.
+#[test]
+fn a_fault_in_one_branch_ends_the_graph_and_fails_only_what_it_did_not_answer() {
+    const BAD: u64 = 51;
+    let rt = rt();
+    let p = rt
+        .launch_pipeline(
+            PipelineSpec::new("fault", KernelSpec::<u64, u64>::echo().capacity(16))
+                .fan_out(
+                    Route::RoundRobin,
+                    [
+                        Branch::new(KernelSpec::from_fn("even", |x: u64| x + 1).capacity(16)),
+                        Branch::new(
+                            KernelSpec::from_fn("odd", |x: u64| {
+                                assert_ne!(x, BAD, "injected fault");
+                                x + 1
+                            })
+                            .capacity(16),
+                        ),
+                    ],
+                )
+                .then(KernelSpec::<u64, u64>::echo().named("join").capacity(16)),
+        )
+        .expect("launch");
+    let mut sent = 0u64;
+    let mut outcomes = Vec::new();
+    for x in 0..200u64 {
+        if p.send_blocking(x).is_err() {
+            break;
+        }
+        sent += 1;
+        if x < BAD {
+            outcomes.push(p.recv_blocking()); // keep the graph from filling first
+        }
+    }
+    loop {
+        match p.recv_blocking() {
+            Err(Error::Closed { .. }) => break,
+            r => outcomes.push(r),
+        }
+        if outcomes.len() as u64 == sent {
+            break;
+        }
+    }
+    assert_eq!(
+        outcomes.len() as u64,
+        sent,
+        "one outcome per accepted request"
+    );
+    let mut panicked = 0;
+    for (x, o) in outcomes.iter().enumerate() {
+        match o {
+            Ok(v) => assert_eq!(*v, x as u64 + 1),
+            Err(Error::Handler { status, .. }) => {
+                assert_eq!((x as u64, *status), (BAD, codes::HANDLER_PANIC));
+                panicked += 1;
+            }
+            Err(Error::KernelFaulted { code, .. }) => {
+                assert!(x as u64 > BAD);
+                assert_eq!(*code, codes::HANDLER_PANIC);
+            }
+            Err(e) => panic!("{x}: {e}"),
+        }
+    }
+    assert_eq!(panicked, 1);
+    eventually("the graph to stop", || {
+        p.stage_states().iter().all(|s| {
+            matches!(
+                s,
+                KernelState::Terminated { .. } | KernelState::Faulted { .. }
+            )
+        })
+    });
+    let states = p.stage_states();
+    assert_eq!(
+        states[2],
+        KernelState::Faulted {
+            code: codes::HANDLER_PANIC
+        }
+    );
+    assert_eq!(
+        states[0],
+        KernelState::Terminated {
+            code: codes::STAGE_STOPPED
+        }
+    );
+    assert_eq!(
+        p.state(),
+        KernelState::Faulted {
+            code: codes::HANDLER_PANIC
+        }
+    );
+}
+
+/// Shutdown drains every branch and then the join: the join stops only once every
+/// branch has (a slow branch still holds requests after the fast one stopped).
+#[test]
+fn shutdown_drains_every_branch_before_the_join() {
+    let rt = rt();
+    let slow = Branch::new(KernelSpec::from_fn("slow", |x: u32| {
+        std::thread::sleep(Duration::from_micros(300));
+        x + 1
+    }));
+    let fast = Branch::new(KernelSpec::from_fn("fast", |x: u32| x + 1));
+    let p = rt
+        .launch_pipeline(
+            PipelineSpec::new("drain", KernelSpec::<u32, u32>::echo())
+                .fan_out(Route::RoundRobin, [slow, fast])
+                .then(KernelSpec::from_fn("join", |x: u32| x * 2)),
+        )
+        .expect("launch");
+    for x in 0..300u32 {
+        p.send_blocking(x).expect("send");
+    }
+    p.shutdown_blocking().expect("shutdown");
+    for x in 0..300u32 {
+        assert_eq!(p.recv_blocking().expect("drained"), (x + 1) * 2);
+    }
+    assert!(p
+        .stage_states()
+        .iter()
+        .all(|s| *s == KernelState::Terminated { code: 0 }));
+}
+
+#[test]
+fn shapes_a_pipeline_cannot_have_are_refused() {
+    let rt = rt();
+    let echo = || KernelSpec::<u64, u64>::echo();
+    let refused = |r: Result<Pipeline<u64, u64>, Error>, stage: usize, what: &str| match r {
+        Err(Error::Pipeline {
+            stage: s, reason, ..
+        }) => {
+            assert_eq!(s, stage, "{reason}");
+            assert!(reason.contains(what), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    };
+    refused(
+        rt.launch_pipeline(
+            PipelineSpec::new("one", echo()).fan_out(Route::RoundRobin, [Branch::new(echo())]),
+        ),
+        1,
+        "2 to 8",
+    );
+    refused(
+        rt.launch_pipeline(
+            PipelineSpec::new("nine", echo())
+                .fan_out(Route::RoundRobin, (0..9).map(|_| Branch::new(echo()))),
+        ),
+        1,
+        "2 to 8",
+    );
+    refused(
+        rt.launch_pipeline(
+            PipelineSpec::new("twice", echo())
+                .fan_out(
+                    Route::RoundRobin,
+                    [Branch::new(echo()), Branch::new(echo())],
+                )
+                .fan_out(
+                    Route::RoundRobin,
+                    [Branch::new(echo()), Branch::new(echo())],
+                ),
+        ),
+        1,
+        "join",
+    );
+    refused(
+        rt.launch_pipeline(
+            PipelineSpec::new("key", echo())
+                .fan_out(Route::key_at(4), [Branch::new(echo()), Branch::new(echo())]),
+        ),
+        0,
+        "byte 4",
+    );
+    // Nothing was left running: a good graph still launches and answers.
+    let p = rt
+        .launch_pipeline(
+            PipelineSpec::new("fine", echo())
+                .fan_out(Route::key_at(0), [Branch::new(echo()), Branch::new(echo())]),
+        )
+        .expect("launch");
+    assert_eq!(p.call_blocking(9).expect("call"), 9);
+}
