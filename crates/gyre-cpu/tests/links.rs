@@ -206,3 +206,104 @@ fn a_next_region_of_another_geometry_faults_k0_and_tells_it_to_terminate() {
     first.join().unwrap();
     second.join().unwrap();
 }
+
+/// L5 + L6 without a host chain view: a head (adds 1) fanning out round-robin to two
+/// branches (double), which answer the host by id (both write the head's reply ring and
+/// advance its `k2h_head` by compare-and-swap). Four host threads call at once; every
+/// reply is right, every ring's published head covers what was written, and a terminate
+/// of the head reaches both branches, each counting itself into the join table once.
+#[test]
+fn a_fan_out_answering_the_host_by_id_from_two_branches() {
+    use gyre_core::chain::{LinkTables, RouteMode};
+    use gyre_core::region::HostMemory;
+    let (head, b1, b2) = (region(16), region(16), region(16));
+    let bells: Vec<Arc<Doorbell>> = (0..3).map(|_| Arc::new(Doorbell::new())).collect();
+    let tables = Arc::new(
+        LinkTables::new(
+            Box::new(HostMemory::zeroed(LinkTables::bytes_for(2)).unwrap()),
+            2,
+        )
+        .unwrap(),
+    );
+    let addr = |r: &SharedRegion| r.base().as_ptr() as u64;
+    tables
+        .set_route(0, RouteMode::RoundRobin, &[(addr(&b1), 9), (addr(&b2), 9)])
+        .unwrap();
+    tables.set_join(1, addr(&head), 2).unwrap();
+    let table = |entry: usize, regions: Vec<Arc<SharedRegion>>| LinkTarget::Table {
+        tables: tables.clone(),
+        entry,
+        regions,
+    };
+    let cpu = gyre_cpu::CpuBackend::new();
+    let branch = |k: usize| {
+        spec(
+            &format!("fan.{k}"),
+            typed(9, |x| x * 2),
+            &bells[k],
+            StageLink {
+                next: table(1, vec![head.clone()]),
+                flags: link::BY_ID | link::TO_HEAD | link::FROM_STAGE,
+                next_doorbells: Vec::new(),
+                next_msg_type: 0,
+            },
+        )
+    };
+    let specs = [
+        spec(
+            "fan.0",
+            typed(7, |x| x + 1),
+            &bells[0],
+            StageLink {
+                next: table(0, vec![b1.clone(), b2.clone()]),
+                flags: link::FAN_OUT | link::OWN_ID,
+                next_doorbells: vec![bells[1].clone(), bells[2].clone()],
+                next_msg_type: 0,
+            },
+        ),
+        branch(1),
+        branch(2),
+    ];
+    let kernels = vec![
+        cpu.launch(b2.clone(), &specs[2]).unwrap(),
+        cpu.launch(b1.clone(), &specs[1]).unwrap(),
+        cpu.launch(head.clone(), &specs[0]).unwrap(),
+    ];
+    let ch = Arc::new(Channel::new(head.clone(), "fan"));
+    ch.set_doorbell(bells[0].clone());
+    // Joined threads, not scoped ones: ThreadSanitizer sees pthread_join's ordering, not
+    // the (uninstrumented) wait of std's scope.
+    let callers: Vec<_> = (0..4u64)
+        .map(|t| {
+            let ch = ch.clone();
+            std::thread::spawn(move || {
+                for i in 0..300u64 {
+                    let x = (t << 20) | i;
+                    assert_eq!(call(&ch, x).unwrap(), (x + 1) * 2);
+                }
+            })
+        })
+        .collect();
+    for c in callers {
+        c.join().unwrap();
+    }
+    assert_eq!(tables.routed(0).unwrap(), [600, 600]);
+    for b in [&b1, &b2] {
+        let cb = b.control();
+        assert_eq!(
+            (cb.h2k_head.load(Acquire), cb.h2k_tail.load(Acquire)),
+            (600, 600)
+        );
+    }
+    assert_eq!(head.control().k2h_head.load(Acquire), 1200);
+    ch.command(command::TERMINATE);
+    eventually("every stage to terminate", || {
+        [&head, &b1, &b2]
+            .iter()
+            .all(|r| state_of(r) == (state::TERMINATED, error::NONE))
+    });
+    assert_eq!(tables.join_stopped(1), Some(2));
+    for k in &kernels {
+        k.join().unwrap();
+    }
+}

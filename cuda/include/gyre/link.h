@@ -22,7 +22,10 @@
  *       is slot c of the host's reply ring, unpublished until a branch answers c); K6
  *       picks the branch (round-robin, or by a key in the reply) and copies the reply
  *       into the branch's request ring at the branch's own next index. K3 takes a batch
- *       only when every branch has room for all of it.
+ *       only when every branch has room for all of it. The route's scratch words (rr,
+ *       head, released) have this stage as their only writer; they are accessed as
+ *       relaxed atomics all the same, because the host may read them while it runs
+ *       (gyre_core::chain::LinkTables::routed).
  *
  * Stopping (L3) and following (L4) work over every kind: a stage that stops for good
  * tells each stage it writes to terminate (a join only once all its producers stopped:
@@ -96,8 +99,9 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k0_route(gyre_ring *r) {
         if (!gyre_link_fits(r, b)) {
             return 0u;
         }
-        rt->head[j] = GYRE_LOAD_ACQUIRE_U64(&gyre_control(b)->h2k_head);
-        rt->released[j] = GYRE_LOAD_ACQUIRE_U64(&gyre_control(b)->h2k_tail);
+        GYRE_STORE_RELAXED_U64(&rt->head[j], GYRE_LOAD_ACQUIRE_U64(&gyre_control(b)->h2k_head));
+        GYRE_STORE_RELAXED_U64(&rt->released[j],
+                               GYRE_LOAD_ACQUIRE_U64(&gyre_control(b)->h2k_tail));
     }
     return 1u;
 }
@@ -159,11 +163,13 @@ static inline GYRE_DEVICE_FN uint32_t gyre_route_room(gyre_ring *r) {
     uint64_t room = r->batch;
     uint32_t j;
     for (j = 0u; j < rt->count; ++j) {
-        uint64_t free_slots = cap - (rt->head[j] - rt->released[j]);
+        const uint64_t head = GYRE_LOAD_RELAXED_U64(&rt->head[j]);
+        uint64_t free_slots = cap - (head - GYRE_LOAD_RELAXED_U64(&rt->released[j]));
         if (free_slots < room) {
-            rt->released[j] =
+            const uint64_t released =
                 GYRE_LOAD_ACQUIRE_U64(&gyre_control(gyre_region_at(rt->target[j]))->h2k_tail);
-            free_slots = cap - (rt->head[j] - rt->released[j]);
+            GYRE_STORE_RELAXED_U64(&rt->released[j], released);
+            free_slots = cap - (head - released);
             room = free_slots < room ? free_slots : room;
         }
     }
@@ -186,8 +192,8 @@ static inline GYRE_DEVICE_FN uint32_t gyre_route_pick(GYRE_GLOBAL gyre_route *rt
     uint64_t key = 0u;
     uint32_t b;
     if (rt->mode == GYRE_ROUTE_ROUND_ROBIN) {
-        const uint32_t j = rt->rr;
-        rt->rr = j + 1u;
+        const uint32_t j = GYRE_LOAD_RELAXED_U32(&rt->rr);
+        GYRE_STORE_RELAXED_U32(&rt->rr, j + 1u);
         return j % count;
     }
     if (m->status == GYRE_ERR_NONE && m->len >= rt->key_offset &&
@@ -209,7 +215,7 @@ static inline GYRE_DEVICE_FN void gyre_route_pass(gyre_ring *r,
     GYRE_GLOBAL gyre_route *rt = gyre_link_route(r);
     const GYRE_GLOBAL unsigned char *src = (const GYRE_GLOBAL unsigned char *)h;
     const uint32_t j = gyre_route_pick(rt, src + GYRE_SLOT_HEADER_SIZE, m);
-    const uint64_t at = rt->head[j];
+    const uint64_t at = GYRE_LOAD_RELAXED_U64(&rt->head[j]);
     GYRE_GLOBAL gyre_slot_header *d = (GYRE_GLOBAL gyre_slot_header *)gyre_slot_at(
         gyre_region_at(rt->target[j]), GYRE_RINGS_OFFSET, r->mask, r->slot_size, at);
     const GYRE_GLOBAL uint64_t *from = (const GYRE_GLOBAL uint64_t *)(src + GYRE_SLOT_HEADER_SIZE);
@@ -227,7 +233,7 @@ static inline GYRE_DEVICE_FN void gyre_route_pass(gyre_ring *r,
     d->status = m->status;
     GYRE_FENCE_SYSTEM();
     GYRE_STORE_RELEASE_U64(&d->sequence, at + 1u);
-    rt->head[j] = at + 1u;
+    GYRE_STORE_RELAXED_U64(&rt->head[j], at + 1u);
 }
 
 /** K7 of a stage writing by id or fanning out. BY_ID: advance the target's published
@@ -243,7 +249,7 @@ static inline GYRE_DEVICE_FN void gyre_link_publish(gyre_ring *r) {
         uint32_t j;
         for (j = 0u; j < rt->count; ++j) {
             GYRE_STORE_RELEASE_U64(&gyre_control(gyre_region_at(rt->target[j]))->h2k_head,
-                                   rt->head[j]);
+                                   GYRE_LOAD_RELAXED_U64(&rt->head[j]));
         }
         return;
     }
