@@ -243,9 +243,10 @@ fn errors_pass_through_the_branches_and_the_join() {
     assert_eq!(t[1].messages_out + t[2].messages_out, 40);
 }
 
-/// Branch 1 of 2 panics on request 51: that request is answered HANDLER_PANIC, every
-/// other one is answered or fails with the fault (0 lost, 0 duplicated), and the graph
-/// stops: the faulted branch Faulted, everything else Terminated.
+/// Branch 1 of 2 panics on request 51: that request is answered HANDLER_PANIC; the join
+/// answers every request up to the first one the faulted branch never answered, and every
+/// later one fails with the fault (0 lost, 0 duplicated); the graph stops: the faulted
+/// branch Faulted, everything else Terminated.
 #[test]
 fn a_fault_in_one_branch_ends_the_graph_and_fails_only_what_it_did_not_answer() {
     const BAD: u64 = 51;
@@ -295,9 +296,21 @@ fn a_fault_in_one_branch_ends_the_graph_and_fails_only_what_it_did_not_answer() 
         "one outcome per accepted request"
     );
     let mut panicked = 0;
+    let mut failed_from = None;
     for (x, o) in outcomes.iter().enumerate() {
+        if matches!(o, Err(Error::KernelFaulted { .. })) {
+            failed_from.get_or_insert(x);
+        }
         match o {
-            Ok(v) => assert_eq!(*v, x as u64 + 1),
+            Ok(v) => {
+                assert_eq!(*v, x as u64 + 1);
+                // The join takes requests in request order: nothing after the first
+                // request the faulted branch never answered gets through.
+                assert!(
+                    failed_from.is_none(),
+                    "{x} answered after {failed_from:?} failed"
+                );
+            }
             Err(Error::Handler { status, .. }) => {
                 assert_eq!((x as u64, *status), (BAD, codes::HANDLER_PANIC));
                 panicked += 1;
@@ -428,4 +441,130 @@ fn shapes_a_pipeline_cannot_have_are_refused() {
         )
         .expect("launch");
     assert_eq!(p.call_blocking(9).expect("call"), 9);
+}
+
+/// The published heads of rings written by id keep up, with or without a join, when the
+/// consumers recycle slots before a producer's scan reaches them (a small capacity,
+/// branches of uneven pace): the scan must step over a slot holding a later lap.
+#[test]
+fn published_heads_keep_up_when_slots_are_recycled_before_the_scan() {
+    let rt = rt();
+    let jittery = |b: u64| {
+        Branch::new(
+            KernelSpec::from_fn(format!("j{b}"), move |x: u64| {
+                if (x + b) % 17 == 0 {
+                    std::thread::sleep(Duration::from_micros(20));
+                }
+                x + 1
+            })
+            .capacity(8),
+        )
+    };
+    for join in [false, true] {
+        let spec = PipelineSpec::new("recycle", KernelSpec::<u64, u64>::echo().capacity(8))
+            .fan_out(Route::RoundRobin, (0..3).map(jittery));
+        let p = if join {
+            rt.launch_pipeline(spec.then(KernelSpec::<u64, u64>::echo().capacity(8)))
+        } else {
+            rt.launch_pipeline(spec)
+        }
+        .expect("launch");
+        const N: u64 = 20_000;
+        let producer = {
+            let k = p.kernel().clone();
+            std::thread::spawn(move || {
+                for x in 0..N {
+                    k.send_blocking(x).expect("send");
+                }
+            })
+        };
+        for x in 0..N {
+            assert_eq!(p.recv_blocking().expect("recv"), x + 1);
+        }
+        producer.join().expect("producer");
+        p.shutdown_blocking().expect("shutdown");
+        let rings = p.stage_rings();
+        assert_eq!(
+            (rings[0].k2h_head, rings[0].k2h_tail),
+            (N, N),
+            "join {join}: {rings:?}"
+        );
+        if join {
+            assert_eq!((rings[4].h2k_head, rings[4].h2k_tail), (N, N), "{rings:?}");
+        }
+    }
+}
+
+/// The same fault with the branches answering the host: the other branch's replies
+/// written before the end are delivered; what fails is only what the faulted branch held
+/// or the head had not passed on (never an answered request), and nothing twice.
+#[test]
+fn a_fault_in_a_branch_answering_the_host_fails_only_what_was_not_answered() {
+    const BAD: u64 = 51;
+    let rt = rt();
+    let p = rt
+        .launch_pipeline(
+            PipelineSpec::new("fault-host", KernelSpec::<u64, u64>::echo().capacity(16)).fan_out(
+                Route::RoundRobin,
+                [
+                    Branch::new(KernelSpec::from_fn("even", |x: u64| x + 1).capacity(16)),
+                    Branch::new(
+                        KernelSpec::from_fn("odd", |x: u64| {
+                            assert_ne!(x, BAD, "injected fault");
+                            x + 1
+                        })
+                        .capacity(16),
+                    ),
+                ],
+            ),
+        )
+        .expect("launch");
+    let producer = {
+        let k = p.kernel().clone();
+        std::thread::spawn(move || {
+            (0..BAD + 12)
+                .take_while(|&x| k.send_blocking(x).is_ok())
+                .count()
+        })
+    };
+    let mut outcomes = Vec::new();
+    loop {
+        match p.recv_blocking() {
+            Err(Error::Closed { .. }) => break,
+            r => outcomes.push(r),
+        }
+        if outcomes.len() as u64 == BAD + 12 {
+            break;
+        }
+    }
+    let sent = producer.join().expect("producer") as u64;
+    assert_eq!(
+        outcomes.len() as u64,
+        sent,
+        "one outcome per accepted request"
+    );
+    for (x, o) in outcomes.iter().enumerate() {
+        let x = x as u64;
+        match o {
+            Ok(v) => assert_eq!(*v, x + 1),
+            Err(Error::Handler { status, .. }) => {
+                assert_eq!((x, *status), (BAD, codes::HANDLER_PANIC))
+            }
+            // The odd branch stopped at BAD: odd requests after it were never answered.
+            Err(Error::KernelFaulted { .. }) => assert!(x > BAD, "{x}"),
+            Err(e) => panic!("{x}: {e}"),
+        }
+        if x > BAD && x % 2 == 1 {
+            assert!(
+                o.is_err(),
+                "{x} was answered by the branch that faulted before it"
+            );
+        }
+    }
+    assert_eq!(
+        p.state(),
+        KernelState::Faulted {
+            code: codes::HANDLER_PANIC
+        }
+    );
 }

@@ -192,6 +192,8 @@ pub(super) struct Plan {
     pub(super) routes: Vec<(usize, Route, Vec<usize>)>,
     /// Join tables: (entry, target stage or the head's replies, producers).
     pub(super) joins: Vec<(usize, Option<usize>, u32)>,
+    /// Whether each stage is in a fan-out's branch (its indices are not the host's).
+    pub(super) in_branch: Vec<bool>,
 }
 
 impl Plan {
@@ -200,6 +202,7 @@ impl Plan {
     pub(super) fn of(steps: &[Step], n: usize) -> Result<Self, (usize, String)> {
         let mut p = Plan {
             outs: vec![Out::Own; n],
+            in_branch: vec![false; n],
             ..Plan::default()
         };
         let mut entry = 0;
@@ -251,6 +254,9 @@ impl Plan {
                     };
                     p.joins.push((entry, to, count as u32));
                     for b in branches {
+                        for &k in b {
+                            p.in_branch[k] = true;
+                        }
                         for w in b.windows(2) {
                             p.outs[w[0]] = Out::Direct(w[1]);
                         }
@@ -290,6 +296,9 @@ impl Plan {
         }
         if k == 0 && self.by_id() {
             f |= link::OWN_ID;
+        }
+        if self.in_branch.get(k).copied().unwrap_or(false) {
+            f |= link::BRANCH;
         }
         f
     }
@@ -368,7 +377,9 @@ mod tests {
         );
         assert_eq!(p.joins, [(1, Some(4), 2)]);
         assert_eq!(p.flags(0), link::FAN_OUT | link::OWN_ID);
-        assert_eq!(p.flags(2), link::BY_ID | link::FROM_STAGE);
+        assert_eq!(p.flags(2), link::BY_ID | link::FROM_STAGE | link::BRANCH);
+        assert_eq!(p.flags(1), link::FROM_STAGE | link::BRANCH);
+        assert_eq!(p.flags(4), link::TO_HEAD | link::FROM_STAGE);
         assert_eq!(p.edges(), [(0, 1), (0, 3), (1, 2), (2, 4), (3, 4)]);
     }
 
@@ -383,7 +394,10 @@ mod tests {
         ];
         let p = Plan::of(&steps, 4).unwrap();
         assert_eq!(p.outs[3], Out::ById { entry: 1, to: None });
-        assert_eq!(p.flags(1), link::BY_ID | link::TO_HEAD | link::FROM_STAGE);
+        assert_eq!(
+            p.flags(1),
+            link::BY_ID | link::TO_HEAD | link::FROM_STAGE | link::BRANCH
+        );
         assert_eq!(p.joins, [(1, None, 3)]);
     }
 

@@ -220,6 +220,10 @@ pub mod link {
     /// head of a pipeline whose later stages write by id: the host's index, whatever a
     /// request's header said).
     pub const OWN_ID: u32 = 1 << 4;
+    /// The stage is in a fan-out's branch: its request indices are the branch's own, not
+    /// the host's, so it answers no protocol error (a wrong sequence under its published
+    /// head): such a reply could not name its request. It waits instead.
+    pub const BRANCH: u32 = 1 << 5;
 }
 
 /// How a fan-out stage picks a branch ([`RouteTable::mode`]).

@@ -243,7 +243,7 @@ fn a_fan_out_answering_the_host_by_id_from_two_branches() {
             &bells[k],
             StageLink {
                 next: table(1, vec![head.clone()]),
-                flags: link::BY_ID | link::TO_HEAD | link::FROM_STAGE,
+                flags: link::BY_ID | link::TO_HEAD | link::FROM_STAGE | link::BRANCH,
                 next_doorbells: Vec::new(),
                 next_msg_type: 0,
             },

@@ -235,22 +235,25 @@ impl OpenClBackend {
                 ),
             });
         }
-        // A pipeline stage writes into the next stage's region: SVM of this context too.
-        // Not chained: the region itself (cuda/ring_kernel.cl reads it as no link), since
-        // an SVM argument is never null here.
-        let (next, link_flags, next_type) = match &spec.link {
+        // A pipeline stage writes into the next stage's region, or reads an entry of a
+        // link table: SVM of this context too (the allocation's base is what the registry
+        // knows; the argument may lie inside it). Not chained: the region itself
+        // (cuda/ring_kernel.cl reads it as no link), since an SVM argument is never null
+        // here.
+        let (next, link_base, link_flags, next_type) = match &spec.link {
             Some(l) => {
                 let (b, offset) = l.argument();
-                (b.as_ptr().wrapping_add(offset), l.flags, l.next_msg_type)
+                let p = b.as_ptr();
+                (p.wrapping_add(offset), p, l.flags, l.next_msg_type)
             }
-            None => (base, 0u32, 0u32),
+            None => (base, base, 0u32, 0u32),
         };
-        if next != base && !self.dev.registry.contains(next as usize) {
+        if link_base != base && !self.dev.registry.contains(link_base as usize) {
             return Err(Error::Unsupported {
                 device: self.dev.info.name.clone(),
                 reason: format!(
-                    "the pipeline link at {next:p} (a region or link table) is not SVM of \
-                     this device's context (every stage of a chain runs on one device)"
+                    "the pipeline link at {link_base:p} (a region or link tables) is not SVM \
+                     of this device's context (every stage of a chain runs on one device)"
                 ),
             });
         }

@@ -153,6 +153,8 @@ typedef unsigned long long uint64_t;
 #define GYRE_LINK_FAN_OUT 0x8u
 /** Answer each request with this stage's request index as its correlation id. */
 #define GYRE_LINK_OWN_ID 0x10u
+/** The stage is in a fan-out's branch (indices not the host's): no protocol-error reply. */
+#define GYRE_LINK_BRANCH 0x20u
 /* Fan-out routes (gyre_abi::route), gyre_route.mode. */
 #define GYRE_ROUTE_MAX_BRANCHES 8u
 /** Branch i mod count for the stage's i-th reply. */

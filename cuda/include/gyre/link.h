@@ -237,7 +237,8 @@ static inline GYRE_DEVICE_FN void gyre_route_pass(gyre_ring *r,
 }
 
 /** K7 of a stage writing by id or fanning out. BY_ID: advance the target's published
- *  head over every slot whose sequence says it is written (prefix.rs's advance_prefix:
+ *  head over every slot whose sequence says its index was written (its own lap or a later
+ *  one; prefix.rs's advance_prefix:
  *  a system fence after our sequence stores, then scan and compare-and-swap; of two
  *  producers finishing at once, at least one sees the other's slot, so none is left
  *  unpublished). FAN_OUT: each branch's h2k_head (this stage is its only producer). */
@@ -257,7 +258,10 @@ static inline GYRE_DEVICE_FN void gyre_link_publish(gyre_ring *r) {
     h = GYRE_LOAD_ACQUIRE_U64(r->reply_publish);
     for (;;) {
         uint64_t n = h;
-        while (n - h < cap && GYRE_LOAD_ACQUIRE_U64(&gyre_reply_slot(r, n)->sequence) == n + 1u) {
+        /* `>= n + 1`, not `==`: the consumers read by sequence, not by this head, so
+         * slot n may already hold a later lap (index n + k * capacity, written only once
+         * index n was consumed and released) when the scan gets there. */
+        while (n - h < cap && GYRE_LOAD_ACQUIRE_U64(&gyre_reply_slot(r, n)->sequence) >= n + 1u) {
             n++;
         }
         if (n == h) {

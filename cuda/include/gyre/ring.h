@@ -486,11 +486,10 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k2_k3_take(gyre_ring *r, uint32_t che
         }
         n++;
     }
-    /* The check is for requests a host wrote. A stage fed by a stage (pass_status) has
-     * kernels of its pipeline as producers: a wrong sequence there is memory corruption,
-     * and an error reply could not name its request (in a branch, the correlation id it
-     * would need is the corrupt header's), so such a stage only waits. */
-    if (n == 0u && check_head && limit > 0u && !r->pass_status) {
+    /* A stage in a fan-out's branch (GYRE_LINK_BRANCH) skips the check: its indices are
+     * not the host's, so an error reply could not name its request (the correlation id
+     * it would need is in the corrupt header); it waits instead. */
+    if (n == 0u && check_head && limit > 0u && (r->link_flags & GYRE_LINK_BRANCH) == 0u) {
         /* K4 (slow path): a wrong sequence under the published head. */
         const uint64_t head = GYRE_LOAD_ACQUIRE_U64(&cb->h2k_head);
         if (head <= r->tail) {
