@@ -9,7 +9,7 @@
 #[path = "support/opencl.rs"]
 mod support;
 
-use gyre::{codes, Backend, Error, KernelSpec, KernelState, PipelineSpec, Runtime};
+use gyre::{codes, Backend, Error, KernelSpec, KernelState, Pipeline, PipelineSpec, Runtime};
 
 fn guard() -> support::Guard {
     support::guard(
@@ -75,6 +75,35 @@ fn times_ten() -> KernelSpec<u32, u32> {
     KernelSpec::from_fn("times-ten", |_: u32| 888_888u32).opencl_handler("times_ten.cl", TIMES_TEN)
 }
 
+/// What a pipeline of `reject_odd` then `times_ten` stages answers: 40 calls (the odd ones
+/// rejected by the first stage, passed on by the rest), then 300 sends, more than the
+/// capacity, in order; shut down, then every stage's telemetry.
+fn serve_reject_then_times_ten(p: &Pipeline<u32, u32>) -> Vec<gyre_abi::TelemetrySnapshot> {
+    for x in 0..40u32 {
+        match p.call_blocking(x) {
+            Ok(v) => assert_eq!((x % 2, v), (0, x * 10 + 1)),
+            Err(Error::Handler { status, .. }) => {
+                assert_eq!((x % 2, status), (1, codes::USER_BASE + x))
+            }
+            Err(e) => panic!("{x}: {e}"),
+        }
+    }
+    let producer = {
+        let k = p.kernel().clone();
+        std::thread::spawn(move || {
+            for x in 0..300u32 {
+                k.send_blocking(2 * x).expect("send");
+            }
+        })
+    };
+    for x in 0..300u32 {
+        assert_eq!(p.recv_blocking().expect("recv"), 20 * x + 1);
+    }
+    producer.join().expect("producer");
+    p.shutdown_blocking().expect("shutdown");
+    p.stage_telemetry().expect("telemetry")
+}
+
 /// The child of the compile check: a two-stage chain of both sources.
 #[test]
 fn opencl_pipeline_compiles_in_child() {
@@ -105,30 +134,7 @@ fn two_device_stages_answer_in_order_and_pass_errors_on() {
         )
         .expect("pipeline");
     assert!(matches!(p.backend(), Backend::OpenCl { .. }));
-    for x in 0..40u32 {
-        match p.call_blocking(x) {
-            Ok(v) => assert_eq!((x % 2, v), (0, x * 10 + 1)),
-            Err(Error::Handler { status, .. }) => {
-                assert_eq!((x % 2, status), (1, codes::USER_BASE + x))
-            }
-            Err(e) => panic!("{x}: {e}"),
-        }
-    }
-    // More than the capacity in flight through the chain, in order.
-    let producer = {
-        let k = p.kernel().clone();
-        std::thread::spawn(move || {
-            for x in 0..300u32 {
-                k.send_blocking(2 * x).expect("send");
-            }
-        })
-    };
-    for x in 0..300u32 {
-        assert_eq!(p.recv_blocking().expect("recv"), 20 * x + 1);
-    }
-    producer.join().expect("producer");
-    p.shutdown_blocking().expect("shutdown");
-    let t = p.stage_telemetry().expect("telemetry");
+    let t = serve_reject_then_times_ten(&p);
     assert_eq!((t[0].messages_out, t[1].messages_out), (340, 340));
     assert_eq!((t[0].errors, t[1].errors), (20, 0));
     assert!(p
@@ -209,29 +215,7 @@ fn a_device_fan_out_answers_the_host_in_request_order() {
         return;
     }
     let p = rt.launch_pipeline(spec()).expect("pipeline");
-    for x in 0..40u32 {
-        match p.call_blocking(x) {
-            Ok(v) => assert_eq!((x % 2, v), (0, x * 10 + 1)),
-            Err(Error::Handler { status, .. }) => {
-                assert_eq!((x % 2, status), (1, codes::USER_BASE + x))
-            }
-            Err(e) => panic!("{x}: {e}"),
-        }
-    }
-    let producer = {
-        let k = p.kernel().clone();
-        std::thread::spawn(move || {
-            for x in 0..300u32 {
-                k.send_blocking(2 * x).expect("send");
-            }
-        })
-    };
-    for x in 0..300u32 {
-        assert_eq!(p.recv_blocking().expect("recv"), 20 * x + 1);
-    }
-    producer.join().expect("producer");
-    p.shutdown_blocking().expect("shutdown");
-    let t = p.stage_telemetry().expect("telemetry");
+    let t = serve_reject_then_times_ten(&p);
     assert_eq!(t[0].messages_out, 340);
     assert_eq!((t[1].messages_out, t[2].messages_out), (170, 170));
     assert!(p
