@@ -26,6 +26,15 @@ fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// `recv_blocking` with a deadline: a graph that stops answering fails the test instead
+/// of hanging it.
+fn recv<Req: bytemuck::Pod, Resp: bytemuck::Pod>(p: &Pipeline<Req, Resp>) -> Result<Resp, Error> {
+    match p.recv_timeout(Duration::from_secs(30)) {
+        Err(Error::Timeout { .. }) => panic!("no reply within 30 s: the graph stopped answering"),
+        r => r,
+    }
+}
+
 /// Branch `b` of `n`: tags each value with its branch (`x * 10 + b`).
 fn tagging(b: u64) -> Branch<u64, u64> {
     Branch::new(KernelSpec::from_fn(format!("branch-{b}"), move |x: u64| {
@@ -54,11 +63,7 @@ fn a_round_robin_fan_out_answers_the_host_in_request_order() {
         })
     };
     for x in 0..3000u64 {
-        assert_eq!(
-            p.recv_blocking().expect("recv"),
-            x * 10 + x % 3,
-            "reply {x}"
-        );
+        assert_eq!(recv(&p).expect("recv"), x * 10 + x % 3, "reply {x}");
     }
     producer.join().expect("producer");
     assert_eq!(p.call_blocking(5).expect("call"), 50); // request 3000: branch 0
@@ -120,7 +125,7 @@ fn a_keyed_fan_out_keeps_per_key_order_and_the_join_sees_request_order() {
         })
     };
     for seq in 0..N {
-        assert_eq!(p.recv_blocking().expect("recv"), seq * 2);
+        assert_eq!(recv(&p).expect("recv"), seq * 2);
     }
     producer.join().expect("producer");
     p.shutdown_blocking().expect("shutdown");
@@ -278,11 +283,11 @@ fn a_fault_in_one_branch_ends_the_graph_and_fails_only_what_it_did_not_answer() 
         }
         sent += 1;
         if x < BAD {
-            outcomes.push(p.recv_blocking()); // keep the graph from filling first
+            outcomes.push(recv(&p)); // keep the graph from filling first
         }
     }
     loop {
-        match p.recv_blocking() {
+        match recv(&p) {
             Err(Error::Closed { .. }) => break,
             r => outcomes.push(r),
         }
@@ -374,7 +379,7 @@ fn shutdown_drains_every_branch_before_the_join() {
     }
     p.shutdown_blocking().expect("shutdown");
     for x in 0..300u32 {
-        assert_eq!(p.recv_blocking().expect("drained"), (x + 1) * 2);
+        assert_eq!(recv(&p).expect("drained"), (x + 1) * 2);
     }
     assert!(p
         .stage_states()
@@ -479,7 +484,7 @@ fn published_heads_keep_up_when_slots_are_recycled_before_the_scan() {
             })
         };
         for x in 0..N {
-            assert_eq!(p.recv_blocking().expect("recv"), x + 1);
+            assert_eq!(recv(&p).expect("recv"), x + 1);
         }
         producer.join().expect("producer");
         p.shutdown_blocking().expect("shutdown");
@@ -529,7 +534,7 @@ fn a_fault_in_a_branch_answering_the_host_fails_only_what_was_not_answered() {
     };
     let mut outcomes = Vec::new();
     loop {
-        match p.recv_blocking() {
+        match recv(&p) {
             Err(Error::Closed { .. }) => break,
             r => outcomes.push(r),
         }
