@@ -438,7 +438,8 @@ fn shapes_a_pipeline_cannot_have_are_refused() {
         0,
         "byte 4",
     );
-    // Nothing was left running: a good graph still launches and answers.
+    // The refusals come from the launch's checks, before any stage runs; a good graph
+    // launches on the same runtime and answers.
     let p = rt
         .launch_pipeline(
             PipelineSpec::new("fine", echo())

@@ -158,6 +158,14 @@ pub(super) enum Step {
 }
 
 impl Step {
+    /// The last stage added in this step.
+    fn last_stage(&self) -> usize {
+        match self {
+            Step::One(k) => *k,
+            Step::FanOut { branches, .. } => branches.iter().flatten().copied().max().unwrap_or(0),
+        }
+    }
+
     /// The stages that take this step's requests.
     fn entries(&self) -> Vec<usize> {
         match self {
@@ -226,11 +234,13 @@ impl Plan {
                 }
                 Step::FanOut { branches, .. } => {
                     let count = branches.len();
+                    // Named in a refusal: the first branch's first stage, or with no
+                    // branch at all the stage the fan-out follows.
                     let first = branches
                         .first()
                         .and_then(|b| b.first())
                         .copied()
-                        .unwrap_or(0);
+                        .unwrap_or_else(|| steps[..i].last().map_or(0, Step::last_stage));
                     if !(2..=route::MAX_BRANCHES as usize).contains(&count) {
                         return Err((
                             first,
@@ -409,6 +419,8 @@ mod tests {
         };
         let e = Plan::of(&[Step::One(0), fan(vec![vec![1]])], 2).unwrap_err();
         assert_eq!(e.0, 1);
+        let e = Plan::of(&[Step::One(0), Step::One(1), fan(Vec::new())], 2).unwrap_err();
+        assert_eq!(e.0, 1, "no branch: the stage the fan-out follows");
         let e = Plan::of(
             &[
                 Step::One(0),

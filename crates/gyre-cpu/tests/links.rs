@@ -287,6 +287,14 @@ fn a_fan_out_answering_the_host_by_id_from_two_branches() {
     for c in callers {
         c.join().unwrap();
     }
+    // The counters are published after the replies (a reply is taken by its sequence,
+    // the heads move at each producer's K7): read them once every stage stopped.
+    ch.command(command::TERMINATE);
+    eventually("every stage to terminate", || {
+        [&head, &b1, &b2]
+            .iter()
+            .all(|r| state_of(r) == (state::TERMINATED, error::NONE))
+    });
     assert_eq!(tables.routed(0).unwrap(), [600, 600]);
     for b in [&b1, &b2] {
         let cb = b.control();
@@ -296,12 +304,6 @@ fn a_fan_out_answering_the_host_by_id_from_two_branches() {
         );
     }
     assert_eq!(head.control().k2h_head.load(Acquire), 1200);
-    ch.command(command::TERMINATE);
-    eventually("every stage to terminate", || {
-        [&head, &b1, &b2]
-            .iter()
-            .all(|r| state_of(r) == (state::TERMINATED, error::NONE))
-    });
     assert_eq!(tables.join_stopped(1), Some(2));
     for k in &kernels {
         k.join().unwrap();

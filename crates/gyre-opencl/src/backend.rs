@@ -13,9 +13,11 @@
 //! kernel that never starts.
 
 use std::collections::HashMap;
+use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use gyre_core::chain::LinkTarget;
 use gyre_core::region::RegionMemory;
 use gyre_core::{KernelInstance, LaunchSpec, SharedRegion};
 use opencl3::command_queue::CommandQueue;
@@ -283,6 +285,28 @@ impl OpenClBackend {
         let lanes = [self.dev.options.lanes as usize];
         // The loan pool (cuda/ring_kernel.cl's launch contract): its bytes and state words
         // in SVM of this context (`loan_allocator`), or the region twice and a size of 0.
+        // The regions a link table names (a fan-out's branches, a join's target) are
+        // reached through pointers stored in the table, not kernel arguments: OpenCL
+        // requires such SVM buffers to be declared (CL_KERNEL_EXEC_INFO_SVM_PTRS).
+        let indirect: Vec<*mut c_void> = match spec.link.as_ref().map(|l| &l.next) {
+            Some(LinkTarget::Table { regions, .. }) => regions
+                .iter()
+                .map(|r| r.base().as_ptr().cast::<c_void>())
+                .collect(),
+            _ => Vec::new(),
+        };
+        if let Some(p) = indirect
+            .iter()
+            .find(|p| !self.dev.registry.contains(**p as usize))
+        {
+            return Err(Error::Unsupported {
+                device: self.dev.info.name.clone(),
+                reason: format!(
+                    "a region at {p:p} that a pipeline link table names is not SVM of this \
+                     device's context (every stage of a chain runs on one device)"
+                ),
+            });
+        }
         let loans = spec.loans.as_ref().map(|a| a.view());
         let (loan_base, loan_words, loan_bytes, loan_shift) = match loans {
             Some(v) => (v.base as *mut u8, v.words as *mut u8, v.bytes, v.min_shift),
@@ -292,7 +316,8 @@ impl OpenClBackend {
         // context (checked above), the loan pool's two SVM pointers (from this backend's
         // `loan_allocator`) with its size and shift, and a pipeline stage's next region
         // (SVM of this context, checked above, or the region itself) with its link flags
-        // and message type; the regions
+        // and message type; the exec info lists `indirect.len()` SVM pointers of this
+        // context (checked above) read from a live Vec; the regions
         // and the pool outlive the kernel (OpenClKernel keeps their Arcs and leaks them if
         // the kernel never finishes). One group: global == local.
         let event = unsafe {
@@ -328,6 +353,19 @@ impl OpenClBackend {
             check("clSetKernelArg", kernel.set_arg(7, &next_type), || {
                 ", the next pipeline stage's message type".into()
             })?;
+            if !indirect.is_empty() {
+                check(
+                    "clSetKernelExecInfo",
+                    opencl3::kernel::set_kernel_exec_info(
+                        kernel.get(),
+                        opencl3::kernel::CL_KERNEL_EXEC_INFO_SVM_PTRS,
+                        core::mem::size_of_val(indirect.as_slice()),
+                        indirect.as_ptr().cast::<c_void>(),
+                    )
+                    .map_err(opencl3::error_codes::ClError),
+                    || format!(", the {} regions a link table names", indirect.len()),
+                )?;
+            }
             check(
                 "clEnqueueNDRangeKernel",
                 queue.enqueue_nd_range_kernel(
