@@ -187,7 +187,11 @@ pub(super) enum Out {
     /// Reply i to reply i of the head (the host).
     Head,
     /// Through route `entry` of the link tables, to the branches' first stages.
-    Route { entry: usize, branches: Vec<usize> },
+    Route {
+        entry: usize,
+        route: Route,
+        branches: Vec<usize>,
+    },
     /// By id through join `entry`: into stage `Some(to)`, or the head's replies.
     ById { entry: usize, to: Option<usize> },
 }
@@ -196,8 +200,6 @@ pub(super) enum Out {
 #[derive(Debug, Clone, Default)]
 pub(super) struct Plan {
     pub(super) outs: Vec<Out>,
-    /// Route tables: (entry, mode, branch first stages).
-    pub(super) routes: Vec<(usize, Route, Vec<usize>)>,
     /// Join tables: (entry, target stage or the head's replies, producers).
     pub(super) joins: Vec<(usize, Option<usize>, u32)>,
     /// Whether each stage is in a fan-out's branch (its indices are not the host's).
@@ -223,10 +225,10 @@ impl Plan {
                         None => Out::Head,
                         Some(Step::One(m)) => Out::Direct(*m),
                         Some(s @ Step::FanOut { route, .. }) => {
-                            p.routes.push((entry, *route, s.entries()));
                             entry += 1;
                             Out::Route {
                                 entry: entry - 1,
+                                route: *route,
                                 branches: s.entries(),
                             }
                         }
@@ -283,7 +285,12 @@ impl Plan {
 
     /// Link table entries needed.
     pub(super) fn entries(&self) -> usize {
-        self.routes.len() + self.joins.len()
+        let routes = self
+            .outs
+            .iter()
+            .filter(|o| matches!(o, Out::Route { .. }))
+            .count();
+        routes + self.joins.len()
     }
 
     /// Whether later stages write by id (the head then stamps its own index as each
@@ -371,6 +378,7 @@ mod tests {
             [
                 Out::Route {
                     entry: 0,
+                    route: Route::RoundRobin,
                     branches: vec![1, 3]
                 },
                 Out::Direct(2),

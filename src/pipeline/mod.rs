@@ -8,7 +8,7 @@
 //! geometry, same index: request `i` of every stage is reply `i` of the one before) and
 //! the last stage writes into the first stage's reply ring, which is where the host's
 //! channel reads replies. The algorithm is the ring protocol itself with the reply side
-//! pointed elsewhere (`gyre_k0_link` in `cuda/include/gyre/ring.h`); the host's view of
+//! pointed elsewhere (`gyre_k0_link` in `cuda/include/gyre/link.h`, part of `ring.h`); the host's view of
 //! the chain as one kernel is [`gyre_core::chain::ChainView`].
 
 mod graph;
@@ -238,12 +238,12 @@ impl<Req, Resp> PipelineSpec<Req, Resp> {
         let plan = Plan::of(&self.steps, self.stages.len())
             .map_err(|(stage, why)| self.refuse(stage, why))?;
         for (k, o) in plan.outs.iter().enumerate() {
-            if let Out::Route { entry, .. } = o {
-                if let Some(&(_, Route::Key { offset }, _)) =
-                    plan.routes.iter().find(|r| r.0 == *entry)
-                {
-                    self.check_key(k, offset)?;
-                }
+            if let Out::Route {
+                route: Route::Key { offset },
+                ..
+            } = o
+            {
+                self.check_key(k, *offset)?;
             }
         }
         let mut out: Vec<Checked> = Vec::with_capacity(self.stages.len());
@@ -693,7 +693,15 @@ fn links_of<Req, Resp>(
     };
     let addr = |k: usize| imp.device_address(regions[k].base());
     if let Some(t) = &tables {
-        for (entry, route, branches) in &plan.routes {
+        for out in &plan.outs {
+            let Out::Route {
+                entry,
+                route,
+                branches,
+            } = out
+            else {
+                continue;
+            };
             let targets = branches
                 .iter()
                 .map(|&b| Ok((addr(b)?, spec.stages[b].spec.msg_type)))
@@ -725,7 +733,9 @@ fn links_of<Req, Resp>(
                 Out::Own => return Ok(None),
                 Out::Direct(m) => (LinkTarget::Region(regions[*m].clone()), msg_type(*m)),
                 Out::Head => (LinkTarget::Region(regions[0].clone()), msg_type(0)),
-                Out::Route { entry, branches } => (table(*entry, branches.clone())?, 0),
+                Out::Route {
+                    entry, branches, ..
+                } => (table(*entry, branches.clone())?, 0),
                 Out::ById { entry, to } => (
                     table(*entry, vec![to.unwrap_or(0)])?,
                     msg_type(to.unwrap_or(0)),

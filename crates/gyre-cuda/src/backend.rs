@@ -433,16 +433,7 @@ impl gyre_core::Backend for CudaBackend {
             .context()
             .and_then(|ctx| {
                 ctx.bind()?;
-                let host = region.base().as_ptr().cast::<std::ffi::c_void>();
-                // SAFETY: the context is current; fails (typed) if the region is not
-                // mapped pinned memory.
-                let dptr = unsafe { crate::result::host_device_pointer(host) }.map_err(|e| {
-                    Error::InvalidInput {
-                        what: format!("region at {host:p} ({e})"),
-                        reason:
-                            "not mapped pinned memory: allocate it with CudaBackend::alloc_region",
-                    }
-                })?;
+                let dptr = device_pointer(region.base(), "region")?;
                 // A pipeline stage writes into the next stage's region (or reads a link
                 // table naming regions): mapped pinned too.
                 let link = match &spec.link {
