@@ -9,7 +9,12 @@
 //! * a block is freed at most once (a claim and a release of the same send exclude each
 //!   other) and every block ends free or owned by exactly one party;
 //! * a task waiting for a block is woken by the return that frees one (no lost wake-up:
-//!   loom reports the deadlock when the re-check after registering is removed).
+//!   loom reports the deadlock when the re-check after registering is removed);
+//! * a refused handle naming a live block (a length beyond it) never moves the block's
+//!   word, so it cannot make the kernel refuse, or a bridge's copy skip, the request that
+//!   really holds the block (both fail when the resolver holds the block before it checks
+//!   the length, as it once did: the CPU backend then served a request whose bytes were
+//!   never copied down).
 //!
 //! Run with (CI does):
 //!
@@ -21,7 +26,8 @@
 
 use core::sync::atomic::Ordering::SeqCst;
 
-use gyre_core::loan::{LoanArena, LoanConfig};
+use gyre_core::copy::HostDeviceArena;
+use gyre_core::loan::{LoanArena, LoanConfig, LoanHandle, LoanMirror};
 use gyre_core::memory::HostAllocator;
 use loom::sync::atomic::AtomicBool;
 use loom::sync::Arc;
@@ -100,5 +106,58 @@ fn a_waiting_loan_is_woken_by_a_return() {
         let got = w.join().expect("waiter");
         drop((got, second));
         assert_eq!(a.stats().in_use_blocks, 0);
+    });
+}
+
+/// A split arena (host side + emulated device side) with its mirror, and a live loan of
+/// 8 bytes of 0x33 sent in its first block (64 bytes): the handle, and the same handle
+/// with a length beyond the block.
+fn sent_split() -> (
+    std::sync::Arc<LoanArena>,
+    LoanMirror,
+    LoanHandle,
+    LoanHandle,
+) {
+    let dev = std::sync::Arc::new(HostDeviceArena::new(128).expect("device side"));
+    let a =
+        LoanArena::new_split(HostAllocator, LoanConfig::new(128, 64), dev.clone()).expect("arena");
+    let m = LoanMirror::new(a.clone(), dev).expect("mirror");
+    let mut l = a.try_loan(8).expect("loan");
+    l.fill(0x33);
+    let h = l.into_handle();
+    (a, m, h, LoanHandle { len: 4096, ..h })
+}
+
+#[test]
+fn a_refused_handle_never_stops_the_live_requests_copy() {
+    loom::model(|| {
+        let (a, m, h, too_long) = sent_split();
+        let k = {
+            let a = a.clone();
+            // The kernel refuses a forged handle naming the block, while the bridge
+            // moves the live request's bytes down.
+            thread::spawn(move || a.resolve(&too_long).is_err())
+        };
+        let moved = m.down(&mut [h].into_iter(), false).expect("down");
+        assert!(k.join().expect("kernel"), "a length beyond the block");
+        assert_eq!(moved.loans, 1, "the live request's bytes were not copied");
+        let b = a.resolve(&h).expect("the live request");
+        assert!(b[..8].iter().all(|&x| x == 0x33));
+    });
+}
+
+#[test]
+fn a_refused_copy_never_stops_the_kernel() {
+    loom::model(|| {
+        let (a, m, h, too_long) = sent_split();
+        // The bridge skips a forged handle's copy while the kernel takes the live one.
+        let c = thread::spawn(move || {
+            m.down(&mut [too_long].into_iter(), false)
+                .expect("down")
+                .loans
+        });
+        let held = a.resolve(&h).is_ok();
+        assert_eq!(c.join().expect("bridge"), 0);
+        assert!(held, "the kernel refused the live request");
     });
 }

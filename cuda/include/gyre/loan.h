@@ -76,8 +76,7 @@ static inline GYRE_DEVICE_FN void gyre_loan_write(GYRE_GLOBAL unsigned char *pay
  *  (compare-and-swap, so a claim or release racing with it loses, or wins and this
  *  fails) and sets *cap to the block's bytes: returns GYRE_ERR_NONE, and the handler may
  *  use [base + offset, base + offset + cap) until gyre_loan_unhold. Otherwise returns
- *  GYRE_ERR_BAD_LOAN and touches nothing (a block it had moved to busy for a length that
- *  does not fit is moved back first). */
+ *  GYRE_ERR_BAD_LOAN and never writes the word. */
 static inline GYRE_DEVICE_FN uint32_t gyre_loan_resolve(const gyre_loan_pool *p,
                                                        const gyre_loan_handle *h,
                                                        uint64_t *cap) {
@@ -96,15 +95,17 @@ static inline GYRE_DEVICE_FN uint32_t gyre_loan_resolve(const gyre_loan_pool *p,
         (uint32_t)cur != h->generation) {
         return GYRE_ERR_BAD_LOAN;
     }
-    busy = cur | ((uint64_t)GYRE_LOAN_OWNER_BUSY << GYRE_LOAN_OWNER_SHIFT);
-    if (!GYRE_CAS_U64(w, cur, busy)) {
-        return GYRE_ERR_BAD_LOAN; /* claimed, released or sent again meanwhile */
-    }
+    /* Every check on the word the compare-and-swap then confirms: a handle that fails
+     * never moves the word, not even for a moment, so it cannot make the request that
+     * really holds the block be refused, or its bytes be left uncopied by a bridge. */
     order = (uint32_t)((cur >> GYRE_LOAN_ORDER_SHIFT) & 0x3fu);
     bytes = (order < 32u) ? ((uint64_t)1 << order) << p->min_shift : p->bytes + 1u;
     if ((uint64_t)h->len > bytes || h->offset + bytes > p->bytes) {
-        GYRE_STORE_RELEASE_U64(w, cur); /* busy -> kernel: only the holder moves busy */
         return GYRE_ERR_BAD_LOAN;
+    }
+    busy = cur | ((uint64_t)GYRE_LOAN_OWNER_BUSY << GYRE_LOAN_OWNER_SHIFT);
+    if (!GYRE_CAS_U64(w, cur, busy)) {
+        return GYRE_ERR_BAD_LOAN; /* claimed, released or sent again meanwhile */
     }
     *cap = bytes;
     return GYRE_ERR_NONE;

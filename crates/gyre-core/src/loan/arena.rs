@@ -685,17 +685,7 @@ impl LoanArena {
     /// under this generation` (free, host-owned, busy, or another generation), `length
     /// beyond the block`.
     pub fn resolve(&self, h: &LoanHandle) -> Result<KernelBlock<'_>, &'static str> {
-        let unit = self
-            .unit_of(h)
-            .ok_or("offset outside the pool or not at a block start")?;
-        let w = self
-            .transition(unit, owner::KERNEL, Some(h.generation), owner::BUSY, false)
-            .ok_or("no block sent under this generation")?;
-        let cap = self.block_bytes(w.order);
-        if h.len as usize > cap {
-            self.transition(unit, owner::BUSY, None, owner::KERNEL, false);
-            return Err("length beyond the block");
-        }
+        let (unit, cap) = self.hold(h)?;
         let off = (unit as usize) << self.min_shift;
         debug_assert!(off + cap <= self.bytes);
         // SAFETY: the block [off, off + cap) lies inside the arena (buddy blocks never
@@ -802,14 +792,35 @@ impl LoanArena {
     /// it until [`LoanArena::unhold`] (not the kernel, which refuses a busy block, nor a
     /// claim or a release); a second hold of the same block fails.
     pub(crate) fn hold_sent(&self, h: &LoanHandle) -> Option<(u32, usize)> {
-        let unit = self.unit_of(h)?;
-        let w = self.transition(unit, owner::KERNEL, Some(h.generation), owner::BUSY, false)?;
-        let cap = self.block_bytes(w.order);
-        if h.len as usize > cap {
-            self.unhold(unit);
-            return None;
+        self.hold(h).ok()
+    }
+
+    /// Kernel -> busy for the block `h` names, if it is kernel-owned under `h`'s
+    /// generation and `h.len` fits it: its unit and capacity. Every check is made on the
+    /// word the compare-and-swap then confirms, so a handle that fails never moves the
+    /// word, not even for a moment: a refused handle naming a live block (a length
+    /// beyond it) cannot make the kernel refuse, or a mirror skip copying, the request
+    /// that really holds it.
+    fn hold(&self, h: &LoanHandle) -> Result<(u32, usize), &'static str> {
+        let unit = self
+            .unit_of(h)
+            .ok_or("offset outside the pool or not at a block start")?;
+        let w = self
+            .words
+            .get(unit as usize)
+            .ok_or("offset outside the pool or not at a block start")?;
+        let cur = w.load(Acquire);
+        let old = Word::unpack(cur);
+        if old.owner != owner::KERNEL || old.generation != h.generation {
+            return Err("no block sent under this generation");
         }
-        Some((unit, cap))
+        let cap = self.block_bytes(old.order);
+        if h.len as usize > cap {
+            return Err("length beyond the block");
+        }
+        w.compare_exchange(cur, old.moved(owner::BUSY, false).pack(), AcqRel, Acquire)
+            .map_err(|_| "no block sent under this generation")?;
+        Ok((unit, cap))
     }
 
     /// Ends a [`LoanArena::hold_sent`]: busy -> kernel.
