@@ -322,6 +322,24 @@ mod cuda {
                 ),
             ));
         }
+        // Peer-to-peer between every ordered pair (with two GPUs or more): what a chain
+        // across devices could use; it runs through mapped pinned host memory today.
+        match gyre_cuda::p2p::links() {
+            Ok(links) => facts.extend(links.into_iter().map(|l| {
+                (
+                    "peer",
+                    format!(
+                        "{} -> {}: peer access {}, native atomics {}, rank {}",
+                        l.from,
+                        l.to,
+                        yes(l.can_access_peer && l.access_supported),
+                        yes(l.native_atomics),
+                        l.performance_rank
+                    ),
+                )
+            })),
+            Err(e) => facts.push(("peer", e.to_string())),
+        }
         facts.extend([
             ("attributes of", format!("device 0 ({})", d.name)),
             (

@@ -223,3 +223,60 @@ fn a_device_fan_out_answers_the_host_in_request_order() {
         .iter()
         .all(|s| *s == KernelState::Terminated { code: 0 }));
 }
+
+/// Stages on two backends (`Pipeline::launch_across`): a CPU stage and an OpenCL stage,
+/// in both orders. The CPU stage's region is written by the device stage (its replies,
+/// or its requests), which cannot address the CPU backend's host memory: the launch
+/// places that region in the OpenCL backend's SVM instead, which the CPU stage and the
+/// host address too.
+#[test]
+fn a_cpu_stage_and_a_device_stage_chain_across_runtimes() {
+    let _g = guard();
+    let Some(cl) = runtime("a_cpu_stage_and_a_device_stage_chain_across_runtimes") else {
+        return;
+    };
+    let cpu = Runtime::builder()
+        .backend(Backend::Cpu)
+        .build()
+        .expect("CPU runtime");
+    let runtimes = [cpu, cl];
+    // CPU first: x -> 2x on the CPU, then times ten plus one on the device.
+    let p = Pipeline::launch_across(
+        &runtimes,
+        PipelineSpec::new("cpu-then-cl", KernelSpec::from_fn("double", |x: u32| x * 2))
+            .then(times_ten())
+            .on(1),
+    )
+    .expect("CPU then OpenCL");
+    assert_eq!(p.backend(), Backend::Cpu, "the host's side is the head's");
+    for x in 0..300u32 {
+        p.send_blocking(x).expect("send");
+        assert_eq!(p.recv_blocking().expect("recv"), 20 * x + 1);
+    }
+    p.shutdown_blocking().expect("shutdown");
+    let t = p.stage_telemetry().expect("telemetry");
+    assert_eq!((t[0].messages_out, t[1].messages_out), (300, 300));
+    // Device first: the errors the device stage answers pass through the CPU stage.
+    let p = Pipeline::launch_across(
+        &runtimes,
+        PipelineSpec::new("cl-then-cpu", reject_odd())
+            .on(1)
+            .then(KernelSpec::from_fn("inc", |x: u32| x + 1)),
+    )
+    .expect("OpenCL then CPU");
+    assert!(matches!(p.backend(), Backend::OpenCl { .. }));
+    for x in 0..40u32 {
+        match p.call_blocking(x) {
+            Ok(v) => assert_eq!((x % 2, v), (0, x + 1)),
+            Err(Error::Handler { status, .. }) => {
+                assert_eq!((x % 2, status), (1, codes::USER_BASE + x))
+            }
+            Err(e) => panic!("{x}: {e}"),
+        }
+    }
+    p.shutdown_blocking().expect("shutdown");
+    assert!(p
+        .stage_states()
+        .iter()
+        .all(|s| *s == KernelState::Terminated { code: 0 }));
+}

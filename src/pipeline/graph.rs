@@ -329,6 +329,17 @@ impl Plan {
         }
     }
 
+    /// The stages that write into stage `m`'s region: into its request ring
+    /// ([`Plan::writes`]) or, for the head, into its reply ring (the host's replies).
+    pub(super) fn writers_of(&self, m: usize) -> Vec<usize> {
+        (0..self.outs.len())
+            .filter(|&k| {
+                self.writes(k).contains(&m)
+                    || (m == 0 && matches!(self.outs[k], Out::Head | Out::ById { to: None, .. }))
+            })
+            .collect()
+    }
+
     /// Every `(from, to)` of [`Plan::writes`].
     pub(super) fn edges(&self) -> Vec<(usize, usize)> {
         (0..self.outs.len())
@@ -359,6 +370,11 @@ mod tests {
         assert_eq!(p.flags(0), 0);
         assert_eq!(p.flags(2), link::TO_HEAD | link::FROM_STAGE);
         assert_eq!(p.edges(), [(0, 1), (1, 2)]);
+        assert_eq!(
+            (0..3).map(|m| p.writers_of(m)).collect::<Vec<_>>(),
+            [vec![2], vec![0], vec![1]],
+            "the head's reply ring is written by the last stage"
+        );
     }
 
     #[test]
@@ -417,6 +433,8 @@ mod tests {
             link::BY_ID | link::TO_HEAD | link::FROM_STAGE | link::BRANCH
         );
         assert_eq!(p.joins, [(1, None, 3)]);
+        assert_eq!(p.writers_of(0), [1, 2, 3]);
+        assert_eq!(p.writers_of(2), [0]);
     }
 
     #[test]

@@ -13,34 +13,26 @@
 
 mod graph;
 mod instance;
+mod launch;
 
 use core::marker::PhantomData;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use bytemuck::Pod;
-use gyre_abi::command;
-use gyre_core::chain::{ChainView, LinkTables, LinkTarget, StageLink};
-use gyre_core::doorbell::Doorbell;
-use gyre_core::shm::ExportPublisher;
+use gyre_core::chain::ChainView;
 use gyre_core::telemetry::read_consistent;
-use gyre_core::{Error, KernelInstance, LaunchSpec, Result, SharedRegion};
+use gyre_core::{Error, Result};
 
-use crate::kernel::{Kernel, Started};
-use crate::lifecycle::Place;
-use crate::runtime::{Checked, Runtime};
+use crate::kernel::Kernel;
+use crate::runtime::{Checked, Target};
 use crate::spec::{ExportTarget, KernelSpec};
 use crate::state::KernelState;
-use graph::{route_mode, Out, Plan, Step};
-use instance::{ChainInstance, StageFeed};
+use graph::{Out, Plan, Step};
 
 pub use graph::{Branch, Route};
 
 /// The most stages a pipeline has.
 pub const MAX_PIPELINE_STAGES: usize = 64;
-
-/// How long a launch that failed half way waits for the stages it already started.
-const ABANDON_WAIT: Duration = Duration::from_secs(5);
 
 /// One stage, without its message types (kept for the size checks).
 #[derive(Clone)]
@@ -48,6 +40,11 @@ struct Stage {
     spec: KernelSpec<(), ()>,
     req: (&'static str, usize),
     resp: (&'static str, usize),
+    /// The index of the runtime it runs on, among those given to
+    /// [`Pipeline::launch_across`] (0 under [`Runtime::launch_pipeline`]).
+    ///
+    /// [`Runtime::launch_pipeline`]: crate::Runtime::launch_pipeline
+    place: usize,
 }
 
 impl Stage {
@@ -56,6 +53,7 @@ impl Stage {
             spec: spec.retyped(),
             req: (core::any::type_name::<A>(), core::mem::size_of::<A>()),
             resp: (core::any::type_name::<B>(), core::mem::size_of::<B>()),
+            place: 0,
         }
     }
 }
@@ -71,7 +69,10 @@ impl Stage {
 /// timeout of every stage: the host writes every stage's heartbeat at the pace the first
 /// stage's timeout sets).
 /// Stages are launched once: epochs, restart policies, watched sources and loans are
-/// refused (see [`Runtime::launch_pipeline`]).
+/// refused (see [`Runtime::launch_pipeline`]). [`on`](Self::on) places a stage on
+/// another runtime (another device) for [`Pipeline::launch_across`].
+///
+/// [`Runtime::launch_pipeline`]: crate::Runtime::launch_pipeline
 ///
 /// # Examples
 ///
@@ -202,6 +203,34 @@ impl<Req: Pod, Resp: Pod> PipelineSpec<Req, Resp> {
 }
 
 impl<Req, Resp> PipelineSpec<Req, Resp> {
+    /// Runs the stage added last on `runtimes[runtime]` of [`Pipeline::launch_across`]
+    /// (every stage runs on runtime 0 until placed; after a
+    /// [`fan_out`](PipelineSpec::fan_out), the stage added last is the last branch's
+    /// last stage). A placement beyond the runtimes given is refused at launch
+    /// ([`Error::Pipeline`]), as is a fan-out whose stages do not all run on one backend.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gyre::{Backend, KernelSpec, Pipeline, PipelineSpec, Runtime};
+    /// let a = Runtime::builder().backend(Backend::Cpu).build()?;
+    /// let b = Runtime::builder().backend(Backend::Cpu).build()?;
+    /// let spec = PipelineSpec::new("p", KernelSpec::from_fn("double", |x: u32| x * 2))
+    ///     .then(KernelSpec::from_fn("inc", |x: u32| x + 1))
+    ///     .on(1);
+    /// let p = Pipeline::launch_across(&[a, b], spec)?;
+    /// assert_eq!(p.call_blocking(20)?, 41);
+    /// p.shutdown_blocking()?;
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
+    #[must_use]
+    pub fn on(mut self, runtime: usize) -> Self {
+        if let Some(last) = self.stages.last_mut() {
+            last.place = runtime;
+        }
+        self
+    }
+
     /// The pipeline's name (the name of the kernel the host sees; stage k's kernel is
     /// `<name>.<k>`).
     pub fn name(&self) -> &str {
@@ -228,7 +257,9 @@ impl<Req, Resp> PipelineSpec<Req, Resp> {
 
     /// What [`Runtime::launch`] checks of each stage, plus what a chain needs: one ring
     /// geometry (batch sizes may differ), stages launched once.
-    fn check(&self, target: &crate::runtime::Target) -> Result<(Vec<Checked>, Plan)> {
+    ///
+    /// `targets[k]` is where stage k runs.
+    fn check(&self, targets: &[&Target]) -> Result<(Vec<Checked>, Plan)> {
         if self.stages.len() > MAX_PIPELINE_STAGES {
             return Err(self.refuse(
                 self.stages.len() - 1,
@@ -248,7 +279,7 @@ impl<Req, Resp> PipelineSpec<Req, Resp> {
         }
         let mut out: Vec<Checked> = Vec::with_capacity(self.stages.len());
         let watchdog = self.stages[0].spec.watchdog;
-        for (k, st) in self.stages.iter().enumerate() {
+        for ((k, st), target) in self.stages.iter().enumerate().zip(targets) {
             let c = Checked::of(&st.spec, target)?;
             if k > 0 && watchdog.is_some() {
                 // The first stage's watchdog watches every stage: its bound must fit each
@@ -520,265 +551,5 @@ impl<Req, Resp> Pipeline<Req, Resp> {
                 })
             })
             .collect()
-    }
-}
-
-impl Runtime {
-    /// Launches the stages of `spec` as one chain and returns the host's handle on it.
-    ///
-    /// Every stage runs on one backend: the runtime's if it runs them all, else (under
-    /// [`Backend::Auto`](crate::Backend::Auto)) the CPU backend. The rings between stages
-    /// are shared by the two kernels that use them, so the backend's transfer strategy
-    /// must be `unified` (zero copy); on the CPU backend they are host memory, on OpenCL
-    /// fine-grained SVM, on CUDA mapped pinned memory. All stages run at once: a backend
-    /// that cannot run them all (OpenCL: one per compute unit; CUDA: resident blocks)
-    /// refuses the launch and the stages already started are stopped.
-    ///
-    /// # Errors
-    ///
-    /// Nothing is left running on any error:
-    /// [`Error::Pipeline`] (more than [`MAX_PIPELINE_STAGES`] stages; a stage whose capacity or
-    /// slot size differs from the first's; a stage with epochs, a restart policy, a
-    /// watched source or loans); [`Error::StrategyUnsupported`] under a copy strategy;
-    /// those of [`Runtime::launch`] for any stage ([`Error::HandlerUnsupported`],
-    /// [`Error::TypeTooLarge`], [`Error::InvalidArgument`], [`Error::Launch`] when a
-    /// backend cannot start one more kernel, ...).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use gyre::{Backend, KernelSpec, PipelineSpec, Runtime};
-    /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
-    /// let e = rt
-    ///     .launch_pipeline(
-    ///         PipelineSpec::new("p", KernelSpec::<u32, u32>::echo())
-    ///             .then(KernelSpec::<u32, u32>::echo().capacity(64)),
-    ///     )
-    ///     .unwrap_err();
-    /// assert!(matches!(e, gyre::Error::Pipeline { stage: 1, .. }));
-    /// # Ok::<(), gyre::Error>(())
-    /// ```
-    pub fn launch_pipeline<Req: Pod, Resp: Pod>(
-        &self,
-        spec: PipelineSpec<Req, Resp>,
-    ) -> Result<Pipeline<Req, Resp>> {
-        let specs: Vec<KernelSpec<(), ()>> = spec.stages.iter().map(|s| s.spec.clone()).collect();
-        let target = self.target_for_all(&specs)?;
-        let strategy = target.plan.strategy;
-        if strategy.copies() {
-            return Err(Error::StrategyUnsupported {
-                backend: target.imp.name(),
-                strategy: strategy.name(),
-                reason: "a pipeline's stages write each other's rings directly: it needs the \
-                         unified (zero-copy) strategy"
-                    .into(),
-            });
-        }
-        let (checked, plan) = spec.check(target)?;
-        let n = checked.len();
-        let imp = &target.imp;
-        let _span = tracing::info_span!(
-            "gyre_launch_pipeline",
-            pipeline = %spec.name,
-            stages = n,
-            backend = imp.name()
-        )
-        .entered();
-        // Every stage times the host out as the first does: the host writes all their
-        // heartbeats at the pace the first stage's host timeout sets.
-        let host_timeout_ms = checked[0].host_timeout_ms;
-        let regions = checked
-            .iter()
-            .map(|c| {
-                let mem = imp.alloc_region(SharedRegion::bytes_for(&c.geometry))?;
-                Ok(Arc::new(SharedRegion::new(
-                    mem,
-                    c.geometry,
-                    host_timeout_ms,
-                )?))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let doorbells: Vec<Arc<Doorbell>> = (0..n).map(|_| Arc::new(Doorbell::new())).collect();
-        let links = links_of(&spec, &plan, imp.as_ref(), &regions, &doorbells)?;
-        let mut launches = Vec::with_capacity(n);
-        for ((k, st), link) in spec.stages.iter().enumerate().zip(links) {
-            let mut l: LaunchSpec = st.spec.launch_spec();
-            l.name = spec.stage_name(k);
-            l.doorbell = Some(doorbells[k].clone());
-            l.link = link;
-            launches.push(l);
-        }
-        launches[0].export = spec.export_for(0)?;
-        let mut exports = Vec::with_capacity(n.saturating_sub(1));
-        for (k, region) in regions.iter().enumerate().skip(1) {
-            if let Some(w) = spec.export_for(k)? {
-                let p = ExportPublisher::start(
-                    region.clone(),
-                    w,
-                    spec.stages[0].spec.export_interval,
-                    Arc::new(StageFeed),
-                )
-                .map_err(|e| Error::Launch {
-                    backend: "telemetry export",
-                    kernel: spec.stage_name(k),
-                    source: gyre_core::Cause::new(e),
-                })?;
-                exports.push(p);
-            }
-        }
-        // The last stage first: each stage's next is running when it starts.
-        let mut running: Vec<Arc<dyn KernelInstance>> = Vec::with_capacity(n);
-        for k in (0..n).rev() {
-            match imp.launch(regions[k].clone(), &launches[k]) {
-                Ok(i) => running.push(Arc::from(i)),
-                Err(e) => {
-                    abandon(&regions[k + 1..], &doorbells[k + 1..], &running);
-                    return Err(e);
-                }
-            }
-        }
-        running.reverse();
-        tracing::info!(
-            capacity = checked[0].geometry.capacity(),
-            slot_size = checked[0].geometry.slot_size(),
-            "pipeline launched"
-        );
-        let chain = Arc::new(ChainView::graph(
-            regions
-                .iter()
-                .cloned()
-                .zip(doorbells.iter().cloned().map(Some))
-                .collect(),
-            plan.edges(),
-        ));
-        let mut head: KernelSpec<Req, Resp> = spec.stages[0].spec.clone().retyped();
-        head.name = spec.name.clone();
-        let kernel = Kernel::start(
-            Started {
-                region: regions[0].clone(),
-                place: Place::Shared(regions[0].clone()),
-                imp: imp.clone(),
-                instance: Box::new(ChainInstance { stages: running }),
-                transfer: None,
-                launched: launches[0].clone(),
-                epoch_us: 0,
-                backend: target.backend,
-                chain: Some(chain.clone()),
-            },
-            &head,
-        )?;
-        kernel.inner().keep_exports(exports);
-        Ok(Pipeline {
-            kernel,
-            names: spec.stages.iter().map(|s| s.spec.name.clone()).collect(),
-            chain,
-        })
-    }
-}
-
-/// Each stage's link, from the plan: regions, or entries of link tables allocated in the
-/// backend's region memory and filled with the kernels' addresses of the regions.
-fn links_of<Req, Resp>(
-    spec: &PipelineSpec<Req, Resp>,
-    plan: &Plan,
-    imp: &dyn gyre_core::Backend,
-    regions: &[Arc<SharedRegion>],
-    bells: &[Arc<Doorbell>],
-) -> Result<Vec<Option<StageLink>>> {
-    let tables = if plan.entries() == 0 {
-        None
-    } else {
-        let mem = imp.alloc_region(LinkTables::bytes_for(plan.entries()))?;
-        Some(Arc::new(LinkTables::new(mem, plan.entries())?))
-    };
-    let addr = |k: usize| imp.device_address(regions[k].base());
-    if let Some(t) = &tables {
-        for out in &plan.outs {
-            let Out::Route {
-                entry,
-                route,
-                branches,
-            } = out
-            else {
-                continue;
-            };
-            let targets = branches
-                .iter()
-                .map(|&b| Ok((addr(b)?, spec.stages[b].spec.msg_type)))
-                .collect::<Result<Vec<_>>>()?;
-            t.set_route(*entry, route_mode(*route), &targets)?;
-        }
-        for &(entry, to, producers) in &plan.joins {
-            t.set_join(entry, addr(to.unwrap_or(0))?, producers)?;
-        }
-    }
-    let table = |entry: usize, targets: Vec<usize>| -> Result<LinkTarget> {
-        let tables = tables.clone().ok_or(Error::InvalidArgument {
-            name: "pipeline link tables",
-            value: "none".into(),
-            reason: "allocated for every fan-out and join",
-        })?;
-        Ok(LinkTarget::Table {
-            tables,
-            entry,
-            regions: targets.into_iter().map(|k| regions[k].clone()).collect(),
-        })
-    };
-    let msg_type = |k: usize| spec.stages[k].spec.msg_type;
-    plan.outs
-        .iter()
-        .enumerate()
-        .map(|(k, out)| {
-            let (next, next_msg_type) = match out {
-                Out::Own => return Ok(None),
-                Out::Direct(m) => (LinkTarget::Region(regions[*m].clone()), msg_type(*m)),
-                Out::Head => (LinkTarget::Region(regions[0].clone()), msg_type(0)),
-                Out::Route {
-                    entry, branches, ..
-                } => (table(*entry, branches.clone())?, 0),
-                Out::ById { entry, to } => (
-                    table(*entry, vec![to.unwrap_or(0)])?,
-                    msg_type(to.unwrap_or(0)),
-                ),
-            };
-            Ok(Some(StageLink {
-                next,
-                flags: plan.flags(k),
-                next_msg_type,
-                next_doorbells: plan
-                    .writes(k)
-                    .into_iter()
-                    .map(|m| bells[m].clone())
-                    .collect(),
-            }))
-        })
-        .collect()
-}
-
-/// Stops the stages a failed launch already started (they hold no request): Terminate,
-/// then a join once each finished (a stage that does not finish in time is detached).
-fn abandon(
-    regions: &[Arc<SharedRegion>],
-    bells: &[Arc<Doorbell>],
-    running: &[Arc<dyn KernelInstance>],
-) {
-    for (r, b) in regions.iter().zip(bells) {
-        r.control()
-            .command
-            .store(command::TERMINATE, core::sync::atomic::Ordering::Release);
-        b.ring();
-    }
-    let deadline = Instant::now() + ABANDON_WAIT;
-    for k in running {
-        while !k.is_finished() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_micros(200));
-        }
-        if k.is_finished() {
-            let _ = k.join();
-        } else {
-            tracing::warn!(
-                "a stage of a pipeline that failed to launch did not stop; detaching it"
-            );
-        }
     }
 }

@@ -34,6 +34,7 @@ mod kernel;
 pub mod memory;
 mod module;
 pub mod nvrtc;
+pub mod p2p;
 pub mod peer;
 pub mod probe;
 pub mod ptxas;

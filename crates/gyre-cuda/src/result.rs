@@ -191,6 +191,35 @@ pub(crate) fn device_attribute(dev: sys::CUdevice, a: sys::CUdevice_attribute) -
     Ok(v)
 }
 
+/// `cuDeviceCanAccessPeer`: whether contexts on `dev` may map memory of `peer` (the
+/// driver's answer; `cuCtxEnablePeerAccess` would make it so).
+pub(crate) fn device_can_access_peer(dev: sys::CUdevice, peer: sys::CUdevice) -> Result<bool> {
+    let d = api()?;
+    let mut v: c_int = 0;
+    // SAFETY: one int written through a valid pointer.
+    let r = unsafe { (d.cuDeviceCanAccessPeer)(&mut v, dev, peer) };
+    check("cuDeviceCanAccessPeer", r, || {
+        format!(", device {dev} to {peer}")
+    })?;
+    Ok(v != 0)
+}
+
+/// `cuDeviceGetP2PAttribute` of the link from `src` to `dst`.
+pub(crate) fn device_p2p_attribute(
+    a: sys::CUdevice_P2PAttribute,
+    src: sys::CUdevice,
+    dst: sys::CUdevice,
+) -> Result<i32> {
+    let d = api()?;
+    let mut v: c_int = 0;
+    // SAFETY: one int written through a valid pointer; `a` is a valid attribute.
+    let r = unsafe { (d.cuDeviceGetP2PAttribute)(&mut v, a, src, dst) };
+    check("cuDeviceGetP2PAttribute", r, || {
+        format!(", attribute {a:?}, device {src} to {dst}")
+    })?;
+    Ok(v)
+}
+
 // ---- contexts ---------------------------------------------------------------------------
 
 /// `cuDevicePrimaryCtxRetain`.

@@ -17,9 +17,9 @@ use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void};
 use std::sync::OnceLock;
 
 pub use cudarc::driver::sys::{
-    CUcontext, CUdevice, CUdevice_attribute, CUdeviceptr, CUevent, CUfunction,
-    CUfunction_attribute, CUgraph, CUgraphExec, CUmemLocation, CUmemLocationType, CUmem_advise,
-    CUmodule, CUstream, CUstreamCaptureMode,
+    CUcontext, CUdevice, CUdevice_P2PAttribute, CUdevice_attribute, CUdeviceptr, CUevent,
+    CUfunction, CUfunction_attribute, CUgraph, CUgraphExec, CUmemLocation, CUmemLocationType,
+    CUmem_advise, CUmodule, CUstream, CUstreamCaptureMode,
 };
 
 /// A driver result as the driver returns it: `0` is success (`CUDA_SUCCESS`).
@@ -108,6 +108,8 @@ driver_table! {
         cuDeviceGetName(*mut c_char, c_int, CUdevice);
         cuDeviceTotalMem_v2(*mut usize, CUdevice);
         cuDeviceGetAttribute(*mut c_int, CUdevice_attribute, CUdevice);
+        cuDeviceCanAccessPeer(*mut c_int, CUdevice, CUdevice);
+        cuDeviceGetP2PAttribute(*mut c_int, CUdevice_P2PAttribute, CUdevice, CUdevice);
         cuDevicePrimaryCtxRetain(*mut CUcontext, CUdevice);
         cuDevicePrimaryCtxRelease_v2(CUdevice);
         cuDevicePrimaryCtxReset_v2(CUdevice);

@@ -423,6 +423,25 @@ impl gyre_core::Backend for OpenClBackend {
         Ok(Box::new(mem))
     }
 
+    /// `host` itself (SVM is one address for host and device), if it is the base of SVM
+    /// of this device's context; otherwise refused (host memory of another backend, SVM
+    /// of another context).
+    fn device_address(&self, host: core::ptr::NonNull<u8>) -> gyre_core::Result<u64> {
+        if self.dev.registry.contains(host.as_ptr() as usize) {
+            return Ok(host.as_ptr() as u64);
+        }
+        Err(to_core(
+            "(pipeline link)",
+            Error::Unsupported {
+                device: self.dev.info.name.clone(),
+                reason: format!(
+                    "{host:p} is not SVM of this device's context (allocate it with \
+                     OpenClBackend::alloc_region)"
+                ),
+            },
+        ))
+    }
+
     /// Builds the ring kernel with the spec's handler (cached with the device), so the
     /// launch that follows cannot fail on the build.
     fn prepare(&self, spec: &LaunchSpec) -> gyre_core::Result<()> {

@@ -1,0 +1,444 @@
+//! Launching a pipeline: where each stage runs, the memory of each stage's region (one
+//! that every kernel writing into it can address), the links between stages, and the
+//! stages started last first; a launch that fails half way stops what it started.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytemuck::Pod;
+use gyre_abi::command;
+use gyre_core::chain::{ChainView, LinkTables, LinkTarget, StageLink};
+use gyre_core::doorbell::Doorbell;
+use gyre_core::shm::ExportPublisher;
+use gyre_core::{Error, KernelInstance, LaunchSpec, Result, SharedRegion};
+
+use super::graph::{route_mode, Out, Plan};
+use super::instance::{ChainInstance, StageFeed};
+use super::{Pipeline, PipelineSpec};
+use crate::kernel::{Kernel, Started};
+use crate::lifecycle::Place;
+use crate::runtime::{Runtime, Target};
+use crate::spec::KernelSpec;
+
+/// How long a launch that failed half way waits for the stages it already started.
+const ABANDON_WAIT: Duration = Duration::from_secs(5);
+
+impl Runtime {
+    /// Launches the stages of `spec` as one chain and returns the host's handle on it.
+    ///
+    /// Every stage runs on one backend: the runtime's if it runs them all, else (under
+    /// [`Backend::Auto`](crate::Backend::Auto)) the CPU backend. The rings between stages
+    /// are shared by the two kernels that use them, so the backend's transfer strategy
+    /// must be `unified` (zero copy); on the CPU backend they are host memory, on OpenCL
+    /// fine-grained SVM, on CUDA mapped pinned memory. All stages run at once: a backend
+    /// that cannot run them all (OpenCL: one per compute unit; CUDA: resident blocks)
+    /// refuses the launch and the stages already started are stopped.
+    /// [`Pipeline::launch_across`] runs stages on several runtimes (devices).
+    ///
+    /// # Errors
+    ///
+    /// Nothing is left running on any error:
+    /// [`Error::Pipeline`] (more than [`MAX_PIPELINE_STAGES`](super::MAX_PIPELINE_STAGES)
+    /// stages; a stage whose capacity or
+    /// slot size differs from the first's; a stage with epochs, a restart policy, a
+    /// watched source or loans; a stage placed with [`PipelineSpec::on`] on a runtime
+    /// other than 0); [`Error::StrategyUnsupported`] under a copy strategy;
+    /// those of [`Runtime::launch`] for any stage ([`Error::HandlerUnsupported`],
+    /// [`Error::TypeTooLarge`], [`Error::InvalidArgument`], [`Error::Launch`] when a
+    /// backend cannot start one more kernel, ...).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gyre::{Backend, KernelSpec, PipelineSpec, Runtime};
+    /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
+    /// let e = rt
+    ///     .launch_pipeline(
+    ///         PipelineSpec::new("p", KernelSpec::<u32, u32>::echo())
+    ///             .then(KernelSpec::<u32, u32>::echo().capacity(64)),
+    ///     )
+    ///     .unwrap_err();
+    /// assert!(matches!(e, gyre::Error::Pipeline { stage: 1, .. }));
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
+    pub fn launch_pipeline<Req: Pod, Resp: Pod>(
+        &self,
+        spec: PipelineSpec<Req, Resp>,
+    ) -> Result<Pipeline<Req, Resp>> {
+        Pipeline::launch_across(std::slice::from_ref(self), spec)
+    }
+}
+
+impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
+    /// Launches `spec` with each stage on the runtime [`PipelineSpec::on`] placed it on:
+    /// `runtimes[k]` (one runtime per device: `Backend::Cuda { device }` for each GPU,
+    /// `Backend::OpenCl { .. }` for each OpenCL device, or different backends). Otherwise
+    /// as [`Runtime::launch_pipeline`], which is this with one runtime.
+    ///
+    /// The stages placed on one runtime run on one of its backends (as
+    /// [`Runtime::launch_pipeline`] picks it). A stage's region (its rings and control
+    /// block) must be memory that every kernel writing into it can address: it comes
+    /// from the stage's own backend if that memory will do, else from the backend of a
+    /// stage that writes into it (a GPU stage followed by a CPU stage: the CPU stage's
+    /// region is the GPU backend's mapped pinned memory, which the host addresses too);
+    /// when none will do, the launch is refused. Between two GPUs that is mapped pinned
+    /// host memory, which both reach over PCIe (no peer-to-peer access is needed, and
+    /// none is used: `docs/pipelines.md`). Linear links only cross runtimes: a fan-out's
+    /// stages (the fanning stage, its branches and their join) advance each other's rings
+    /// by compare-and-swap, which is atomic among the kernels of one device only, so they
+    /// must all run on one backend.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Runtime::launch_pipeline`], and [`Error::Pipeline`] for no runtime, a
+    /// stage placed beyond `runtimes`, a pipeline with a fan-out whose stages run on
+    /// more than one backend, or a stage whose region no backend of its writers can
+    /// place where all of them address it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gyre::{Backend, KernelSpec, Pipeline, PipelineSpec, Runtime};
+    /// let gpu0 = Runtime::builder().backend(Backend::Cpu).build()?; // say Backend::Cuda { device: 0 }
+    /// let gpu1 = Runtime::builder().backend(Backend::Cpu).build()?; // say Backend::Cuda { device: 1 }
+    /// let p = Pipeline::launch_across(
+    ///     &[gpu0, gpu1],
+    ///     PipelineSpec::new("p", KernelSpec::<u64, u64>::echo())
+    ///         .then(KernelSpec::<u64, u64>::echo())
+    ///         .on(1),
+    /// )?;
+    /// assert_eq!(p.call_blocking(7)?, 7);
+    /// p.shutdown_blocking()?;
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
+    pub fn launch_across(runtimes: &[Runtime], spec: PipelineSpec<Req, Resp>) -> Result<Self> {
+        let targets = spec.targets(runtimes)?;
+        for t in &targets {
+            let strategy = t.plan.strategy;
+            if strategy.copies() {
+                return Err(Error::StrategyUnsupported {
+                    backend: t.imp.name(),
+                    strategy: strategy.name(),
+                    reason: "a pipeline's stages write each other's rings directly: it needs \
+                             the unified (zero-copy) strategy"
+                        .into(),
+                });
+            }
+        }
+        let (checked, plan) = spec.check(&targets)?;
+        let n = checked.len();
+        let imps: Vec<&Arc<dyn gyre_core::Backend>> = targets.iter().map(|t| &t.imp).collect();
+        if plan.entries() > 0 {
+            if let Some(k) = (1..n).find(|&k| !same(imps[k], imps[0])) {
+                return Err(spec.refuse(
+                    k,
+                    format!(
+                        "it runs on {} and stage 0 on {}: the stages of a pipeline with a \
+                         fan-out advance each other's rings by compare-and-swap, atomic \
+                         among the kernels of one device only, so they all run on one \
+                         backend",
+                        imps[k].name(),
+                        imps[0].name()
+                    ),
+                ));
+            }
+        }
+        let _span = tracing::info_span!(
+            "gyre_launch_pipeline",
+            pipeline = %spec.name,
+            stages = n,
+            backend = imps[0].name(),
+            runtimes = runtimes.len()
+        )
+        .entered();
+        // Every stage times the host out as the first does: the host writes all their
+        // heartbeats at the pace the first stage's host timeout sets.
+        let host_timeout_ms = checked[0].host_timeout_ms;
+        let regions = (0..n)
+            .map(|m| {
+                let place = Placement {
+                    bytes: SharedRegion::bytes_for(&checked[m].geometry),
+                    users: [m].into_iter().chain(plan.writers_of(m)).collect(),
+                };
+                let mem = place.memory(&imps)?.map_err(|why| spec.refuse(m, why))?;
+                Ok(Arc::new(SharedRegion::new(
+                    mem,
+                    checked[m].geometry,
+                    host_timeout_ms,
+                )?))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let doorbells: Vec<Arc<Doorbell>> = (0..n).map(|_| Arc::new(Doorbell::new())).collect();
+        let links = links_of(&spec, &plan, imps[0].as_ref(), &regions, &doorbells)?;
+        let mut launches = Vec::with_capacity(n);
+        for ((k, st), link) in spec.stages.iter().enumerate().zip(links) {
+            let mut l: LaunchSpec = st.spec.launch_spec();
+            l.name = spec.stage_name(k);
+            l.doorbell = Some(doorbells[k].clone());
+            l.link = link;
+            launches.push(l);
+        }
+        launches[0].export = spec.export_for(0)?;
+        let mut exports = Vec::with_capacity(n.saturating_sub(1));
+        for (k, region) in regions.iter().enumerate().skip(1) {
+            if let Some(w) = spec.export_for(k)? {
+                let p = ExportPublisher::start(
+                    region.clone(),
+                    w,
+                    spec.stages[0].spec.export_interval,
+                    Arc::new(StageFeed),
+                )
+                .map_err(|e| Error::Launch {
+                    backend: "telemetry export",
+                    kernel: spec.stage_name(k),
+                    source: gyre_core::Cause::new(e),
+                })?;
+                exports.push(p);
+            }
+        }
+        // The last stage first: each stage's next is running when it starts.
+        let mut running: Vec<Arc<dyn KernelInstance>> = Vec::with_capacity(n);
+        for k in (0..n).rev() {
+            match imps[k].launch(regions[k].clone(), &launches[k]) {
+                Ok(i) => running.push(Arc::from(i)),
+                Err(e) => {
+                    abandon(&regions[k + 1..], &doorbells[k + 1..], &running);
+                    return Err(e);
+                }
+            }
+        }
+        running.reverse();
+        tracing::info!(
+            capacity = checked[0].geometry.capacity(),
+            slot_size = checked[0].geometry.slot_size(),
+            "pipeline launched"
+        );
+        let chain = Arc::new(ChainView::graph(
+            regions
+                .iter()
+                .cloned()
+                .zip(doorbells.iter().cloned().map(Some))
+                .collect(),
+            plan.edges(),
+        ));
+        let mut head: KernelSpec<Req, Resp> = spec.stages[0].spec.clone().retyped();
+        head.name = spec.name.clone();
+        let kernel = Kernel::start(
+            Started {
+                region: regions[0].clone(),
+                place: Place::Shared(regions[0].clone()),
+                imp: imps[0].clone(),
+                instance: Box::new(ChainInstance { stages: running }),
+                transfer: None,
+                launched: launches[0].clone(),
+                epoch_us: 0,
+                backend: targets[0].backend,
+                chain: Some(chain.clone()),
+            },
+            &head,
+        )?;
+        kernel.inner().keep_exports(exports);
+        Ok(Pipeline {
+            kernel,
+            names: spec.stages.iter().map(|s| s.spec.name.clone()).collect(),
+            chain,
+        })
+    }
+}
+
+impl<Req, Resp> PipelineSpec<Req, Resp> {
+    /// Where each stage runs: the target that `runtimes[place]` picks for all the stages
+    /// placed on it (as [`Runtime::launch_pipeline`] picks one for a whole pipeline).
+    fn targets<'r>(&self, runtimes: &'r [Runtime]) -> Result<Vec<&'r Target>> {
+        if runtimes.is_empty() {
+            return Err(self.refuse(0, "no runtime to launch it on".into()));
+        }
+        self.stages
+            .iter()
+            .enumerate()
+            .map(|(k, st)| {
+                let rt = runtimes.get(st.place).ok_or_else(|| {
+                    self.refuse(
+                        k,
+                        format!(
+                            "it is placed on runtime {} of {} given",
+                            st.place,
+                            runtimes.len()
+                        ),
+                    )
+                })?;
+                let group: Vec<KernelSpec<(), ()>> = self
+                    .stages
+                    .iter()
+                    .filter(|s| s.place == st.place)
+                    .map(|s| s.spec.clone())
+                    .collect();
+                rt.target_for_all(&group)
+            })
+            .collect()
+    }
+}
+
+/// Whether two backends are one (the same instance).
+fn same(a: &Arc<dyn gyre_core::Backend>, b: &Arc<dyn gyre_core::Backend>) -> bool {
+    core::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
+}
+
+/// A stage's region to place: its size and the stages whose kernels address it (the
+/// stage itself first, then those writing into it).
+struct Placement {
+    bytes: usize,
+    users: Vec<usize>,
+}
+
+impl Placement {
+    /// Memory from the first backend among the users' (the stage's own first) that
+    /// every user's backend addresses ([`gyre_core::Backend::device_address`]); when
+    /// none does, why not (each candidate's refusal).
+    ///
+    /// # Errors
+    ///
+    /// An allocation's error.
+    fn memory(
+        &self,
+        imps: &[&Arc<dyn gyre_core::Backend>],
+    ) -> Result<std::result::Result<Box<dyn gyre_core::region::RegionMemory>, String>> {
+        let mut tried: Vec<&Arc<dyn gyre_core::Backend>> = Vec::new();
+        let mut why = Vec::new();
+        for &u in &self.users {
+            let from = imps[u];
+            if tried.iter().any(|t| same(t, from)) {
+                continue;
+            }
+            tried.push(from);
+            let mem = from.alloc_region(self.bytes)?;
+            let base = mem.base();
+            let refused = self.users.iter().find_map(|&v| {
+                imps[v].device_address(base).err().map(|e| {
+                    format!(
+                        "{} memory, which {} cannot address ({e})",
+                        from.name(),
+                        imps[v].name()
+                    )
+                })
+            });
+            match refused {
+                None => return Ok(Ok(mem)),
+                Some(r) => why.push(r),
+            }
+        }
+        Ok(Err(format!(
+            "no backend of the stages using its region allocates memory all of them \
+             address: {}",
+            why.join("; ")
+        )))
+    }
+}
+
+/// Each stage's link, from the plan: regions, or entries of link tables allocated in the
+/// backend's region memory and filled with the kernels' addresses of the regions (a
+/// pipeline with link tables runs on one backend, `imp`).
+fn links_of<Req, Resp>(
+    spec: &PipelineSpec<Req, Resp>,
+    plan: &Plan,
+    imp: &dyn gyre_core::Backend,
+    regions: &[Arc<SharedRegion>],
+    bells: &[Arc<Doorbell>],
+) -> Result<Vec<Option<StageLink>>> {
+    let tables = if plan.entries() == 0 {
+        None
+    } else {
+        let mem = imp.alloc_region(LinkTables::bytes_for(plan.entries()))?;
+        Some(Arc::new(LinkTables::new(mem, plan.entries())?))
+    };
+    let addr = |k: usize| imp.device_address(regions[k].base());
+    if let Some(t) = &tables {
+        for out in &plan.outs {
+            let Out::Route {
+                entry,
+                route,
+                branches,
+            } = out
+            else {
+                continue;
+            };
+            let targets = branches
+                .iter()
+                .map(|&b| Ok((addr(b)?, spec.stages[b].spec.msg_type)))
+                .collect::<Result<Vec<_>>>()?;
+            t.set_route(*entry, route_mode(*route), &targets)?;
+        }
+        for &(entry, to, producers) in &plan.joins {
+            t.set_join(entry, addr(to.unwrap_or(0))?, producers)?;
+        }
+    }
+    let table = |entry: usize, targets: Vec<usize>| -> Result<LinkTarget> {
+        let tables = tables.clone().ok_or(Error::InvalidArgument {
+            name: "pipeline link tables",
+            value: "none".into(),
+            reason: "allocated for every fan-out and join",
+        })?;
+        Ok(LinkTarget::Table {
+            tables,
+            entry,
+            regions: targets.into_iter().map(|k| regions[k].clone()).collect(),
+        })
+    };
+    let msg_type = |k: usize| spec.stages[k].spec.msg_type;
+    plan.outs
+        .iter()
+        .enumerate()
+        .map(|(k, out)| {
+            let (next, next_msg_type) = match out {
+                Out::Own => return Ok(None),
+                Out::Direct(m) => (LinkTarget::Region(regions[*m].clone()), msg_type(*m)),
+                Out::Head => (LinkTarget::Region(regions[0].clone()), msg_type(0)),
+                Out::Route {
+                    entry, branches, ..
+                } => (table(*entry, branches.clone())?, 0),
+                Out::ById { entry, to } => (
+                    table(*entry, vec![to.unwrap_or(0)])?,
+                    msg_type(to.unwrap_or(0)),
+                ),
+            };
+            Ok(Some(StageLink {
+                next,
+                flags: plan.flags(k),
+                next_msg_type,
+                next_doorbells: plan
+                    .writes(k)
+                    .into_iter()
+                    .map(|m| bells[m].clone())
+                    .collect(),
+            }))
+        })
+        .collect()
+}
+
+/// Stops the stages a failed launch already started (they hold no request): Terminate,
+/// then a join once each finished (a stage that does not finish in time is detached).
+fn abandon(
+    regions: &[Arc<SharedRegion>],
+    bells: &[Arc<Doorbell>],
+    running: &[Arc<dyn KernelInstance>],
+) {
+    for (r, b) in regions.iter().zip(bells) {
+        r.control()
+            .command
+            .store(command::TERMINATE, core::sync::atomic::Ordering::Release);
+        b.ring();
+    }
+    let deadline = Instant::now() + ABANDON_WAIT;
+    for k in running {
+        while !k.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        if k.is_finished() {
+            let _ = k.join();
+        } else {
+            tracing::warn!(
+                "a stage of a pipeline that failed to launch did not stop; detaching it"
+            );
+        }
+    }
+}
