@@ -73,7 +73,10 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
                     if let Some((start, t)) = timeout {
                         if polls % 16 == 0 && start.elapsed() >= t {
                             return Err(Error::Timeout {
-                                op: "call",
+                                op: match kind {
+                                    Kind::Send => "send",
+                                    Kind::Call => "call",
+                                },
                                 after: t,
                             });
                         }
@@ -120,6 +123,40 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
     /// ```
     pub fn send_blocking(&self, req: Req) -> Result<()> {
         self.publish_blocking(Kind::Send, &req, None).map(|_| ())
+    }
+
+    /// [`Kernel::send_blocking`] giving up after `timeout` while the ring stays full;
+    /// nothing was sent then (`req` is `Copy`: the caller still has it).
+    ///
+    /// Blocks this thread for up to `timeout`: from async code, use
+    /// `tokio::time::timeout(d, k.send(req))` (see "Blocking methods in async code" on
+    /// [`Kernel`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] (`op: "send"`), and those of [`Kernel::send_blocking`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let rt = gyre::Runtime::builder().backend(gyre::Backend::Cpu).build()?;
+    /// let k = rt.launch(gyre::KernelSpec::<u64, u64>::echo().capacity(2))?;
+    /// k.pause(); // nothing is taken while paused
+    /// while k.state() != gyre::KernelState::Paused {
+    ///     std::thread::yield_now();
+    /// }
+    /// k.send_timeout(1, Duration::from_secs(10))?;
+    /// k.send_timeout(2, Duration::from_secs(10))?;
+    /// let e = k.send_timeout(3, Duration::from_millis(10)).unwrap_err();
+    /// assert!(matches!(e, gyre::Error::Timeout { op: "send", .. }));
+    /// k.resume();
+    /// assert_eq!((k.recv_blocking()?, k.recv_blocking()?), (1, 2));
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
+    pub fn send_timeout(&self, req: Req, timeout: Duration) -> Result<()> {
+        self.publish_blocking(Kind::Send, &req, Some((Instant::now(), timeout)))
+            .map(|_| ())
     }
 
     /// Sends `req` and waits on this thread for its reply.

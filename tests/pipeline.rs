@@ -27,6 +27,31 @@ fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// `send_blocking` with a deadline: a chain that stops taking requests without refusing
+/// them fails the test instead of hanging it.
+fn send<Req: bytemuck::Pod, Resp: bytemuck::Pod>(
+    k: &gyre::Kernel<Req, Resp>,
+    req: Req,
+) -> Result<(), Error> {
+    match k.send_timeout(req, Duration::from_secs(30)) {
+        Err(Error::Timeout { .. }) => {
+            panic!("no free slot within 30 s: the chain stopped taking requests")
+        }
+        r => r,
+    }
+}
+
+/// `recv_blocking` with a deadline: a chain that stops answering fails the test instead
+/// of hanging it.
+fn recv<Req: bytemuck::Pod, Resp: bytemuck::Pod>(
+    k: &gyre::Kernel<Req, Resp>,
+) -> Result<Resp, Error> {
+    match k.recv_timeout(Duration::from_secs(30)) {
+        Err(Error::Timeout { .. }) => panic!("no reply within 30 s: the chain stopped answering"),
+        r => r,
+    }
+}
+
 /// Three stages of three types: u32 -> u64 -> [u64; 2] -> u64.
 fn three(rt: &Runtime, capacity: usize) -> Pipeline<u32, u64> {
     rt.launch_pipeline(
@@ -59,12 +84,12 @@ fn every_stage_runs_in_order_and_the_host_sees_one_kernel() {
         let p = p.kernel().clone();
         std::thread::spawn(move || {
             for x in 0..1000u32 {
-                p.send_blocking(x).expect("send");
+                send(&p, x).expect("send");
             }
         })
     };
     for x in 0..1000u32 {
-        assert_eq!(p.recv_blocking().expect("recv"), expect3(x));
+        assert_eq!(recv(&p).expect("recv"), expect3(x));
     }
     producer.join().expect("producer");
     // Concurrent async calls.
@@ -170,7 +195,7 @@ fn a_slow_last_stage_holds_back_the_producers_and_nothing_is_lost() {
         })
     };
     for x in 0..400u64 {
-        assert_eq!(p.recv_blocking().expect("recv"), x);
+        assert_eq!(recv(&p).expect("recv"), x);
     }
     let full = producer.join().expect("producer");
     assert!(
@@ -201,7 +226,7 @@ fn a_fault_in_a_middle_stage_fails_exactly_what_the_chain_did_not_answer() {
     let mut sent = 0u32;
     let mut refused = None;
     for x in 0..200u32 {
-        match p.send_blocking(x) {
+        match send(&p, x) {
             Ok(()) => sent += 1,
             Err(e) => {
                 refused = Some(e);
@@ -210,12 +235,12 @@ fn a_fault_in_a_middle_stage_fails_exactly_what_the_chain_did_not_answer() {
         }
         if x < BAD {
             // Keep the chain from filling before BAD is reached.
-            assert_eq!(p.recv_blocking().expect("before the fault"), x + 1);
+            assert_eq!(recv(&p).expect("before the fault"), x + 1);
         }
     }
     let mut outcomes = Vec::new();
     loop {
-        match p.recv_blocking() {
+        match recv(&p) {
             Ok(v) => outcomes.push(Ok(v)),
             Err(Error::Closed { .. }) => break,
             Err(e) => {
@@ -327,14 +352,14 @@ fn shutdown_drains_stage_by_stage() {
     let rt = rt();
     let p = three(&rt, 256);
     for x in 0..200u32 {
-        p.send_blocking(x).expect("send");
+        send(&p, x).expect("send");
     }
     p.shutdown_blocking().expect("shutdown");
     for x in 0..200u32 {
-        assert_eq!(p.recv_blocking().expect("drained reply"), expect3(x));
+        assert_eq!(recv(&p).expect("drained reply"), expect3(x));
     }
     assert!(matches!(
-        p.recv_blocking(),
+        recv(&p),
         Err(Error::KernelTerminated { .. } | Error::Closed { .. })
     ));
     assert!(matches!(
@@ -569,8 +594,8 @@ fn a_fault_behind_a_paused_head_ends_the_chain() {
             })),
         )
         .expect("launch");
-    p.send_blocking(1).expect("send");
-    p.send_blocking(2).expect("send");
+    send(&p, 1).expect("send");
+    send(&p, 2).expect("send");
     eventually("both requests to pass the first stage", || {
         p.stage_telemetry().expect("telemetry")[0].messages_out == 2
     });

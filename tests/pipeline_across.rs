@@ -27,6 +27,20 @@ fn recv(p: &Pipeline<u64, u64>) -> Result<u64, Error> {
     }
 }
 
+/// `send_blocking` with a deadline: a graph that stops taking requests without refusing
+/// them fails the test instead of hanging it.
+fn send<Req: bytemuck::Pod, Resp: bytemuck::Pod>(
+    k: &gyre::Kernel<Req, Resp>,
+    req: Req,
+) -> Result<(), Error> {
+    match k.send_timeout(req, Duration::from_secs(30)) {
+        Err(Error::Timeout { .. }) => {
+            panic!("no free slot within 30 s: the graph stopped taking requests")
+        }
+        r => r,
+    }
+}
+
 /// x -> (2x + 1) * 3 over three stages on runtimes 0, 1, 0.
 fn three_across() -> PipelineSpec<u64, u64> {
     PipelineSpec::new("across", KernelSpec::from_fn("double", |x: u64| x * 2))
@@ -51,7 +65,7 @@ fn stages_on_two_runtimes_answer_in_request_order() {
         let k = p.kernel().clone();
         std::thread::spawn(move || {
             for x in 0..3000u64 {
-                k.send_blocking(x).expect("send");
+                send(&k, x).expect("send");
             }
         })
     };

@@ -35,6 +35,20 @@ fn recv<Req: bytemuck::Pod, Resp: bytemuck::Pod>(p: &Pipeline<Req, Resp>) -> Res
     }
 }
 
+/// `send_blocking` with a deadline: a graph that stops taking requests without refusing
+/// them fails the test instead of hanging it.
+fn send<Req: bytemuck::Pod, Resp: bytemuck::Pod>(
+    k: &gyre::Kernel<Req, Resp>,
+    req: Req,
+) -> Result<(), Error> {
+    match k.send_timeout(req, Duration::from_secs(30)) {
+        Err(Error::Timeout { .. }) => {
+            panic!("no free slot within 30 s: the graph stopped taking requests")
+        }
+        r => r,
+    }
+}
+
 /// Branch `b` of `n`: tags each value with its branch (`x * 10 + b`).
 fn tagging(b: u64) -> Branch<u64, u64> {
     Branch::new(KernelSpec::from_fn(format!("branch-{b}"), move |x: u64| {
@@ -58,7 +72,7 @@ fn a_round_robin_fan_out_answers_the_host_in_request_order() {
         let k = p.kernel().clone();
         std::thread::spawn(move || {
             for x in 0..3000u64 {
-                k.send_blocking(x).expect("send");
+                send(&k, x).expect("send");
             }
         })
     };
@@ -120,7 +134,7 @@ fn a_keyed_fan_out_keeps_per_key_order_and_the_join_sees_request_order() {
         let k = p.kernel().clone();
         std::thread::spawn(move || {
             for seq in 0..N {
-                k.send_blocking([seq % 11, seq]).expect("send");
+                send(&k, [seq % 11, seq]).expect("send");
             }
         })
     };
@@ -278,7 +292,7 @@ fn a_fault_in_one_branch_ends_the_graph_and_fails_only_what_it_did_not_answer() 
     let mut sent = 0u64;
     let mut outcomes = Vec::new();
     for x in 0..200u64 {
-        if p.send_blocking(x).is_err() {
+        if send(&p, x).is_err() {
             break;
         }
         sent += 1;
@@ -375,7 +389,7 @@ fn shutdown_drains_every_branch_before_the_join() {
         )
         .expect("launch");
     for x in 0..300u32 {
-        p.send_blocking(x).expect("send");
+        send(&p, x).expect("send");
     }
     p.shutdown_blocking().expect("shutdown");
     for x in 0..300u32 {
@@ -480,7 +494,7 @@ fn published_heads_keep_up_when_slots_are_recycled_before_the_scan() {
             let k = p.kernel().clone();
             std::thread::spawn(move || {
                 for x in 0..N {
-                    k.send_blocking(x).expect("send");
+                    send(&k, x).expect("send");
                 }
             })
         };
@@ -527,11 +541,7 @@ fn a_fault_in_a_branch_answering_the_host_fails_only_what_was_not_answered() {
         .expect("launch");
     let producer = {
         let k = p.kernel().clone();
-        std::thread::spawn(move || {
-            (0..BAD + 12)
-                .take_while(|&x| k.send_blocking(x).is_ok())
-                .count()
-        })
+        std::thread::spawn(move || (0..BAD + 12).take_while(|&x| send(&k, x).is_ok()).count())
     };
     let mut outcomes = Vec::new();
     loop {
