@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use gyre::{
     codes, Backend, Branch, Error, KernelSpec, KernelState, Pipeline, PipelineSpec, Route, Runtime,
+    TransferStrategy,
 };
 
 fn rt() -> Runtime {
@@ -135,24 +136,41 @@ fn placements_that_cannot_run_are_refused() {
         Pipeline::launch_across(&[], three_across()),
         Err(Error::Pipeline { stage: 0, .. })
     ));
-    // A fan-out whose stages run on two backends: its links move rings by
-    // compare-and-swap, atomic on one device only.
-    let fan = PipelineSpec::new("fan", KernelSpec::<u64, u64>::echo()).fan_out(
-        Route::RoundRobin,
-        [
-            Branch::new(KernelSpec::<u64, u64>::echo()),
-            Branch::new(KernelSpec::<u64, u64>::echo()),
-        ],
-    );
-    match Pipeline::launch_across(&[a.clone(), b.clone()], fan.clone().on(1)) {
-        Err(Error::Pipeline { stage, reason, .. }) => {
-            assert_eq!(stage, 2, "the last branch's stage");
-            assert!(reason.contains("compare-and-swap"), "{reason}");
+    // A stage placed on a runtime whose transfer strategy copies (a stand-in for a
+    // device whose rings sit behind a bridge) is refused, naming that stage: the
+    // placement is honoured, not folded onto runtime 0.
+    let copying = Runtime::builder()
+        .backend(Backend::Cpu)
+        .transfer_strategy(TransferStrategy::Sync)
+        .build()
+        .expect("copying runtime");
+    match Pipeline::launch_across(&[a.clone(), copying], three_across()) {
+        Err(Error::StrategyUnsupported { reason, .. }) => {
+            assert!(
+                reason.contains("stage 1 ") && reason.contains("runtime 1"),
+                "{reason}"
+            );
         }
         other => panic!("{other:?}"),
     }
-    // The same graph on one of the two runtimes runs.
-    let p = Pipeline::launch_across(&[a, b], fan).expect("fan-out on runtime 0");
-    assert_eq!(p.call_blocking(5).expect("call"), 5);
+    // A fan-out over two runtimes of one device (here the CPU) runs: its compare-and-swap
+    // links stay among one device's kernels. Across devices it is refused
+    // (`tests/pipeline_opencl.rs`).
+    let p = Pipeline::launch_across(
+        &[a, b],
+        PipelineSpec::new("fan", KernelSpec::<u64, u64>::echo())
+            .fan_out(
+                Route::RoundRobin,
+                [
+                    Branch::new(KernelSpec::from_fn("b0", |x: u64| x * 10)),
+                    Branch::new(KernelSpec::from_fn("b1", |x: u64| x * 10 + 1)),
+                ],
+            )
+            .on(1),
+    )
+    .expect("fan-out over two CPU runtimes");
+    for x in 0..20u64 {
+        assert_eq!(p.call_blocking(x).expect("call"), x * 10 + x % 2);
+    }
     p.shutdown_blocking().expect("shutdown");
 }

@@ -145,12 +145,15 @@ fn serve_in_order(p: &gyre::Pipeline<u64, u64>, f: impl Fn(u64) -> u64) {
         let k = p.kernel().clone();
         std::thread::spawn(move || {
             for x in 0..2000u64 {
-                k.send_blocking(x).expect("send");
+                k.send_timeout(x, std::time::Duration::from_secs(20))
+                    .expect("send");
             }
         })
     };
     for x in 0..2000u64 {
-        assert_eq!(p.recv_blocking().expect("recv"), f(x), "reply {x}");
+        // A deadline: a hung chain fails here instead of using up the GPU kit's time.
+        let r = p.recv_timeout(std::time::Duration::from_secs(20));
+        assert_eq!(r.expect("recv"), f(x), "reply {x}");
     }
     producer.join().expect("producer");
     p.shutdown_blocking().expect("shutdown");

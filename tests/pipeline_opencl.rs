@@ -279,4 +279,20 @@ fn a_cpu_stage_and_a_device_stage_chain_across_runtimes() {
         .stage_states()
         .iter()
         .all(|s| *s == KernelState::Terminated { code: 0 }));
+    // A fan-out from the CPU into a device branch: its links use compare-and-swap, atomic
+    // among one device's kernels only. Refused before anything runs.
+    let fan = PipelineSpec::new("fan", KernelSpec::from_fn("double", |x: u32| x * 2)).fan_out(
+        gyre::Route::RoundRobin,
+        [
+            gyre::Branch::new(KernelSpec::from_fn("inc", |x: u32| x + 1)),
+            gyre::Branch::new(times_ten()),
+        ],
+    );
+    match Pipeline::launch_across(&runtimes, fan.on(1)) {
+        Err(Error::Pipeline { stage, reason, .. }) => {
+            assert_eq!(stage, 2, "the device branch");
+            assert!(reason.contains("compare-and-swap"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
 }

@@ -71,7 +71,8 @@ impl Runtime {
 
 impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
     /// Launches `spec` with each stage on the runtime [`PipelineSpec::on`] placed it on:
-    /// `runtimes[k]` (one runtime per device: `Backend::Cuda { device }` for each GPU,
+    /// `runtimes[i]` for a stage's last `.on(i)`, `runtimes[0]` for a stage never placed
+    /// (one runtime per device: `Backend::Cuda { device }` for each GPU,
     /// `Backend::OpenCl { .. }` for each OpenCL device, or different backends). Otherwise
     /// as [`Runtime::launch_pipeline`], which is this with one runtime.
     ///
@@ -86,14 +87,16 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
     /// none is used: `docs/pipelines.md`). Linear links only cross runtimes: a fan-out's
     /// stages (the fanning stage, its branches and their join) advance each other's rings
     /// by compare-and-swap, which is atomic among the kernels of one device only, so they
-    /// must all run on one backend.
+    /// must all run on one device (runtimes of one device, or all on the CPU backend, are
+    /// fine).
     ///
     /// # Errors
     ///
     /// Those of [`Runtime::launch_pipeline`], and [`Error::Pipeline`] for no runtime, a
     /// stage placed beyond `runtimes`, a pipeline with a fan-out whose stages run on
-    /// more than one backend, or a stage whose region no backend of its writers can
-    /// place where all of them address it.
+    /// more than one device, or a stage whose region no backend of its writers can
+    /// place where all of them address it; [`Error::StrategyUnsupported`] names the
+    /// stage and its runtime.
     ///
     /// # Examples
     ///
@@ -113,15 +116,18 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
     /// ```
     pub fn launch_across(runtimes: &[Runtime], spec: PipelineSpec<Req, Resp>) -> Result<Self> {
         let targets = spec.targets(runtimes)?;
-        for t in &targets {
+        for (k, t) in targets.iter().enumerate() {
             let strategy = t.plan.strategy;
             if strategy.copies() {
                 return Err(Error::StrategyUnsupported {
                     backend: t.imp.name(),
                     strategy: strategy.name(),
-                    reason: "a pipeline's stages write each other's rings directly: it needs \
-                             the unified (zero-copy) strategy"
-                        .into(),
+                    reason: format!(
+                        "stage {k} of pipeline {:?} (on runtime {}, {:?}): a pipeline's \
+                         stages write each other's rings directly, so they need the unified \
+                         (zero-copy) strategy",
+                        spec.name, spec.stages[k].place, t.backend
+                    ),
                 });
             }
         }
@@ -129,16 +135,16 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
         let n = checked.len();
         let imps: Vec<&Arc<dyn gyre_core::Backend>> = targets.iter().map(|t| &t.imp).collect();
         if plan.entries() > 0 {
-            if let Some(k) = (1..n).find(|&k| !same(imps[k], imps[0])) {
+            // One device (or the host): the runtimes may differ, the device may not.
+            if let Some(k) = (1..n).find(|&k| targets[k].backend != targets[0].backend) {
                 return Err(spec.refuse(
                     k,
                     format!(
-                        "it runs on {} and stage 0 on {}: the stages of a pipeline with a \
-                         fan-out advance each other's rings by compare-and-swap, atomic \
+                        "it runs on {:?} and stage 0 on {:?}: the stages of a pipeline with \
+                         a fan-out advance each other's rings by compare-and-swap, atomic \
                          among the kernels of one device only, so they all run on one \
-                         backend",
-                        imps[k].name(),
-                        imps[0].name()
+                         device",
+                        targets[k].backend, targets[0].backend
                     ),
                 ));
             }
@@ -337,7 +343,7 @@ impl Placement {
 
 /// Each stage's link, from the plan: regions, or entries of link tables allocated in the
 /// backend's region memory and filled with the kernels' addresses of the regions (a
-/// pipeline with link tables runs on one backend, `imp`).
+/// pipeline with link tables runs on one device; its tables are `imp`'s memory).
 fn links_of<Req, Resp>(
     spec: &PipelineSpec<Req, Resp>,
     plan: &Plan,

@@ -224,8 +224,10 @@ impl ChainView {
     ///
     /// It also makes sure a stage whose producers all stopped was told to terminate: the
     /// kernels do so themselves, but a stage that never ran its loop (the host failed it
-    /// before K0) could not; and it wakes a parked stage a stage it writes to stopped, so
-    /// that it stops at once (the kernel that stopped rings only the stages it writes).
+    /// before K0) could not, and a device stage cannot wake a parked CPU stage it feeds,
+    /// so such a stage is rung here; and it wakes a parked stage a stage it writes to
+    /// stopped, so that it stops at once (the kernel that stopped rings only the stages
+    /// it writes).
     pub fn state(&self) -> (u32, u32) {
         let states = self.stage_states();
         let fin = |k: usize| state::is_final(states[k].0);
@@ -246,9 +248,12 @@ impl ChainView {
             let cb = next.region.control();
             if cb.command.load(Acquire) != command::TERMINATE {
                 cb.command.store(command::TERMINATE, Release);
-                if let Some(d) = &next.doorbell {
-                    d.ring();
-                }
+            }
+            // Ring whoever wrote Terminate: a device stage that stopped (L3) cannot ring
+            // a CPU stage it feeds (a pipeline across backends), which would otherwise
+            // notice only after its park. A ring of a running stage costs one wake-up.
+            if let Some(d) = &next.doorbell {
+                d.ring();
             }
         }
         Self::combine(&states)
