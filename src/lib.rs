@@ -79,7 +79,7 @@ pub use pool::{
     AcquireDevice, DeviceGuard, DevicePool, KernelPool, MemberFailure, PoolCallFuture, PoolOptions,
     PoolStats,
 };
-pub use portable::{DeviceType, Lane, Portable, PortableLanes};
+pub use portable::{Bytes, DeviceType, Lane, Portable, PortableLanes, PortableLoan};
 pub use runtime::{
     backends, prepare_cuda_environment, Backend, BackendInfo, Runtime, RuntimeBuilder,
 };

@@ -38,6 +38,11 @@ impl<'a> LoanBuf<'a> {
         self.block.len()
     }
 
+    /// The whole block, the request's bytes first (for the portable loan adapter).
+    pub(crate) fn block_mut(&mut self) -> &mut [u8] {
+        self.block
+    }
+
     /// Sets the reply's length; bytes beyond the request's hold what the block held
     /// (initialised, not cleared).
     ///

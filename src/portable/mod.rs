@@ -33,9 +33,11 @@ use std::collections::HashSet;
 use std::ops::Deref;
 
 mod lanes;
+mod loan;
 pub mod ops;
 
 pub use lanes::{Lane, PortableLanes, Reduce, Reducible};
+pub use loan::{Bytes, PortableLoan};
 
 /// A type a portable handler can use: scalars, arrays of them, and `#[repr(C)]` structs
 /// with `#[derive(gyre::DeviceType)]`. Implemented by the derive; not meant to be

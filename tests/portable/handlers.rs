@@ -658,5 +658,21 @@ pub fn all_sources() -> Vec<(&'static str, String)> {
         keywords
     );
     v.push(("collide", shadowed_helper().c_source()));
+    v.push((loan_rot13.name(), loan_rot13.c_source()));
     v
+}
+
+/// A loan handler (`#[gyre::handler(loan)]`, run on CPU and OpenCL by
+/// `tests/portable_loans.rs`): here so that NVRTC compiles the loan form too.
+#[gyre::handler(loan)]
+pub fn loan_rot13(b: gyre::Bytes) -> u32 {
+    let mut i: u32 = 0;
+    while i < b.len() {
+        let c: u8 = b.get(i);
+        if c >= 97 && c <= 122 {
+            b.set(i, (c - 97 + 13) % 26 + 97);
+        }
+        i += 1;
+    }
+    b.len()
 }

@@ -26,7 +26,8 @@ mod rewrite;
 mod translate;
 
 /// A handler for every backend: see the crate docs and `docs/handlers.md`.
-/// `#[gyre::handler(lanes)]` is the lane-parallel form.
+/// `#[gyre::handler(lanes)]` is the lane-parallel form, `#[gyre::handler(loan)]` the
+/// form over a loan's block (`fn f(b: gyre::Bytes) -> u32`).
 #[proc_macro_attribute]
 pub fn handler(attr: TokenStream, item: TokenStream) -> TokenStream {
     let f = parse_macro_input!(item as ItemFn);
@@ -35,10 +36,13 @@ pub fn handler(attr: TokenStream, item: TokenStream) -> TokenStream {
         Kind::Handler
     } else if attr.to_string() == "lanes" {
         Kind::Lanes
+    } else if attr.to_string() == "loan" {
+        Kind::Loan
     } else {
         return syn::Error::new(
             attr.span(),
-            "the only option is `lanes`: #[gyre::handler(lanes)]",
+            "the options are `lanes` and `loan`: #[gyre::handler(lanes)], \
+             #[gyre::handler(loan)]",
         )
         .into_compile_error()
         .into();
@@ -70,6 +74,8 @@ pub fn derive_device_type(item: TokenStream) -> TokenStream {
 pub(crate) enum Kind {
     Handler,
     Lanes,
+    /// Over a loan's block: `fn f(b: gyre::Bytes) -> u32`.
+    Loan,
     Helper,
 }
 
@@ -93,11 +99,23 @@ fn expand(attr: TokenStream2, mut f: ItemFn, kind: Kind) -> syn::Result<TokenStr
     let name = f.sig.ident.clone();
     let mut tr = translate::Translator::new(&name.to_string());
     let c_name = match kind {
-        Kind::Handler | Kind::Lanes => "gyre_h".to_owned(),
+        Kind::Handler | Kind::Lanes | Kind::Loan => "gyre_h".to_owned(),
         Kind::Helper => "\u{1}S\u{2}".to_owned(),
     };
+    if kind == Kind::Loan {
+        let returns_u32 = matches!(&f.sig.output,
+            syn::ReturnType::Type(_, t) if matches!(&**t, syn::Type::Path(tp) if tp.path.is_ident("u32")));
+        if f.sig.inputs.len() != 1 || !returns_u32 {
+            return Err(syn::Error::new(
+                f.sig.span(),
+                "a loan handler takes its block and returns the reply's length: \
+                 `fn f(b: gyre::Bytes) -> u32`",
+            ));
+        }
+    }
     let c = tr.function(&c_name, &f, kind)?;
     let (req, resp) = match kind {
+        Kind::Loan => (None, None),
         Kind::Handler | Kind::Lanes => {
             let want = if kind == Kind::Lanes { 2 } else { 1 };
             if f.sig.inputs.len() != want {
@@ -149,7 +167,7 @@ fn expand(attr: TokenStream2, mut f: ItemFn, kind: Kind) -> syn::Result<TokenStr
     };
     let vis = &f.vis;
     Ok(match kind {
-        Kind::Handler | Kind::Lanes => {
+        Kind::Handler | Kind::Lanes | Kind::Loan => {
             let imp = format_ident!("__gyre_handler_{}", name);
             // Docs go to the constant users see; `cfg` and lint levels to both; the rest
             // (`#[inline]`, ...) to the function.
@@ -172,6 +190,10 @@ fn expand(attr: TokenStream2, mut f: ItemFn, kind: Kind) -> syn::Result<TokenStr
             let block = &f.block;
             let (req, resp) = (req, resp);
             let (ty, ctor) = match (kind, tr.reduce) {
+                (Kind::Loan, _) => (
+                    quote!(::gyre::portable::PortableLoan),
+                    quote!(::gyre::portable::PortableLoan::__new(#imp, #source)),
+                ),
                 (Kind::Lanes, Some(op)) => {
                     let op = format_ident!("{}", op);
                     (

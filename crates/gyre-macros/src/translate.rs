@@ -93,6 +93,9 @@ pub(crate) struct Translator {
     ret: String,
     /// A lane-parallel handler's `Lane` parameter.
     lane: Option<String>,
+    /// A loan handler's `Bytes` parameter (the block: C `gyre_b`, `gyre_b_len`,
+    /// `gyre_b_cap`).
+    bytes: Option<String>,
     /// The tail `lane.sum(..)` / `min` / `max` of a lane-parallel handler (its address),
     /// the one place a reduction may appear.
     tail_reduce: Option<usize>,
@@ -110,6 +113,7 @@ impl Translator {
             own: own.to_owned(),
             ret: String::new(),
             lane: None,
+            bytes: None,
             tail_reduce: None,
             reduce: None,
         }
@@ -184,13 +188,28 @@ impl Translator {
         c
     }
 
+    /// Whether `e` names the loan handler's `Bytes` parameter.
+    fn is_bytes(&self, e: &Expr) -> bool {
+        match (e, &self.bytes) {
+            (Expr::Path(p), Some(b)) => p.qself.is_none() && p.path.is_ident(b.as_str()),
+            _ => false,
+        }
+    }
+
     /// A lane-parallel handler's `Lane` parameter may not be shadowed: its last
-    /// expression would then name a local, not the block reduction.
+    /// expression would then name a local, not the block reduction. Nor may a loan
+    /// handler's `Bytes` (its methods are translated by name).
     fn not_the_lane(&self, name: &str, span: Span) -> Result<()> {
         if self.lane.as_deref() == Some(name) {
             return err(
                 span,
                 format!("`{name}` is this handler's `Lane`: bind another name"),
+            );
+        }
+        if self.bytes.as_deref() == Some(name) {
+            return err(
+                span,
+                format!("`{name}` is this handler's `Bytes`: bind another name"),
             );
         }
         Ok(())
@@ -245,6 +264,22 @@ impl Translator {
                 }
                 self.lane = Some(pi.ident.to_string());
                 params.push("uint32_t gyre_lane_id, uint32_t gyre_lanes".into());
+                continue;
+            }
+            if kind == crate::Kind::Loan {
+                let is_bytes = matches!(&*pt.ty, Type::Path(tp) if tp.path.segments.last().is_some_and(|s| s.ident == "Bytes"));
+                if !is_bytes || k != 0 {
+                    return err(
+                        pt.ty.span(),
+                        "a loan handler takes its block, `fn f(b: gyre::Bytes) -> u32` \
+                         (the reply's length)",
+                    );
+                }
+                self.bytes = Some(pi.ident.to_string());
+                params.push(
+                    "GYRE_GLOBAL unsigned char *gyre_b, uint32_t gyre_b_len, uint32_t gyre_b_cap"
+                        .into(),
+                );
                 continue;
             }
             let t = self.ty(&pt.ty)?;
@@ -841,6 +876,30 @@ impl Translator {
                 let v = self.expr(&c.expr, want)?;
                 let cname = literal::scalar_c(&name).unwrap_or("uint64_t");
                 format!("gyre_as_{cname}({v})")
+            }
+            Expr::MethodCall(m) if self.is_bytes(&m.receiver) => {
+                let u32_ty = self.scalar_ty("u32");
+                let u8_ty = self.scalar_ty("u8");
+                match (m.method.to_string().as_str(), m.args.len()) {
+                    ("len", 0) => "gyre_b_len".into(),
+                    ("capacity", 0) => "gyre_b_cap".into(),
+                    ("get", 1) => {
+                        let i = self.expr(&m.args[0], Want::Ty(u32_ty))?;
+                        format!("gyre_bytes_get(gyre_b, gyre_b_cap, {i}, gyre_p)")
+                    }
+                    ("set", 2) => {
+                        let i = self.expr(&m.args[0], Want::Ty(u32_ty))?;
+                        let v = self.expr(&m.args[1], Want::Ty(u8_ty))?;
+                        format!("gyre_bytes_set(gyre_b, gyre_b_cap, {i}, {v}, gyre_p)")
+                    }
+                    _ => {
+                        return err(
+                            m.method.span(),
+                            "a `Bytes` offers len(), capacity(), get(i) and set(i, v) \
+                             (i: u32, v: u8)",
+                        )
+                    }
+                }
             }
             Expr::MethodCall(m) if self.is_lane(&m.receiver) => {
                 let name = m.method.to_string();

@@ -19,6 +19,9 @@
  *   gyre_as_<ctype>(x)        `x as T`: float to integer saturates and maps NaN to 0; integer
  *                             to integer wraps; to float rounds to nearest
  *   gyre_idx(i, n, p)         an index checked against the array length ("panics" past it)
+ *   gyre_bytes_get/set        a loan handler's `Bytes` (#[gyre::handler(loan)]): one byte of
+ *                             the block, checked against its capacity ("panics" past it;
+ *                             a set past it writes nothing)
  * plus the methods of docs/handlers.md (min, max, abs, sqrt, mul_add, floor, ... exp).
  */
 #ifndef GYRE_PORTABLE_H
@@ -80,6 +83,29 @@ typedef long long int64_t;
 static inline GYRE_DEVICE_FN uint64_t gyre_idx(uint64_t i, uint64_t n, uint32_t *p) {
     if (i < n) {
         return i;
+    }
+    *p = 1u;
+    return 0u;
+}
+
+/** `Bytes::get(i)` of a loan handler: byte i of the block of `cap` bytes, or a "panic"
+ *  (*p = 1) and 0 past it. */
+static inline GYRE_DEVICE_FN uint8_t gyre_bytes_get(const GYRE_GLOBAL unsigned char *b,
+                                                    uint32_t cap, uint32_t i, uint32_t *p) {
+    if (i < cap) {
+        return (uint8_t)b[i];
+    }
+    *p = 1u;
+    return (uint8_t)0u;
+}
+
+/** `Bytes::set(i, v)`: byte i of the block becomes v, or a "panic" past the block (and
+ *  nothing is written). Returns 0 (Rust's `()`: only ever a statement). */
+static inline GYRE_DEVICE_FN uint32_t gyre_bytes_set(GYRE_GLOBAL unsigned char *b, uint32_t cap,
+                                                     uint32_t i, uint8_t v, uint32_t *p) {
+    if (i < cap) {
+        b[i] = (unsigned char)v;
+        return 0u;
     }
     *p = 1u;
     return 0u;

@@ -1,0 +1,223 @@
+//! The loan form of a handler written once in Rust, `#[gyre::handler(loan)]`: a function
+//! over a loan's block ([`Bytes`]) that answers in place and returns the reply's length,
+//! run natively on the CPU backend and as generated C by the ring kernel's block loop on
+//! OpenCL (`docs/handlers.md`, "Over a loan"; `docs/loans.md`).
+
+use core::cell::Cell;
+use core::ops::Deref;
+
+use gyre_abi::error;
+
+use super::Source;
+use crate::loan::LoanBuf;
+use crate::spec::KernelSpec;
+
+/// A loan's block as a `#[gyre::handler(loan)]` handler sees it: the request's bytes at
+/// the start, the whole block writable (the reply is written over the request, in place).
+/// Indices are `u32`; one past the block panics, on every backend (on a device the
+/// request is answered `HANDLER_PANIC` and the kernel faults, as a Rust panic does on the
+/// CPU backend).
+///
+/// # Examples
+///
+/// ```
+/// #[gyre::handler(loan)]
+/// fn upper(b: gyre::Bytes) -> u32 {
+///     for i in 0..b.len() {
+///         let c: u8 = b.get(i);
+///         if c >= 97 && c <= 122 {
+///             b.set(i, c - 32);
+///         }
+///     }
+///     b.len()
+/// }
+///
+/// let mut block = *b"hello, loan\0\0\0\0\0";
+/// let n = upper(gyre::Bytes::new(&mut block, 11));
+/// assert_eq!(&block[..n as usize], b"HELLO, LOAN");
+/// ```
+#[derive(Clone, Copy)]
+pub struct Bytes<'a> {
+    /// The whole block. Invariant: `len <= cells.len() <= u32::MAX`.
+    cells: &'a [Cell<u8>],
+    len: u32,
+}
+
+impl core::fmt::Debug for Bytes<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Bytes")
+            .field("len", &self.len)
+            .field("capacity", &self.capacity())
+            .finish()
+    }
+}
+
+impl<'a> Bytes<'a> {
+    /// A view of `block` whose request is its first `len` bytes (both clamped: to the
+    /// block, and to `u32::MAX` bytes). The runtime makes one per request; this is for
+    /// calling the Rust function directly (tests, a CPU path of your own).
+    pub fn new(block: &'a mut [u8], len: usize) -> Self {
+        let cap = block.len().min(u32::MAX as usize);
+        let cells = Cell::from_mut(&mut block[..cap]).as_slice_of_cells();
+        Self {
+            cells,
+            len: len.min(cap) as u32,
+        }
+    }
+
+    /// The request's length in bytes.
+    #[allow(clippy::len_without_is_empty)]
+    pub fn len(&self) -> u32 {
+        self.len
+    }
+
+    /// The block's bytes: the longest reply.
+    pub fn capacity(&self) -> u32 {
+        self.cells.len() as u32
+    }
+
+    /// Byte `i` of the block.
+    ///
+    /// # Panics
+    ///
+    /// When `i >= capacity()` (on a device: the request is answered `HANDLER_PANIC`).
+    pub fn get(&self, i: u32) -> u8 {
+        match self.cells.get(i as usize) {
+            Some(c) => c.get(),
+            None => panic!("Bytes::get({i}) past the block of {}", self.capacity()),
+        }
+    }
+
+    /// Sets byte `i` of the block to `v`.
+    ///
+    /// # Panics
+    ///
+    /// When `i >= capacity()` (on a device: the request is answered `HANDLER_PANIC`;
+    /// nothing is written).
+    pub fn set(&self, i: u32, v: u8) {
+        match self.cells.get(i as usize) {
+            Some(c) => c.set(v),
+            None => panic!("Bytes::set({i}) past the block of {}", self.capacity()),
+        }
+    }
+}
+
+/// A handler over a loan's block written once in Rust (`#[gyre::handler(loan)]`):
+/// callable as the Rust function (`name(bytes)`, through `Deref`), launched with
+/// [`KernelSpec::portable_loans`] and [`Runtime::launch_loans`](crate::Runtime::launch_loans).
+#[derive(Clone, Copy)]
+pub struct PortableLoan {
+    f: for<'a> fn(Bytes<'a>) -> u32,
+    source: Source,
+}
+
+impl core::fmt::Debug for PortableLoan {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("PortableLoan")
+            .field("name", &self.source.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Deref for PortableLoan {
+    type Target = for<'a> fn(Bytes<'a>) -> u32;
+    fn deref(&self) -> &Self::Target {
+        &self.f
+    }
+}
+
+impl PortableLoan {
+    #[doc(hidden)]
+    pub const fn __new(f: for<'a> fn(Bytes<'a>) -> u32, source: Source) -> Self {
+        Self { f, source }
+    }
+
+    /// The handler's name (the Rust function's).
+    pub fn name(&self) -> &'static str {
+        self.source.name
+    }
+
+    /// The whole device source: `gyre/portable.h`, the helpers, the translated function
+    /// and the phase function the block loop calls. Lane 0 runs the function over the
+    /// block (`c->reply`, which is `c->req` in a loan kernel) and answers with the length
+    /// it returns; a length beyond the block is answered `HANDLER_REJECTED`, as on the
+    /// CPU backend. The message type is not looked at (a loan kernel's never is).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// #[gyre::handler(loan)]
+    /// fn zero(b: gyre::Bytes) -> u32 { 0 }
+    /// let c = zero.c_source();
+    /// assert!(c.contains("gyre_h(c->reply, c->req_len, c->reply_cap, &p)"));
+    /// ```
+    pub fn c_source(&self) -> String {
+        // Scalars declare nothing: the prelude has only what the body uses.
+        let prelude = super::prelude::<u8, u32>(&self.source);
+        format!(
+            "{prelude}\n\
+             static inline GYRE_DEVICE_FN uint32_t gyre_portable_phase(uint32_t phase, const gyre_hcall *c,\n\
+             \x20                                                      gyre_hlane *l, GYRE_SHARED gyre_hblock *b) {{\n\
+             \x20   (void)phase;\n\
+             \x20   (void)l;\n\
+             \x20   if (c->lane == 0u) {{\n\
+             \x20       uint32_t p = 0u;\n\
+             \x20       uint32_t n = gyre_h(c->reply, c->req_len, c->reply_cap, &p);\n\
+             \x20       b->reply_len = 0u;\n\
+             \x20       if (p != 0u) {{\n\
+             \x20           b->panicked = 1u;\n\
+             \x20       }} else if (n > c->reply_cap) {{\n\
+             \x20           b->status = GYRE_ERR_HANDLER_REJECTED;\n\
+             \x20       }} else {{\n\
+             \x20           b->status = GYRE_ERR_NONE;\n\
+             \x20           b->reply_len = n;\n\
+             \x20       }}\n\
+             \x20   }}\n\
+             \x20   return GYRE_PHASE_DONE;\n\
+             }}\n\
+             #define GYRE_HANDLER_PHASE gyre_portable_phase\n"
+        )
+    }
+}
+
+impl KernelSpec<crate::LoanHandle, crate::LoanHandle> {
+    /// A loan kernel whose handler is written once in Rust (`#[gyre::handler(loan)]`):
+    /// the CPU backend calls the Rust function over the block; OpenCL runs the generated
+    /// C (the same meaning, `docs/handlers.md`). Otherwise as [`KernelSpec::loans`]: a
+    /// reply length beyond the block is answered `HANDLER_REJECTED`, a panic
+    /// `HANDLER_PANIC` (and the kernel faults).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gyre::{Backend, KernelSpec, Runtime};
+    ///
+    /// #[gyre::handler(loan)]
+    /// fn reverse(b: gyre::Bytes) -> u32 {
+    ///     let n: u32 = b.len();
+    ///     let mut i: u32 = 0;
+    ///     while i < n / 2 {
+    ///         let a: u8 = b.get(i);
+    ///         b.set(i, b.get(n - 1 - i));
+    ///         b.set(n - 1 - i, a);
+    ///         i += 1;
+    ///     }
+    ///     n
+    /// }
+    ///
+    /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
+    /// let k = rt.launch_loans(KernelSpec::portable_loans(reverse))?;
+    /// assert_eq!(&k.call_bytes_blocking(b"abc")?[..], b"cba");
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
+    pub fn portable_loans(handler: PortableLoan) -> Self {
+        let f = handler.f;
+        let name = handler.name();
+        Self::loans(name, move |buf: &mut LoanBuf<'_>| {
+            let len = buf.len();
+            let n = f(Bytes::new(buf.block_mut(), len));
+            buf.set_len(n as usize).map_err(|_| error::HANDLER_REJECTED)
+        })
+        .device_handler(format!("{name}.rs.h"), handler.c_source())
+    }
+}

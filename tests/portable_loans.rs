@@ -1,0 +1,241 @@
+//! Loan handlers written once in Rust (`#[gyre::handler(loan)]`, `docs/handlers.md` "Over
+//! a loan"): the same function answers in place on the CPU backend (natively, under a
+//! zero-copy and a copy strategy) and on OpenCL (its generated C, run by the ring
+//! kernel's block loop over the block in SVM). Every reply is checked against the Rust
+//! function applied to a copy of the request in a block of the same capacity.
+//!
+//! The OpenCL half prints `SKIP` and passes without a usable device, unless
+//! `GYRE_REQUIRE_OPENCL=1` (CI).
+
+#[cfg(feature = "opencl")]
+#[path = "support/opencl.rs"]
+mod support;
+
+use gyre::{codes, Bytes, Error, KernelSpec, LoanConfig, PortableLoan, Runtime};
+
+/// ASCII letters to upper case, in place.
+#[gyre::handler(loan)]
+fn upper(b: Bytes) -> u32 {
+    for i in 0..b.len() {
+        let c: u8 = b.get(i);
+        if c >= 97 && c <= 122 {
+            b.set(i, c - 32);
+        }
+    }
+    b.len()
+}
+
+/// The wrapping sum of the bytes and their count, as two little-endian `u32`s.
+#[gyre::handler(loan)]
+fn checksum(b: Bytes) -> u32 {
+    let mut sum: u32 = 0;
+    let mut i: u32 = 0;
+    while i < b.len() {
+        sum += b.get(i) as u32 * (i % 7 + 1);
+        i += 1;
+    }
+    let n: u32 = b.len();
+    for k in 0..4u32 {
+        b.set(k, (sum >> (8 * k)) as u8);
+        b.set(4 + k, (n >> (8 * k)) as u8);
+    }
+    8
+}
+
+/// The request followed by itself reversed: a reply twice as long, which does not fit a
+/// block the request fills (answered `HANDLER_REJECTED`).
+#[gyre::handler(loan)]
+fn mirror(b: Bytes) -> u32 {
+    let n: u32 = b.len();
+    if 2 * n > b.capacity() {
+        return 2 * n;
+    }
+    let mut i: u32 = 0;
+    while i < n {
+        b.set(2 * n - 1 - i, b.get(i));
+        i += 1;
+    }
+    2 * n
+}
+
+/// Reads one byte past the block when the request starts with 0xFF: a panic.
+#[gyre::handler(loan)]
+fn past_the_end(b: Bytes) -> u32 {
+    if b.len() > 0 && b.get(0) == 255 {
+        return b.get(b.capacity()) as u32;
+    }
+    b.len()
+}
+
+/// The pool of every case: blocks of 1 KiB and up.
+fn pool() -> LoanConfig {
+    LoanConfig::new(1 << 20, 1024)
+}
+
+/// The capacity of the block a loan of `len` bytes gets from [`pool`].
+fn capacity(len: usize) -> usize {
+    len.next_power_of_two().max(1024)
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(37).wrapping_add(seed))
+        .collect()
+}
+
+/// What the Rust function answers for `req`: `Some(reply)`, or `None` when its length
+/// does not fit the block (`HANDLER_REJECTED`).
+fn expected(h: PortableLoan, req: &[u8]) -> Option<Vec<u8>> {
+    let mut block = vec![0u8; capacity(req.len())];
+    block[..req.len()].copy_from_slice(req);
+    let n = h(Bytes::new(&mut block, req.len())) as usize;
+    (n <= block.len()).then(|| block[..n].to_vec())
+}
+
+/// Every handler on `rt`, over lengths around the block sizes, compared with the Rust
+/// function; then the panic.
+fn serve_like_rust(rt: &Runtime) {
+    for h in [upper, checksum, mirror] {
+        let k = rt
+            .launch_loans(KernelSpec::portable_loans(h).loan_pool(pool()))
+            .unwrap_or_else(|e| panic!("{}: {e}", h.name()));
+        assert_eq!(
+            k.kernel().backend(),
+            rt.backend(),
+            "it runs where it was asked to"
+        );
+        for (i, len) in [0usize, 1, 7, 100, 512, 513, 1024, 1025, 4000, 4096]
+            .into_iter()
+            .enumerate()
+        {
+            let mut req = pattern(len, i as u8);
+            if i % 2 == 0 {
+                req.iter_mut().take(50).for_each(|c| *c = b'a' + *c % 26);
+            }
+            match (k.call_bytes_blocking(&req), expected(h, &req)) {
+                (Ok(reply), Some(want)) => {
+                    assert_eq!(&reply[..], &want[..], "{} of {len} bytes", h.name())
+                }
+                (Err(Error::Handler { status, .. }), None) => {
+                    assert_eq!(status, codes::HANDLER_REJECTED, "{} of {len}", h.name())
+                }
+                (got, want) => panic!("{} of {len} bytes: {got:?}, want {want:?}", h.name()),
+            }
+        }
+        assert_eq!(k.pool_stats().in_use_blocks, 0, "{}", h.name());
+        k.shutdown_blocking().expect("shutdown");
+    }
+    // A read past the block panics: that request fails with HANDLER_PANIC, the kernel
+    // faults, and shutdown returns every block.
+    let k = rt
+        .launch_loans(KernelSpec::portable_loans(past_the_end).loan_pool(pool()))
+        .expect("past_the_end");
+    assert_eq!(
+        &k.call_bytes_blocking(&[1, 2, 3]).expect("call")[..],
+        &[1, 2, 3]
+    );
+    match k.call_bytes_blocking(&[255, 0]) {
+        Err(Error::Handler { status, .. }) => assert_eq!(status, codes::HANDLER_PANIC),
+        other => panic!("{other:?}"),
+    }
+    let _ = k.shutdown_blocking();
+    assert_eq!(k.pool_stats().in_use_blocks, 0);
+}
+
+#[test]
+fn the_rust_function_is_the_handler() {
+    let mut block = *b"abc\0\0\0";
+    assert_eq!(upper(Bytes::new(&mut block, 3)), 3);
+    assert_eq!(&block[..3], b"ABC");
+    assert_eq!(mirror(Bytes::new(&mut block, 3)), 6);
+    assert_eq!(&block, b"ABCCBA");
+    assert_eq!(
+        mirror(Bytes::new(&mut block, 4)),
+        8,
+        "does not fit: says so"
+    );
+    let c = checksum.c_source();
+    assert!(c.contains("gyre_bytes_get(gyre_b, gyre_b_cap"), "{c}");
+    assert!(c.contains("#define GYRE_HANDLER_PHASE gyre_portable_phase"));
+}
+
+#[test]
+fn cpu_zero_copy_answers_like_rust() {
+    serve_like_rust(
+        &Runtime::builder()
+            .backend(gyre::Backend::Cpu)
+            .transfer_strategy(gyre::TransferStrategy::Unified)
+            .build()
+            .expect("runtime"),
+    );
+}
+
+#[test]
+fn cpu_copy_strategy_answers_like_rust() {
+    serve_like_rust(
+        &Runtime::builder()
+            .backend(gyre::Backend::Cpu)
+            .transfer_strategy(gyre::TransferStrategy::Sync)
+            .build()
+            .expect("runtime"),
+    );
+}
+
+#[cfg(feature = "opencl")]
+mod opencl {
+    use super::support;
+    use gyre::{Backend, Runtime};
+
+    fn guard() -> support::Guard {
+        support::guard(
+            module_path!(),
+            "opencl::portable_loans_compile_in_child",
+            support::TEST_LIMIT,
+        )
+    }
+
+    fn runtime(test: &str) -> Option<Runtime> {
+        let (platform, device) = support::device_or_skip(test)?;
+        Some(
+            Runtime::builder()
+                .backend(Backend::OpenCl { platform, device })
+                .build()
+                .expect("OpenCL runtime"),
+        )
+    }
+
+    /// The child of the compile check: builds each handler's generated C once.
+    #[test]
+    fn portable_loans_compile_in_child() {
+        if !support::is_child() {
+            let _g = guard();
+            support::device_or_skip("portable_loans_compile_in_child");
+            return;
+        }
+        let Some(rt) = runtime("portable_loans_compile_in_child") else {
+            return;
+        };
+        for h in [
+            super::upper,
+            super::checksum,
+            super::mirror,
+            super::past_the_end,
+        ] {
+            let k = rt
+                .launch_loans(gyre::KernelSpec::portable_loans(h).loan_pool(super::pool()))
+                .unwrap_or_else(|e| panic!("{}: {e}", h.name()));
+            assert!(k.call_bytes_blocking(&[1; 10]).is_ok(), "{}", h.name());
+            k.shutdown_blocking()
+                .unwrap_or_else(|e| panic!("{}: {e}", h.name()));
+        }
+    }
+
+    #[test]
+    fn opencl_answers_like_rust() {
+        let _g = guard();
+        let Some(rt) = runtime("opencl_answers_like_rust") else {
+            return;
+        };
+        super::serve_like_rust(&rt);
+    }
+}
