@@ -67,6 +67,20 @@ fn past_the_end(b: Bytes) -> u32 {
     b.len()
 }
 
+/// Panics in two ways that C could get wrong: a first byte of 255 sets byte 1 from a read
+/// past the block (the argument panics: nothing may be written), 254 writes one past the
+/// block (nothing may be written there).
+#[gyre::handler(loan)]
+fn wild_set(b: Bytes) -> u32 {
+    if b.len() > 0 && b.get(0) == 255 {
+        b.set(1, b.get(b.capacity()));
+    }
+    if b.len() > 0 && b.get(0) == 254 {
+        b.set(b.capacity(), 0xAA);
+    }
+    b.len()
+}
+
 /// The pool of every case: blocks of 1 KiB and up.
 fn pool() -> LoanConfig {
     LoanConfig::new(1 << 20, 1024)
@@ -140,6 +154,48 @@ fn serve_like_rust(rt: &Runtime) {
     }
     let _ = k.shutdown_blocking();
     assert_eq!(k.pool_stats().in_use_blocks, 0);
+    panics_write_nothing(rt);
+}
+
+/// [`wild_set`]'s panics leave the block and its neighbour as they were. A request's
+/// block returns to the pool uncleared, so the next loan of its size (the lowest block
+/// first) shows what the handler left.
+fn panics_write_nothing(rt: &Runtime) {
+    let launch = || {
+        rt.launch_loans(KernelSpec::portable_loans(wild_set).loan_pool(pool()))
+            .expect("wild_set")
+    };
+    // An argument that panics: `set` is never called.
+    let k = launch();
+    match k.call_bytes_blocking(&[255, 7, 8]) {
+        Err(Error::Handler { status, .. }) => assert_eq!(status, codes::HANDLER_PANIC),
+        other => panic!("{other:?}"),
+    }
+    let _ = k.shutdown_blocking();
+    let again = k.try_loan(3).expect("the same block again");
+    assert_eq!(
+        &again[..],
+        &[255, 7, 8],
+        "written after its argument panicked"
+    );
+    drop(again);
+    // A set one past the block: the next block (a neighbour's loan) is untouched.
+    let k = launch();
+    let mut req = k.try_loan(3).expect("request");
+    req.copy_from_slice(&[254, 0, 0]);
+    let mut neighbour = k.try_loan(1024).expect("neighbour");
+    neighbour.fill(0x11);
+    match k.call_loan_blocking(req) {
+        Err(Error::Handler { status, .. }) => assert_eq!(status, codes::HANDLER_PANIC),
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        neighbour.iter().all(|&x| x == 0x11),
+        "written past the block: {:?}",
+        &neighbour[..4]
+    );
+    drop(neighbour);
+    let _ = k.shutdown_blocking();
 }
 
 #[test]
@@ -220,6 +276,7 @@ mod opencl {
             super::checksum,
             super::mirror,
             super::past_the_end,
+            super::wild_set,
         ] {
             let k = rt
                 .launch_loans(gyre::KernelSpec::portable_loans(h).loan_pool(super::pool()))

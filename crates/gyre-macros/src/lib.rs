@@ -106,8 +106,13 @@ fn expand(attr: TokenStream2, mut f: ItemFn, kind: Kind) -> syn::Result<TokenStr
         let returns_u32 = matches!(&f.sig.output,
             syn::ReturnType::Type(_, t) if matches!(&**t, syn::Type::Path(tp) if tp.path.is_ident("u32")));
         if f.sig.inputs.len() != 1 || !returns_u32 {
+            let at = if f.sig.inputs.len() != 1 {
+                f.sig.inputs.span()
+            } else {
+                f.sig.output.span()
+            };
             return Err(syn::Error::new(
-                f.sig.span(),
+                at,
                 "a loan handler takes its block and returns the reply's length: \
                  `fn f(b: gyre::Bytes) -> u32`",
             ));

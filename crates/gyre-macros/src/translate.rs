@@ -605,6 +605,18 @@ impl Translator {
                 out.push_str("continue;\n");
                 Ok(())
             }
+            Expr::MethodCall(m)
+                if self.is_bytes(&m.receiver) && m.method == "set" && m.args.len() == 2 =>
+            {
+                let (u32_ty, u8_ty) = (self.scalar_ty("u32"), self.scalar_ty("u8"));
+                let i = self.expr(&m.args[0], Want::Ty(u32_ty))?;
+                let v = self.expr(&m.args[1], Want::Ty(u8_ty))?;
+                self.emit(
+                    out,
+                    format!("(void)gyre_bytes_set(gyre_b, gyre_b_cap, {i}, {v}, gyre_p);\n"),
+                );
+                Ok(())
+            }
             _ => {
                 let v = self.expr(e, Want::None)?;
                 self.emit(out, format!("(void)({v});\n"));
@@ -879,7 +891,6 @@ impl Translator {
             }
             Expr::MethodCall(m) if self.is_bytes(&m.receiver) => {
                 let u32_ty = self.scalar_ty("u32");
-                let u8_ty = self.scalar_ty("u8");
                 match (m.method.to_string().as_str(), m.args.len()) {
                     ("len", 0) => "gyre_b_len".into(),
                     ("capacity", 0) => "gyre_b_cap".into(),
@@ -888,9 +899,10 @@ impl Translator {
                         format!("gyre_bytes_get(gyre_b, gyre_b_cap, {i}, gyre_p)")
                     }
                     ("set", 2) => {
-                        let i = self.expr(&m.args[0], Want::Ty(u32_ty))?;
-                        let v = self.expr(&m.args[1], Want::Ty(u8_ty))?;
-                        format!("gyre_bytes_set(gyre_b, gyre_b_cap, {i}, {v}, gyre_p)")
+                        return err(
+                            m.span(),
+                            "`set` gives no value: write `b.set(i, v);` as a statement",
+                        )
                     }
                     _ => {
                         return err(
@@ -1111,6 +1123,16 @@ impl Translator {
         if !qself && segs.len() == 1 {
             if let Some(c) = self.lookup(&segs[0]) {
                 return Ok(c.to_owned());
+            }
+            if self.bytes.as_deref() == Some(segs[0].as_str()) {
+                return err(
+                    p.span(),
+                    format!(
+                        "`{0}` is this handler's `Bytes`: use it only as `{0}.len()`, \
+                         `{0}.capacity()`, `{0}.get(i)` and `{0}.set(i, v)`",
+                        segs[0]
+                    ),
+                );
             }
             return err(
                 p.span(),

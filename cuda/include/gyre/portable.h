@@ -89,10 +89,10 @@ static inline GYRE_DEVICE_FN uint64_t gyre_idx(uint64_t i, uint64_t n, uint32_t 
 }
 
 /** `Bytes::get(i)` of a loan handler: byte i of the block of `cap` bytes, or a "panic"
- *  (*p = 1) and 0 past it. */
+ *  (*p = 1) and 0 past it (and 0 when an argument already panicked). */
 static inline GYRE_DEVICE_FN uint8_t gyre_bytes_get(const GYRE_GLOBAL unsigned char *b,
                                                     uint32_t cap, uint32_t i, uint32_t *p) {
-    if (i < cap) {
+    if (*p == 0u && i < cap) {
         return (uint8_t)b[i];
     }
     *p = 1u;
@@ -100,9 +100,14 @@ static inline GYRE_DEVICE_FN uint8_t gyre_bytes_get(const GYRE_GLOBAL unsigned c
 }
 
 /** `Bytes::set(i, v)`: byte i of the block becomes v, or a "panic" past the block (and
- *  nothing is written). Returns 0 (Rust's `()`: only ever a statement). */
+ *  nothing is written). Nothing is written either when an argument already panicked (C
+ *  evaluates them all before the call; Rust would not have called it). Returns 0 (Rust's
+ *  `()`: only ever a statement). */
 static inline GYRE_DEVICE_FN uint32_t gyre_bytes_set(GYRE_GLOBAL unsigned char *b, uint32_t cap,
                                                      uint32_t i, uint8_t v, uint32_t *p) {
+    if (*p != 0u) {
+        return 0u;
+    }
     if (i < cap) {
         b[i] = (unsigned char)v;
         return 0u;

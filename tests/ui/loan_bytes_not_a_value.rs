@@ -1,0 +1,8 @@
+// A loan handler's `Bytes` is not a value: only its methods are.
+#[gyre::handler(loan)]
+fn copy(b: gyre::Bytes) -> u32 {
+    let c = b;
+    c.len()
+}
+
+fn main() {}
