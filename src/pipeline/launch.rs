@@ -23,6 +23,30 @@ use crate::spec::KernelSpec;
 /// How long a launch that failed half way waits for the stages it already started.
 const ABANDON_WAIT: Duration = Duration::from_secs(5);
 
+/// The longest park of a CPU stage fed by a device stage, which cannot ring it: the
+/// host's default wait (`IdleStrategy::default`).
+const DEVICE_FED_MAX_PARK: Duration = Duration::from_micros(100);
+
+/// The idle strategy of a CPU stage fed by a device stage: nobody rings it when requests
+/// arrive, so it parks (or sleeps) at most [`DEVICE_FED_MAX_PARK`] at a time, not the
+/// kernel default's 10 ms.
+fn device_fed(idle: gyre_core::IdleStrategy) -> gyre_core::IdleStrategy {
+    use gyre_core::IdleStrategy as I;
+    match idle {
+        I::Backoff {
+            spins,
+            yields,
+            max_park,
+        } => I::Backoff {
+            spins,
+            yields,
+            max_park: max_park.min(DEVICE_FED_MAX_PARK),
+        },
+        I::Sleep(d) => I::Sleep(d.min(DEVICE_FED_MAX_PARK)),
+        I::BusySpin => I::BusySpin,
+    }
+}
+
 impl Runtime {
     /// Launches the stages of `spec` as one chain and returns the host's handle on it.
     ///
@@ -183,6 +207,15 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
             l.doorbell = Some(doorbells[k].clone());
             l.link = link;
             launches.push(l);
+        }
+        // A device stage cannot ring a CPU stage it feeds (`docs/pipelines.md`, "Across
+        // devices"): such a stage parks briefly instead.
+        for k in 0..n {
+            let fed_by_device = (0..n)
+                .any(|p| plan.writes(p).contains(&k) && targets[p].backend != crate::Backend::Cpu);
+            if targets[k].backend == crate::Backend::Cpu && fed_by_device {
+                launches[k].idle = device_fed(launches[k].idle);
+            }
         }
         launches[0].export = spec.export_for(0)?;
         let mut exports = Vec::with_capacity(n.saturating_sub(1));
@@ -446,5 +479,32 @@ fn abandon(
                 "a stage of a pipeline that failed to launch did not stop; detaching it"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gyre_core::IdleStrategy as I;
+
+    #[test]
+    fn a_cpu_stage_fed_by_a_device_parks_briefly() {
+        let ms = Duration::from_millis;
+        assert_eq!(
+            device_fed(I::Backoff {
+                spins: 7,
+                yields: 3,
+                max_park: ms(10)
+            }),
+            I::Backoff {
+                spins: 7,
+                yields: 3,
+                max_park: DEVICE_FED_MAX_PARK
+            }
+        );
+        assert_eq!(device_fed(I::Sleep(ms(5))), I::Sleep(DEVICE_FED_MAX_PARK));
+        let short = I::Sleep(Duration::from_micros(20));
+        assert_eq!(device_fed(short), short, "a shorter wait is kept");
+        assert_eq!(device_fed(I::BusySpin), I::BusySpin);
     }
 }
