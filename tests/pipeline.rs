@@ -3,6 +3,10 @@
 //! exactly what the chain did not answer, shutdown stage by stage, per-stage telemetry,
 //! and the refusals.
 
+#[path = "support/deadline.rs"]
+mod deadline;
+
+use deadline::{recv, send};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,31 +28,6 @@ fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     while !f() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
-/// `send_blocking` with a deadline: a chain that stops taking requests without refusing
-/// them fails the test instead of hanging it.
-fn send<Req: bytemuck::Pod, Resp: bytemuck::Pod>(
-    k: &gyre::Kernel<Req, Resp>,
-    req: Req,
-) -> Result<(), Error> {
-    match k.send_timeout(req, Duration::from_secs(30)) {
-        Err(Error::Timeout { .. }) => {
-            panic!("no free slot within 30 s: the chain stopped taking requests")
-        }
-        r => r,
-    }
-}
-
-/// `recv_blocking` with a deadline: a chain that stops answering fails the test instead
-/// of hanging it.
-fn recv<Req: bytemuck::Pod, Resp: bytemuck::Pod>(
-    k: &gyre::Kernel<Req, Resp>,
-) -> Result<Resp, Error> {
-    match k.recv_timeout(Duration::from_secs(30)) {
-        Err(Error::Timeout { .. }) => panic!("no reply within 30 s: the chain stopped answering"),
-        r => r,
     }
 }
 

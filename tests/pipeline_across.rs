@@ -5,7 +5,10 @@
 //! `tests/pipeline_opencl.rs` (a CPU stage and an OpenCL stage) and
 //! `tests/pipeline_cuda.rs` (two GPUs, or a GPU and the CPU).
 
-use std::time::Duration;
+#[path = "support/deadline.rs"]
+mod deadline;
+
+use deadline::{recv, send};
 
 use gyre::{
     codes, Backend, Branch, Error, KernelSpec, KernelState, Pipeline, PipelineSpec, Route, Runtime,
@@ -17,29 +20,6 @@ fn rt() -> Runtime {
         .backend(Backend::Cpu)
         .build()
         .expect("runtime")
-}
-
-/// `recv_blocking` with a deadline: a chain that stops answering fails the test instead
-/// of hanging it.
-fn recv(p: &Pipeline<u64, u64>) -> Result<u64, Error> {
-    match p.recv_timeout(Duration::from_secs(30)) {
-        Err(Error::Timeout { .. }) => panic!("no reply within 30 s: the chain stopped answering"),
-        r => r,
-    }
-}
-
-/// `send_blocking` with a deadline: a graph that stops taking requests without refusing
-/// them fails the test instead of hanging it.
-fn send<Req: bytemuck::Pod, Resp: bytemuck::Pod>(
-    k: &gyre::Kernel<Req, Resp>,
-    req: Req,
-) -> Result<(), Error> {
-    match k.send_timeout(req, Duration::from_secs(30)) {
-        Err(Error::Timeout { .. }) => {
-            panic!("no free slot within 30 s: the graph stopped taking requests")
-        }
-        r => r,
-    }
 }
 
 /// x -> (2x + 1) * 3 over three stages on runtimes 0, 1, 0.

@@ -3,6 +3,10 @@
 //! host, replies in request order, per-key order in the branches, errors and faults
 //! through the graph, shutdown draining every branch, and the shapes that are refused.
 
+#[path = "support/deadline.rs"]
+mod deadline;
+
+use deadline::{recv, send};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -23,29 +27,6 @@ fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     while !f() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
-/// `recv_blocking` with a deadline: a graph that stops answering fails the test instead
-/// of hanging it.
-fn recv<Req: bytemuck::Pod, Resp: bytemuck::Pod>(p: &Pipeline<Req, Resp>) -> Result<Resp, Error> {
-    match p.recv_timeout(Duration::from_secs(30)) {
-        Err(Error::Timeout { .. }) => panic!("no reply within 30 s: the graph stopped answering"),
-        r => r,
-    }
-}
-
-/// `send_blocking` with a deadline: a graph that stops taking requests without refusing
-/// them fails the test instead of hanging it.
-fn send<Req: bytemuck::Pod, Resp: bytemuck::Pod>(
-    k: &gyre::Kernel<Req, Resp>,
-    req: Req,
-) -> Result<(), Error> {
-    match k.send_timeout(req, Duration::from_secs(30)) {
-        Err(Error::Timeout { .. }) => {
-            panic!("no free slot within 30 s: the graph stopped taking requests")
-        }
-        r => r,
     }
 }
 
