@@ -82,6 +82,15 @@ fn bump_kernel(rt: &Runtime, pool: LoanConfig) -> LoanKernel {
     k
 }
 
+/// Pauses `k` and waits until it says so: what is sent next is queued, not taken (a
+/// pause command can land after requests published right behind it).
+fn pause(k: &LoanKernel) {
+    k.kernel().pause();
+    eventually("the pause", || {
+        k.kernel().state() == gyre::KernelState::Paused
+    });
+}
+
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) % 0xE0)
@@ -232,7 +241,7 @@ pub fn corrupt_handles_are_refused_without_touching_the_pool(t: Target) {
     }
     // The kernel's own checks, on a block it does hold: a stale generation and a length
     // beyond the block, queued ahead of the real request while the kernel is paused.
-    k.kernel().pause();
+    pause(&k);
     let real = {
         let mut l = k.loan_blocking(100).unwrap();
         l.fill(3);
@@ -317,7 +326,7 @@ pub fn an_exhausted_pool_refuses_try_loan_and_async_loans_wait(t: Target) {
 pub fn a_panic_with_loans_in_flight_fails_them_and_shutdown_returns_every_block(t: Target) {
     let rt = t.rt();
     let k = bump_kernel(&rt, LoanConfig::new(1 << 20, 1024));
-    k.kernel().pause();
+    pause(&k);
     // Queue sends behind a panicking one; the host keeps one loan of its own.
     k.send_bytes_blocking(&[0xEE; 4000]).unwrap();
     for i in 0..20u8 {
@@ -351,7 +360,7 @@ pub fn a_restarted_kernel_answers_the_loans_its_predecessor_left(t: Target) {
             RestartPolicy::new(3).backoff(Duration::from_micros(100), Duration::from_millis(1)),
         ))
         .unwrap();
-    k.kernel().pause();
+    pause(&k);
     for i in 0..10u8 {
         let data = if i == 3 {
             vec![0xEE; 2000]
@@ -386,10 +395,7 @@ pub fn dropped_call_futures_return_their_block_only_after_the_reply(t: Target) {
         .enable_time()
         .build()
         .unwrap();
-    k.kernel().pause();
-    eventually("the pause", || {
-        k.kernel().state() == gyre::KernelState::Paused
-    });
+    pause(&k);
     tokio.block_on(async {
         for _ in 0..20 {
             let mut loan = k.loan(8000).await.unwrap();
@@ -473,7 +479,7 @@ pub fn bad_specs_are_refused_and_copies_move_loan_bytes(t: Target) {
     // adjacent blocks, and counts them.
     let rt = t.rt();
     let k = bump_kernel(&rt, LoanConfig::new(1 << 20, 1024));
-    k.kernel().pause();
+    pause(&k);
     for i in 0..8u8 {
         k.send_bytes_blocking(&pattern(4096, i)).unwrap();
     }
