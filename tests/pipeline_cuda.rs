@@ -6,6 +6,8 @@
 
 #![cfg(feature = "cuda")]
 
+#[path = "support/deadline.rs"]
+mod deadline;
 #[path = "support/cuda.rs"]
 mod support;
 
@@ -29,36 +31,19 @@ fn a_chain_of_three_echo_stages_answers_in_order_on_the_gpu() {
     let Some(rt) = runtime("a_chain_of_three_echo_stages_answers_in_order_on_the_gpu") else {
         return;
     };
-    let p = match rt.launch_pipeline(
+    let Some(p) = launch_or_skip(
+        std::slice::from_ref(&rt),
         PipelineSpec::new("gpu3", KernelSpec::<u64, u64>::echo())
             .then(KernelSpec::<u64, u64>::echo())
             .then(KernelSpec::<u64, u64>::echo()),
-    ) {
-        Ok(p) => p,
-        // A copy strategy was planned (no confirmed system scope): say so, not a failure
-        // of the chain.
-        Err(Error::StrategyUnsupported { reason, .. }) => {
-            eprintln!("SKIP: the planned strategy is a copy strategy: {reason}");
-            return;
-        }
-        Err(e) => panic!("launch: {e}"),
+    ) else {
+        return;
     };
     assert_eq!(p.backend(), Backend::Cuda { device: 0 });
     for x in 0..100u64 {
         assert_eq!(p.call_blocking(x).expect("call"), x);
     }
-    let producer = {
-        let k = p.kernel().clone();
-        std::thread::spawn(move || {
-            for x in 0..10_000u64 {
-                k.send_blocking(x).expect("send");
-            }
-        })
-    };
-    for x in 0..10_000u64 {
-        assert_eq!(p.recv_blocking().expect("recv"), x);
-    }
-    producer.join().expect("producer");
+    send_and_receive_in_order(&p, 10_000, |x| x);
     p.shutdown_blocking().expect("shutdown");
     assert!(p
         .stage_states()
@@ -78,33 +63,18 @@ fn a_keyed_fan_out_into_a_join_answers_in_order_on_the_gpu() {
         return;
     };
     let echo = || KernelSpec::<u64, u64>::echo();
-    let p = match rt.launch_pipeline(
+    let Some(p) = launch_or_skip(
+        std::slice::from_ref(&rt),
         PipelineSpec::new("gpufan", echo())
             .fan_out(
                 gyre::Route::key_at(0),
                 (0..3).map(|_| gyre::Branch::new(echo())),
             )
             .then(echo()),
-    ) {
-        Ok(p) => p,
-        Err(Error::StrategyUnsupported { reason, .. }) => {
-            eprintln!("SKIP: the planned strategy is a copy strategy: {reason}");
-            return;
-        }
-        Err(e) => panic!("launch: {e}"),
+    ) else {
+        return;
     };
-    let producer = {
-        let k = p.kernel().clone();
-        std::thread::spawn(move || {
-            for x in 0..10_000u64 {
-                k.send_blocking(x).expect("send");
-            }
-        })
-    };
-    for x in 0..10_000u64 {
-        assert_eq!(p.recv_blocking().expect("recv"), x);
-    }
-    producer.join().expect("producer");
+    send_and_receive_in_order(&p, 10_000, |x| x);
     p.shutdown_blocking().expect("shutdown");
     let t = p.stage_telemetry().expect("telemetry");
     let branches: u64 = t[1..4].iter().map(|t| t.messages_out).sum();
@@ -122,8 +92,8 @@ fn a_keyed_fan_out_into_a_join_answers_in_order_on_the_gpu() {
     assert_eq!((rings[4].h2k_head, rings[0].k2h_head), (10_000, 10_000));
 }
 
-/// `launch` with the skip the other cases make: a copy strategy planned (no confirmed
-/// system scope) is said, not failed.
+/// `Pipeline::launch_across`, skipping the case when a copy strategy was planned (no
+/// confirmed system scope): said, not a failure of the chain.
 fn launch_or_skip(
     runtimes: &[Runtime],
     spec: PipelineSpec<u64, u64>,
@@ -138,24 +108,27 @@ fn launch_or_skip(
     }
 }
 
-/// 2000 requests through `p`, sent from another thread, answered `f(x)` in order; then
-/// shut down, every stage terminated cleanly.
-fn serve_in_order(p: &gyre::Pipeline<u64, u64>, f: impl Fn(u64) -> u64) {
+/// `n` requests through `p`, sent from another thread, answered `f(x)` in order. Sends
+/// and receives have deadlines: a hung chain fails instead of using up the GPU kit's time.
+fn send_and_receive_in_order(p: &gyre::Pipeline<u64, u64>, n: u64, f: impl Fn(u64) -> u64) {
     let producer = {
         let k = p.kernel().clone();
         std::thread::spawn(move || {
-            for x in 0..2000u64 {
-                k.send_timeout(x, std::time::Duration::from_secs(20))
-                    .expect("send");
+            for x in 0..n {
+                deadline::send(&k, x).expect("send");
             }
         })
     };
-    for x in 0..2000u64 {
-        // A deadline: a hung chain fails here instead of using up the GPU kit's time.
-        let r = p.recv_timeout(std::time::Duration::from_secs(20));
-        assert_eq!(r.expect("recv"), f(x), "reply {x}");
+    for x in 0..n {
+        assert_eq!(deadline::recv(p).expect("recv"), f(x), "reply {x}");
     }
     producer.join().expect("producer");
+}
+
+/// 2000 requests in order ([`send_and_receive_in_order`]); then shut down, every stage
+/// terminated cleanly.
+fn serve_in_order(p: &gyre::Pipeline<u64, u64>, f: impl Fn(u64) -> u64) {
+    send_and_receive_in_order(p, 2000, f);
     p.shutdown_blocking().expect("shutdown");
     assert!(p
         .stage_states()

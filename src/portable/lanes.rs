@@ -255,10 +255,8 @@ impl<Req: DeviceType + bytemuck::Pod, Resp: Reducible> PortableLanes<Req, Resp> 
         let first = from("b->words[0]");
         let next = from("b->words[k]");
         let op = self.reduce.c_fn();
-        format!(
-            "{prelude}\n\
-             static inline GYRE_DEVICE_FN uint32_t gyre_portable_phase(uint32_t phase, const gyre_hcall *c,\n\
-             \x20                                                      gyre_hlane *l, GYRE_SHARED gyre_hblock *b) {{\n\
+        let body = format!(
+            "\
              \x20   uint32_t k;\n\
              \x20   if (c->msg_type != 0u || c->req_len != (uint32_t)sizeof({req})) {{\n\
              \x20       if (c->lane == 0u) {{\n\
@@ -304,10 +302,9 @@ impl<Req: DeviceType + bytemuck::Pod, Resp: Reducible> PortableLanes<Req, Resp> 
              \x20       b->status = GYRE_ERR_NONE;\n\
              \x20       b->reply_len = (uint32_t)sizeof(acc);\n\
              \x20   }}\n\
-             \x20   return GYRE_PHASE_DONE;\n\
-             }}\n\
-             #define GYRE_HANDLER_PHASE gyre_portable_phase\n"
-        )
+             \x20   return GYRE_PHASE_DONE;\n"
+        );
+        super::program(&prelude, &body)
     }
 
     /// The CPU backend's handler factory: `run` over the emulated lanes.

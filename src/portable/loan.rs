@@ -154,29 +154,24 @@ impl PortableLoan {
     pub fn c_source(&self) -> String {
         // Scalars declare nothing: the prelude has only what the body uses.
         let prelude = super::prelude::<u8, u32>(&self.source);
-        format!(
-            "{prelude}\n\
-             static inline GYRE_DEVICE_FN uint32_t gyre_portable_phase(uint32_t phase, const gyre_hcall *c,\n\
-             \x20                                                      gyre_hlane *l, GYRE_SHARED gyre_hblock *b) {{\n\
+        let body = "\
              \x20   (void)phase;\n\
              \x20   (void)l;\n\
-             \x20   if (c->lane == 0u) {{\n\
+             \x20   if (c->lane == 0u) {\n\
              \x20       uint32_t p = 0u;\n\
              \x20       uint32_t n = gyre_h(c->reply, c->req_len, c->reply_cap, &p);\n\
              \x20       b->reply_len = 0u;\n\
-             \x20       if (p != 0u) {{\n\
+             \x20       if (p != 0u) {\n\
              \x20           b->panicked = 1u;\n\
-             \x20       }} else if (n > c->reply_cap) {{\n\
+             \x20       } else if (n > c->reply_cap) {\n\
              \x20           b->status = GYRE_ERR_HANDLER_REJECTED;\n\
-             \x20       }} else {{\n\
+             \x20       } else {\n\
              \x20           b->status = GYRE_ERR_NONE;\n\
              \x20           b->reply_len = n;\n\
-             \x20       }}\n\
-             \x20   }}\n\
-             \x20   return GYRE_PHASE_DONE;\n\
-             }}\n\
-             #define GYRE_HANDLER_PHASE gyre_portable_phase\n"
-        )
+             \x20       }\n\
+             \x20   }\n\
+             \x20   return GYRE_PHASE_DONE;\n";
+        super::program(&prelude, body)
     }
 }
 

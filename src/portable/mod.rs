@@ -291,10 +291,8 @@ impl<Req: DeviceType, Resp: DeviceType> Portable<Req, Resp> {
     pub fn c_source(&self) -> String {
         let (req, resp) = (Req::c_name(), Resp::c_name());
         let prelude = prelude::<Req, Resp>(&self.source);
-        format!(
-            "{prelude}\n\
-             static inline GYRE_DEVICE_FN uint32_t gyre_portable_phase(uint32_t phase, const gyre_hcall *c,\n\
-             \x20                                                      gyre_hlane *l, GYRE_SHARED gyre_hblock *b) {{\n\
+        let body = format!(
+            "\
              \x20   (void)phase;\n\
              \x20   (void)l;\n\
              \x20   if (c->lane == 0u) {{\n\
@@ -318,11 +316,23 @@ impl<Req: DeviceType, Resp: DeviceType> Portable<Req, Resp> {
              \x20           }}\n\
              \x20       }}\n\
              \x20   }}\n\
-             \x20   return GYRE_PHASE_DONE;\n\
-             }}\n\
-             #define GYRE_HANDLER_PHASE gyre_portable_phase\n"
-        )
+             \x20   return GYRE_PHASE_DONE;\n"
+        );
+        program(&prelude, &body)
     }
+}
+
+/// A whole device program: `prelude`, then the phase function the block loop calls
+/// (`GYRE_HANDLER_PHASE`, named `gyre_portable_phase`) with `body` as its statements.
+pub(crate) fn program(prelude: &str, body: &str) -> String {
+    format!(
+        "{prelude}\n\
+         static inline GYRE_DEVICE_FN uint32_t gyre_portable_phase(uint32_t phase, const gyre_hcall *c,\n\
+         \x20                                                      gyre_hlane *l, GYRE_SHARED gyre_hblock *b) {{\n\
+         {body}\
+         }}\n\
+         #define GYRE_HANDLER_PHASE gyre_portable_phase\n"
+    )
 }
 
 /// The generated program up to the phase function: `gyre/portable.h`, the declarations of
