@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gyre::{
-    codes, Backend, Error, KernelSpec, KernelState, Pipeline, PipelineSpec, RestartPolicy, Runtime,
+    codes, Backend, Error, KernelSpec, KernelState, Pipeline, PipelineSpec, Runtime,
     TransferStrategy,
 };
 
@@ -424,11 +424,6 @@ fn what_a_chain_cannot_be_is_refused_before_anything_runs() {
     );
     assert_eq!(stage, 2);
     assert!(why.contains("256") && why.contains("128"), "{why}");
-    let (stage, why) = refused(rt.launch_pipeline(
-        PipelineSpec::new("p", echo()).then(echo().restart(RestartPolicy::new(3))),
-    ));
-    assert_eq!(stage, 1);
-    assert!(why.contains("restart"), "{why}");
     let (stage, why) = refused(rt.launch_pipeline(
         PipelineSpec::new("p", echo().epoch(Duration::from_millis(10))).then(echo()),
     ));

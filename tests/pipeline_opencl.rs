@@ -1,15 +1,20 @@
 //! Pipelines on the OpenCL backend: each stage a work-group of one device, writing the
 //! next stage's request ring in fine-grained SVM (PoCL in CI: one compute unit per core,
 //! so at most that many stages). Without a usable OpenCL device the cases print `SKIP`
-//! and pass, unless `GYRE_REQUIRE_OPENCL=1`. The fault cases that need a handler to panic
-//! are CPU-only (`tests/pipeline.rs`): a device handler cannot panic.
+//! and pass, unless `GYRE_REQUIRE_OPENCL=1`. The fault table is the CPU backend's
+//! (`tests/pipeline.rs`, `tests/pipeline_restart.rs`); here a portable handler panics
+//! (a division by zero) in a stage restarted in place.
 
 #![cfg(feature = "opencl")]
 
 #[path = "support/opencl.rs"]
 mod support;
 
-use gyre::{codes, Backend, Error, KernelSpec, KernelState, Pipeline, PipelineSpec, Runtime};
+use std::time::Duration;
+
+use gyre::{
+    codes, Backend, Error, KernelSpec, KernelState, Pipeline, PipelineSpec, RestartPolicy, Runtime,
+};
 
 fn guard() -> support::Guard {
     support::guard(
@@ -295,4 +300,69 @@ fn a_cpu_stage_and_a_device_stage_chain_across_runtimes() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+/// Panics (division by zero) when `x % 16 == 0`: `HANDLER_PANIC` on every backend.
+#[gyre::handler]
+fn fragile(x: u64) -> u64 {
+    (x << 8) / (x % 16)
+}
+
+/// A device stage whose handler panics is restarted in place (`docs/pipelines.md`,
+/// "Restarting a stage"): its OpenCL kernel is relaunched on its region while the stage
+/// before it keeps running, the request that faulted is the only one that fails, and the
+/// others are answered in order.
+#[test]
+fn a_device_stage_that_panics_is_restarted_in_place() {
+    let _g = guard();
+    let Some(rt) = runtime("a_device_stage_that_panics_is_restarted_in_place") else {
+        return;
+    };
+    const N: u64 = 200;
+    let p = rt
+        .launch_pipeline(
+            PipelineSpec::new("restart", KernelSpec::<u64, u64>::echo().capacity(16)).then(
+                KernelSpec::portable(fragile).capacity(16).restart(
+                    RestartPolicy::new(100)
+                        .backoff(Duration::from_micros(100), Duration::from_millis(2)),
+                ),
+            ),
+        )
+        .expect("pipeline");
+    assert!(matches!(p.backend(), Backend::OpenCl { .. }));
+    let producer = {
+        let k = p.kernel().clone();
+        std::thread::spawn(move || {
+            for x in 0..N {
+                k.send_blocking(x).expect("send");
+            }
+        })
+    };
+    for x in 0..N {
+        let r = p.recv_blocking();
+        match (x << 8).checked_div(x % 16) {
+            None => assert!(
+                matches!(r, Err(Error::Handler { status, .. }) if status == codes::HANDLER_PANIC),
+                "request {x}: {r:?}"
+            ),
+            Some(want) => assert_eq!(r.expect("answered"), want, "request {x}"),
+        }
+    }
+    producer.join().expect("producer");
+    let faults = N.div_ceil(16);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while p.stage_restarts()[1] != faults {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            p.stage_restarts()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    p.shutdown_blocking().expect("shutdown");
+    assert_eq!(p.stage_restarts(), [0, faults]);
+    assert!(p
+        .stage_states()
+        .iter()
+        .all(|s| *s == KernelState::Terminated { code: 0 }));
 }

@@ -1,28 +1,36 @@
 //! The running stages of a pipeline as one [`KernelInstance`], and the feed of a stage's
 //! telemetry export.
 
+use core::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use gyre_core::shm::{ExportSource, LifecycleSnapshot};
 use gyre_core::{Error, KernelInstance, Result};
+use parking_lot::Mutex;
+
+use super::restart::{Running, StageCounters, StageSupervisor};
 
 /// Every stage's launch, head first: finished when all are, failed when one is (the
 /// first, in stage order), joined stage by stage. The head's lifecycle holds it as its
-/// running launch, so a shutdown or the last handle's drop joins the whole chain.
+/// running launch, so a shutdown or the last handle's drop joins the whole chain. A stage
+/// with a restart policy is relaunched in place by its supervisor ([`super::restart`]).
 pub(crate) struct ChainInstance {
-    pub(crate) stages: Vec<Arc<dyn KernelInstance>>,
+    pub(crate) running: Arc<Running>,
+    /// Stopped (and joined) before the stages are: no restart after the chain's join.
+    pub(crate) supervisor: Mutex<Option<StageSupervisor>>,
 }
 
 impl KernelInstance for ChainInstance {
     fn is_finished(&self) -> bool {
-        self.stages.iter().all(|s| s.is_finished())
+        self.running.is_finished()
     }
 
-    /// Joins every stage (each after it reached a final state); the first error is
-    /// reported, every stage is joined regardless.
+    /// Stops the stage supervisor, then joins every stage (each after it reached a final
+    /// state); the first error is reported, every stage is joined regardless.
     fn join(&self) -> Result<()> {
+        drop(self.supervisor.lock().take());
         let mut first: Option<Error> = None;
-        for s in &self.stages {
+        for s in self.running.current() {
             if let Err(e) = s.join() {
                 first.get_or_insert(e);
             }
@@ -31,30 +39,35 @@ impl KernelInstance for ChainInstance {
     }
 
     fn failure(&self) -> Option<String> {
-        self.stages
-            .iter()
+        self.running
+            .current()
             .enumerate()
             .find_map(|(k, s)| s.failure().map(|why| format!("stage {k}: {why}")))
     }
 
     /// The head's: the host publishes requests to the head only.
     fn doorbell(&self) -> Option<Arc<gyre_core::doorbell::Doorbell>> {
-        self.stages.first().and_then(|s| s.doorbell())
+        self.running.current().next().and_then(|s| s.doorbell())
     }
 }
 
 /// What a stage's export publisher reads besides its region: the host copies the
 /// telemetry line (stages are launched without an export, so no kernel writes it), and
-/// a stage is never relaunched.
-pub(crate) struct StageFeed;
+/// the stage's restarts ([`super::restart`]).
+pub(crate) struct StageFeed(pub(crate) Arc<StageCounters>);
 
 impl ExportSource for StageFeed {
     fn copy_telemetry(&self) -> bool {
         true
     }
     fn lifecycle(&self) -> LifecycleSnapshot {
+        let restarts = self.0.restarts.load(Relaxed);
+        let last = self.0.last_restart_ms.load(Relaxed);
         LifecycleSnapshot {
-            generation: 1,
+            generation: u32::try_from(restarts.saturating_add(1)).unwrap_or(u32::MAX),
+            restarts,
+            last_restart_unix_ms: last,
+            last_relaunch_unix_ms: last,
             ..LifecycleSnapshot::default()
         }
     }

@@ -14,11 +14,13 @@ use gyre_core::{Error, KernelInstance, LaunchSpec, Result, SharedRegion};
 
 use super::graph::{route_mode, Out, Plan};
 use super::instance::{ChainInstance, StageFeed};
+use super::restart::{Restartable, Running, StageCounters, StageSupervisor};
 use super::{Pipeline, PipelineSpec};
 use crate::kernel::{Kernel, Started};
 use crate::lifecycle::Place;
 use crate::runtime::{Runtime, Target};
 use crate::spec::KernelSpec;
+use crate::RestartPolicy;
 
 /// How long a launch that failed half way waits for the stages it already started.
 const ABANDON_WAIT: Duration = Duration::from_secs(5);
@@ -64,8 +66,8 @@ impl Runtime {
     /// Nothing is left running on any error:
     /// [`Error::Pipeline`] (more than [`MAX_PIPELINE_STAGES`](super::MAX_PIPELINE_STAGES)
     /// stages; a stage whose capacity or
-    /// slot size differs from the first's; a stage with epochs, a restart policy, a
-    /// watched source or loans; a stage placed with [`PipelineSpec::on`] on a runtime
+    /// slot size differs from the first's; a stage with epochs, a watched source or
+    /// loans; a stage placed with [`PipelineSpec::on`] on a runtime
     /// other than 0); [`Error::StrategyUnsupported`] under a copy strategy;
     /// those of [`Runtime::launch`] for any stage ([`Error::HandlerUnsupported`],
     /// [`Error::TypeTooLarge`], [`Error::InvalidArgument`], [`Error::Launch`] when a
@@ -199,13 +201,25 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
             })
             .collect::<Result<Vec<_>>>()?;
         let doorbells: Vec<Arc<Doorbell>> = (0..n).map(|_| Arc::new(Doorbell::new())).collect();
+        // A stage with restarts left is relaunched in place (`restart.rs`); a lone stage
+        // is the head kernel's, restarted by its lifecycle as any kernel.
+        let restarts: Vec<Option<RestartPolicy>> = spec
+            .stages
+            .iter()
+            .map(|st| st.spec.restart.filter(|p| n > 1 && p.max_restarts() > 0))
+            .collect();
         let links = links_of(&spec, &plan, imps[0].as_ref(), &regions, &doorbells)?;
         let mut launches = Vec::with_capacity(n);
         for ((k, st), link) in spec.stages.iter().enumerate().zip(links) {
             let mut l: LaunchSpec = st.spec.launch_spec();
             l.name = spec.stage_name(k);
             l.doorbell = Some(doorbells[k].clone());
-            l.link = link;
+            l.link = link.map(|mut link| {
+                if restarts[k].is_some() {
+                    link.flags |= gyre_abi::link::RESTARTS;
+                }
+                link
+            });
             launches.push(l);
         }
         // A device stage cannot ring a CPU stage it feeds (`docs/pipelines.md`, "Across
@@ -218,6 +232,7 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
             }
         }
         launches[0].export = spec.export_for(0)?;
+        let counters: Vec<Arc<StageCounters>> = (0..n).map(|_| Arc::default()).collect();
         let mut exports = Vec::with_capacity(n.saturating_sub(1));
         for (k, region) in regions.iter().enumerate().skip(1) {
             if let Some(w) = spec.export_for(k)? {
@@ -225,7 +240,7 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
                     region.clone(),
                     w,
                     spec.stages[0].spec.export_interval,
-                    Arc::new(StageFeed),
+                    Arc::new(StageFeed(counters[k].clone())),
                 )
                 .map_err(|e| Error::Launch {
                     backend: "telemetry export",
@@ -260,14 +275,47 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
                 .collect(),
             plan.edges(),
         ));
+        let running = Arc::new(Running::new(running, regions.clone()));
+        let restartable = restarts
+            .iter()
+            .enumerate()
+            .filter_map(|(k, p)| {
+                p.map(|policy| Restartable {
+                    stage: k,
+                    name: spec.stage_name(k),
+                    imp: imps[k].clone(),
+                    region: regions[k].clone(),
+                    launch: launches[k].clone(),
+                    policy,
+                    counters: counters[k].clone(),
+                })
+            })
+            .collect();
+        let supervisor =
+            match StageSupervisor::start(&spec.name, running.clone(), chain.clone(), restartable) {
+                Ok(s) => s,
+                Err(e) => {
+                    let stages: Vec<_> = running.current().collect();
+                    abandon(&regions, &doorbells, &stages);
+                    return Err(e);
+                }
+            };
         let mut head: KernelSpec<Req, Resp> = spec.stages[0].spec.clone().retyped();
         head.name = spec.name.clone();
+        if n > 1 {
+            // Its stage's supervisor restarts the head stage alone; the chain as a whole
+            // is never relaunched.
+            head.restart = None;
+        }
         let kernel = Kernel::start(
             Started {
                 region: regions[0].clone(),
                 place: Place::Shared(regions[0].clone()),
                 imp: imps[0].clone(),
-                instance: Box::new(ChainInstance { stages: running }),
+                instance: Box::new(ChainInstance {
+                    running,
+                    supervisor: parking_lot::Mutex::new(supervisor),
+                }),
                 transfer: None,
                 launched: launches[0].clone(),
                 epoch_us: 0,
@@ -281,6 +329,7 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
             kernel,
             names: spec.stages.iter().map(|s| s.spec.name.clone()).collect(),
             chain,
+            counters: counters.into(),
         })
     }
 }

@@ -14,6 +14,7 @@
 mod graph;
 mod instance;
 mod launch;
+mod restart;
 
 use core::marker::PhantomData;
 use std::sync::Arc;
@@ -68,8 +69,10 @@ impl Stage {
 /// watches every stage, and the host
 /// timeout of every stage: the host writes every stage's heartbeat at the pace the first
 /// stage's timeout sets).
-/// Stages are launched once: epochs, restart policies, watched sources and loans are
-/// refused (see [`Runtime::launch_pipeline`]). [`on`](Self::on) places a stage on
+/// A stage's [`KernelSpec::restart`] policy restarts that stage alone, in place, after
+/// its handler faults, while the others run on (`docs/pipelines.md`, "Restarting a
+/// stage"). Epochs, watched sources and loans are refused (see
+/// [`Runtime::launch_pipeline`]). [`on`](Self::on) places a stage on
 /// another runtime (another device) for [`Pipeline::launch_across`].
 ///
 /// [`Runtime::launch_pipeline`]: crate::Runtime::launch_pipeline
@@ -320,8 +323,8 @@ impl<Req, Resp> PipelineSpec<Req, Resp> {
                 self.refuse(
                     k,
                     format!(
-                        "it {what}: a pipeline's stages are launched once (no relaunch of \
-                         one stage in a running chain yet)"
+                        "it {what}: a pipeline's stages are relaunched only by a restart \
+                         after a fault (no epochs or reloads of one stage in a running chain)"
                     ),
                 )
             };
@@ -331,9 +334,6 @@ impl<Req, Resp> PipelineSpec<Req, Resp> {
                      KernelSpec::epoch(Duration::ZERO) and accept the limit)",
                     c.epoch_us
                 )));
-            }
-            if st.spec.restart.is_some() {
-                return Err(once("has a restart policy"));
             }
             if st.spec.watch.is_some() {
                 return Err(once("watches a handler source"));
@@ -390,9 +390,12 @@ impl<Req, Resp> PipelineSpec<Req, Resp> {
 /// at most `capacity` requests are in the whole chain at once (back-pressure reaches the
 /// callers; nothing is dropped); an error reply of one stage (a handler's status,
 /// `BAD_LENGTH`) is passed on by the stages after it without running their handlers and
-/// reaches its caller; a stage that stops for good (a handler panic, a lost device)
-/// makes the whole chain stop, the requests past it are answered as usual, and every
-/// request the chain did not answer fails with that stage's error. [`Kernel::shutdown`]
+/// reaches its caller; a stage whose handler panics under a restart policy is relaunched
+/// in place, so the request that faulted is the only one that fails
+/// ([`Pipeline::stage_restarts`]); a stage that stops for good (a handler panic with no
+/// restart left, a lost device) makes the whole chain stop, the requests past it are
+/// answered as usual, and every request the chain did not answer fails with that
+/// stage's error. [`Kernel::shutdown`]
 /// drains stage by stage. [`Kernel::pause`] pauses the first stage (intake); the others
 /// finish what they hold. [`Kernel::reload`] is refused ([`Error::Pipeline`]).
 /// [`Kernel::telemetry`] is the first stage's line; [`Pipeline::stage_telemetry`] has
@@ -416,6 +419,8 @@ pub struct Pipeline<Req, Resp> {
     kernel: Kernel<Req, Resp>,
     names: Arc<[String]>,
     chain: Arc<ChainView>,
+    /// Each stage's restarts ([`restart`]), head first.
+    counters: Arc<[Arc<restart::StageCounters>]>,
 }
 
 impl<Req, Resp> Clone for Pipeline<Req, Resp> {
@@ -424,6 +429,7 @@ impl<Req, Resp> Clone for Pipeline<Req, Resp> {
             kernel: self.kernel.clone(),
             names: self.names.clone(),
             chain: self.chain.clone(),
+            counters: self.counters.clone(),
         }
     }
 }
@@ -497,6 +503,42 @@ impl<Req, Resp> Pipeline<Req, Resp> {
             .stage_states()
             .into_iter()
             .map(|(s, c)| KernelState::from_raw(s, c))
+            .collect()
+    }
+
+    /// How often each stage was restarted after its handler faulted, first stage first
+    /// (a stage with a [`KernelSpec::restart`] policy is relaunched in place while the
+    /// others run on: `docs/pipelines.md`, "Restarting a stage").
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gyre::{Backend, Error, KernelSpec, PipelineSpec, RestartPolicy, Runtime};
+    /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
+    /// let p = rt.launch_pipeline(
+    ///     PipelineSpec::new("p", KernelSpec::<u32, u32>::echo()).then(
+    ///         KernelSpec::from_fn("picky", |x: u32| {
+    ///             assert!(x != 13, "unlucky");
+    ///             x + 1
+    ///         })
+    ///         .restart(RestartPolicy::new(3)),
+    ///     ),
+    /// )?;
+    /// let e = p.call_blocking(13).unwrap_err(); // this request alone fails
+    /// assert!(matches!(e, Error::Handler { status: gyre::codes::HANDLER_PANIC, .. }));
+    /// assert_eq!(p.call_blocking(1)?, 2); // served by the restarted stage
+    /// assert_eq!(p.stage_restarts(), [0, 1]);
+    /// # p.shutdown_blocking()?;
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
+    pub fn stage_restarts(&self) -> Vec<u64> {
+        if self.counters.len() == 1 {
+            // A lone stage is the head kernel, restarted by its lifecycle.
+            return vec![self.kernel.inner().life.relaunches().restarts];
+        }
+        self.counters
+            .iter()
+            .map(|c| c.restarts.load(core::sync::atomic::Ordering::Relaxed))
             .collect()
     }
 

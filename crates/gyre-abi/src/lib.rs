@@ -224,6 +224,12 @@ pub mod link {
     /// the host's, so it answers no protocol error (a wrong sequence under its published
     /// head): such a reply could not name its request. It waits instead.
     pub const BRANCH: u32 = 1 << 5;
+    /// The host relaunches this stage after its handler faults (the stage's spec has a
+    /// restart policy with restarts left): on a fault the stage hands over (state
+    /// `HANDED_OVER`, the fault's code in `error_code`) instead of faulting, and tells no
+    /// stage it writes to terminate; the stages around it wait for its successor. If the
+    /// host gives up, it writes `FAULTED` itself once the stage's execution ended.
+    pub const RESTARTS: u32 = 1 << 6;
 }
 
 /// How a fan-out stage picks a branch ([`RouteTable::mode`]).

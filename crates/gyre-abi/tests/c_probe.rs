@@ -229,6 +229,7 @@ fn constants() -> Vec<Constant> {
         link::FAN_OUT => GYRE_LINK_FAN_OUT,
         link::OWN_ID => GYRE_LINK_OWN_ID,
         link::BRANCH => GYRE_LINK_BRANCH,
+        link::RESTARTS => GYRE_LINK_RESTARTS,
         route::MAX_BRANCHES => GYRE_ROUTE_MAX_BRANCHES,
         route::ROUND_ROBIN => GYRE_ROUTE_ROUND_ROBIN,
         route::KEY => GYRE_ROUTE_KEY,

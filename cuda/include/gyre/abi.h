@@ -155,6 +155,9 @@ typedef unsigned long long uint64_t;
 #define GYRE_LINK_OWN_ID 0x10u
 /** The stage is in a fan-out's branch (indices not the host's): no protocol-error reply. */
 #define GYRE_LINK_BRANCH 0x20u
+/** The host relaunches this stage after a handler fault: hand over (HANDED_OVER, the code
+ *  in error_code) instead of faulting, and tell no next stage to terminate. */
+#define GYRE_LINK_RESTARTS 0x40u
 /* Fan-out routes (gyre_abi::route), gyre_route.mode. */
 #define GYRE_ROUTE_MAX_BRANCHES 8u
 /** Branch i mod count for the stage's i-th reply. */

@@ -731,19 +731,26 @@ static inline GYRE_DEVICE_FN uint32_t gyre_ring_next(gyre_ring *r, uint32_t *bad
     }
 }
 
-/** After request `answered - 1` of a batch made the kernel fault (a CPU backend's handler
- *  panicked; its error reply is already stamped): K7 for the `answered` requests, then
- *  error_code, final telemetry and state FAULTED. Requests after it stay unanswered; the
- *  host fails them with the code. */
+/** After request `answered - 1` of a batch made the kernel fault (a handler panicked; its
+ *  error reply is already stamped): K7 for the `answered` requests, then error_code,
+ *  final telemetry and state FAULTED. Requests after it stay unanswered; the host fails
+ *  them with the code, or relaunches the kernel, which answers them (R2..R6).
+ *  A pipeline stage the host relaunches (GYRE_LINK_RESTARTS) hands over instead: state
+ *  HANDED_OVER with the code, which no stage reads as final, so the stages around it
+ *  wait for its successor and it tells none to terminate (docs/pipelines.md). */
 static inline GYRE_DEVICE_FN void gyre_ring_fault_batch(gyre_ring *r, uint32_t answered,
                                                        uint32_t code) {
     GYRE_GLOBAL gyre_control_block *cb = gyre_control(r->region);
+    const uint32_t restarts = (r->link_flags & GYRE_LINK_RESTARTS) != 0u;
+    const uint32_t stop_state = restarts ? GYRE_STATE_HANDED_OVER : GYRE_STATE_FAULTED;
     gyre_k7_publish(r, answered);
     GYRE_STORE_RELEASE_U32(&cb->error_code, code);
-    gyre_k8_telemetry(r, GYRE_STATE_FAULTED);
-    GYRE_STORE_RELEASE_U32(&cb->state, GYRE_STATE_FAULTED);
-    r->state = GYRE_STATE_FAULTED;
-    gyre_link_stop(r);
+    gyre_k8_telemetry(r, stop_state);
+    GYRE_STORE_RELEASE_U32(&cb->state, stop_state);
+    r->state = stop_state;
+    if (!restarts) {
+        gyre_link_stop(r);
+    }
 }
 
 /** After K4..K6 of a batch of `n` found at GYRE_BATCH_STAMP() `t0`: handler time, K7

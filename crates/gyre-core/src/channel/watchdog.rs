@@ -5,11 +5,12 @@
 //! (written on its slow path: every 128 loop iterations, and on every idle iteration
 //! once its idle strategy parks or sleeps) and `h2k_tail` (written after every batch).
 //! The completion driver runs [`Watchdog::check`]. When neither field nor the kernel's
-//! state changed for longer than the bound, and the kernel is not in a final state, the
-//! channel is marked unresponsive ([`Channel::mark_unresponsive`]): closed to new
-//! requests, the kernel told to terminate, and every waiter woken to fail with
-//! [`Error::Unresponsive`]. The verdict is final; a kernel that recovers later drains
-//! and stops (its late replies are discarded).
+//! state changed for longer than the bound, and the kernel is not stopped (in a final
+//! state, or handed over to a relaunch), the channel is marked unresponsive
+//! ([`Channel::mark_unresponsive`]): closed to new requests, the kernel told to
+//! terminate, and every waiter woken to fail with [`Error::Unresponsive`]. The verdict
+//! is final; a kernel that recovers later drains and stops (its late replies are
+//! discarded).
 //!
 //! The bound must exceed the longest batch (batch size x the slowest handler) plus one
 //! idle park, or a busy but healthy kernel is declared unresponsive.
@@ -112,8 +113,11 @@ impl Watchdog {
             if *last != seen {
                 *last = seen;
                 *changed = now;
-            } else if !state::is_final(seen.2) {
-                // A stopped stage is not silent: `check_stopped` reports its end.
+            } else if !state::is_stopped(seen.2) {
+                // A stopped stage is not silent: `check_stopped` reports its end, and a
+                // stage that handed over waits for the host's relaunch (an epoch's end, a
+                // pipeline stage restarted after a fault, whose backoff may outlast the
+                // bound).
                 silent = silent.max(now.saturating_duration_since(*changed));
             }
         }

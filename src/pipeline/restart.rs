@@ -1,0 +1,330 @@
+//! Restarting one stage of a running chain after its handler faulted, while the other
+//! stages run on (`docs/pipelines.md`, "Restarting a stage").
+//!
+//! A stage whose spec has a restart policy is launched with [`link::RESTARTS`]: on a
+//! handler fault it publishes what it answered (the faulting request's reply is
+//! `HANDLER_PANIC`, passed on like any error), then hands over (state `HANDED_OVER`, the
+//! code in `error_code`) instead of faulting, and tells no stage it writes to terminate
+//! (`gyre_ring_fault_batch` in `ring.h`). No stage reads `HANDED_OVER` as final: the
+//! stages before it keep filling its request ring (back-pressure holds them when it is
+//! full), those after it serve what they hold, and the host's view of the chain is not
+//! final, so no caller fails.
+//!
+//! [`StageSupervisor`] is the host's half: R3–R6 of `docs/protocol.md` §8 for one stage.
+//! It waits until the stage handed over **and** its execution ended, joins it, adds one to
+//! the region's `generation`, and launches a successor on the same region with the same
+//! launch spec (handler, link, doorbell); its K0 continues from `h2k_tail`, so it answers
+//! exactly the requests its predecessor had not. The region's command is left as it is:
+//! a `TERMINATE` a stage before it wrote meanwhile is obeyed by the successor, which
+//! drains and stops. The only request a fault costs is the one that faulted.
+//!
+//! When the policy has no restart left (or the successor fails to launch), the stage's
+//! fault becomes final: the supervisor writes `FAULTED` into its state itself (its
+//! execution ended, so the host is the line's only writer) and lets the chain stop as
+//! after any fault ([`ChainView::state`] tells the stages it fed to terminate and wakes
+//! the ones feeding it).
+
+use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use core::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use gyre_abi::{link, state};
+use gyre_core::chain::ChainView;
+use gyre_core::{Error, KernelInstance, LaunchSpec, Result, SharedRegion};
+use parking_lot::RwLock;
+
+use crate::RestartPolicy;
+
+/// How often the supervisor looks at the stages it restarts.
+const TICK: Duration = Duration::from_micros(500);
+
+/// Every stage's running launch, head first; a restart swaps one.
+pub(crate) struct Running {
+    stages: Vec<RwLock<Arc<dyn KernelInstance>>>,
+    regions: Vec<Arc<SharedRegion>>,
+    /// Whether a stage that handed over is relaunched: set for the stages a supervisor
+    /// watches, cleared when it gives one up or stops.
+    restarted: Vec<AtomicBool>,
+}
+
+impl Running {
+    /// `stages` running over `regions`, none restarted yet ([`StageSupervisor::start`]
+    /// marks the ones it watches).
+    pub(crate) fn new(
+        stages: Vec<Arc<dyn KernelInstance>>,
+        regions: Vec<Arc<SharedRegion>>,
+    ) -> Self {
+        Self {
+            restarted: stages.iter().map(|_| AtomicBool::new(false)).collect(),
+            stages: stages.into_iter().map(RwLock::new).collect(),
+            regions,
+        }
+    }
+
+    /// Each stage's running launch, head first.
+    pub(crate) fn current(&self) -> impl Iterator<Item = Arc<dyn KernelInstance>> + '_ {
+        self.stages.iter().map(|s| s.read().clone())
+    }
+
+    /// Whether every stage's execution ended for good: a stage that handed over to a
+    /// restart has not (its successor follows), even between its end and the launch.
+    pub(crate) fn is_finished(&self) -> bool {
+        self.stages.iter().enumerate().all(|(k, s)| {
+            // The slot's lock is held across a successor's launch: a finished launch
+            // seen here is the stage's latest.
+            let finished = s.read().is_finished();
+            finished
+                && !(self.restarted.get(k).is_some_and(|r| r.load(Acquire))
+                    && self
+                        .regions
+                        .get(k)
+                        .is_some_and(|r| r.control().state.load(Acquire) == state::HANDED_OVER))
+        })
+    }
+
+    fn get(&self, k: usize) -> Option<Arc<dyn KernelInstance>> {
+        self.stages.get(k).map(|s| s.read().clone())
+    }
+
+    fn watch(&self, k: usize, on: bool) {
+        if let Some(r) = self.restarted.get(k) {
+            r.store(on, Release);
+        }
+    }
+}
+
+/// A stage's restart counters, read by [`Pipeline::stage_restarts`](super::Pipeline) and
+/// its telemetry export.
+#[derive(Debug, Default)]
+pub(crate) struct StageCounters {
+    /// Restarts after a fault, since launch.
+    pub(crate) restarts: AtomicU64,
+    /// Wall time (Unix ms) of the last restart; 0 before any.
+    pub(crate) last_restart_ms: AtomicU64,
+}
+
+/// A stage launched with [`link::RESTARTS`]: what its successor is launched with.
+pub(crate) struct Restartable {
+    pub(crate) stage: usize,
+    pub(crate) name: String,
+    pub(crate) imp: Arc<dyn gyre_core::Backend>,
+    pub(crate) region: Arc<SharedRegion>,
+    pub(crate) launch: LaunchSpec,
+    pub(crate) policy: RestartPolicy,
+    pub(crate) counters: Arc<StageCounters>,
+}
+
+impl Restartable {
+    /// Whether `launch` was given the flag this module relies on.
+    fn flagged(&self) -> bool {
+        self.launch
+            .link
+            .as_ref()
+            .is_some_and(|l| l.flags & link::RESTARTS != 0)
+    }
+}
+
+/// One watched stage and where its policy stands.
+struct Watched {
+    r: Restartable,
+    /// Restarts since the policy's window last reset.
+    in_window: u32,
+    last_launch: Instant,
+    /// When the pending restart is due (after its backoff); `None` while it runs.
+    due: Option<Instant>,
+    /// Its fault became final: no longer watched.
+    done: bool,
+}
+
+/// The thread restarting a chain's stages; stopped and joined on drop.
+pub(crate) struct StageSupervisor {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl StageSupervisor {
+    /// Starts watching `stages` (each launched with [`link::RESTARTS`]) of the chain
+    /// `chain`, whose running launches are `running`. `None` when there is none to watch.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Launch`] when the thread cannot be spawned; [`Error::InvalidArgument`]
+    /// for a stage launched without the flag (a bug: its fault would be final).
+    pub(crate) fn start(
+        pipeline: &str,
+        running: Arc<Running>,
+        chain: Arc<ChainView>,
+        stages: Vec<Restartable>,
+    ) -> Result<Option<Self>> {
+        if stages.is_empty() {
+            return Ok(None);
+        }
+        if let Some(r) = stages.iter().find(|r| !r.flagged()) {
+            return Err(Error::InvalidArgument {
+                name: "pipeline stage link",
+                value: r.name.clone(),
+                reason: "a restarted stage is launched with link::RESTARTS",
+            });
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let name = pipeline.to_owned();
+        let now = Instant::now();
+        let mut watched: Vec<Watched> = stages
+            .into_iter()
+            .map(|r| Watched {
+                r,
+                in_window: 0,
+                last_launch: now,
+                due: None,
+                done: false,
+            })
+            .collect();
+        for w in &watched {
+            running.watch(w.r.stage, true);
+        }
+        let thread = std::thread::Builder::new()
+            .name(format!("gyre-stages-{pipeline}"))
+            .spawn(move || {
+                let _span =
+                    tracing::debug_span!("gyre_stage_supervisor", pipeline = %name).entered();
+                while !s.load(Acquire) && watched.iter().any(|w| !w.done) {
+                    for w in watched.iter_mut().filter(|w| !w.done) {
+                        step(w, &running, &chain);
+                    }
+                    std::thread::park_timeout(TICK);
+                }
+                // No restart after this: a stage that handed over stays stopped.
+                for w in &watched {
+                    running.watch(w.r.stage, false);
+                }
+            })
+            .map_err(|e| Error::Launch {
+                backend: "supervisor",
+                kernel: pipeline.to_owned(),
+                source: gyre_core::Cause::context("spawning the stage supervisor thread", e),
+            })?;
+        Ok(Some(Self {
+            stop,
+            thread: Some(thread),
+        }))
+    }
+}
+
+impl Drop for StageSupervisor {
+    fn drop(&mut self) {
+        self.stop.store(true, Release);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+/// One look at a watched stage: restart it when it handed over, its execution ended and
+/// its backoff passed; make its fault final when the policy says so.
+fn step(w: &mut Watched, running: &Running, chain: &ChainView) {
+    let cb = w.r.region.control();
+    let st = cb.state.load(Acquire);
+    if state::is_final(st) {
+        // It stopped for good by itself (drained, a stale host, a K0 fault): nothing to
+        // restart any more.
+        w.done = true;
+        return;
+    }
+    if st != state::HANDED_OVER {
+        return;
+    }
+    let Some(old) = running.get(w.r.stage) else {
+        w.done = true;
+        return;
+    };
+    if !old.is_finished() {
+        return;
+    }
+    let now = Instant::now();
+    let due = match w.due {
+        Some(d) => d,
+        None => {
+            if w.r
+                .policy
+                .window()
+                .is_some_and(|win| now - w.last_launch >= win)
+            {
+                w.in_window = 0;
+            }
+            if w.in_window >= w.r.policy.max_restarts() {
+                give_up(w, running, &*old, chain, "no restart left");
+                return;
+            }
+            let d = now + w.r.policy.backoff_for(w.in_window);
+            w.due = Some(d);
+            d
+        }
+    };
+    if now < due {
+        return;
+    }
+    w.due = None;
+    let code = cb.error_code.load(Acquire);
+    let _span = tracing::info_span!("gyre_stage_restart", stage = %w.r.name).entered();
+    // R3: its execution ended; join it (its resources go, the region stays).
+    if let Err(e) = old.join() {
+        tracing::warn!(stage = %w.r.name, error = %e, "joining the faulted stage");
+    }
+    tracing::warn!(
+        stage = %w.r.name,
+        code,
+        name = gyre_abi::error::name(code),
+        "pipeline stage faulted: restarting it"
+    );
+    // R4: the successor's generation (its command is whatever the chain left there).
+    cb.generation.fetch_add(1, Release);
+    // R6: the successor, on the same region, continuing from h2k_tail; installed under
+    // the slot's lock, so `Running::is_finished` never sees the predecessor's end with
+    // the successor's state.
+    let Some(slot) = running.stages.get(w.r.stage) else {
+        return;
+    };
+    let mut slot = slot.write();
+    match w.r.imp.launch(w.r.region.clone(), &w.r.launch) {
+        Ok(inst) => {
+            *slot = Arc::from(inst);
+            drop(slot);
+            w.in_window += 1;
+            w.last_launch = Instant::now();
+            w.r.counters.restarts.fetch_add(1, Relaxed);
+            w.r.counters
+                .last_restart_ms
+                .store(gyre_core::shm::unix_ms(), Relaxed);
+        }
+        Err(e) => {
+            drop(slot);
+            tracing::error!(stage = %w.r.name, error = %e, "the restarted stage did not launch");
+            give_up(w, running, &*old, chain, "its successor did not launch");
+        }
+    }
+}
+
+/// The stage's fault is final: `FAULTED` with its code (the host writes it: the stage's
+/// execution ended), then the chain stops as after any fault.
+fn give_up(
+    w: &mut Watched,
+    running: &Running,
+    old: &dyn KernelInstance,
+    chain: &ChainView,
+    why: &str,
+) {
+    tracing::error!(stage = %w.r.name, why, "pipeline stage faulted: not restarting it");
+    // Joining a joined launch is a no-op.
+    let _ = old.join();
+    w.r.region.control().state.store(state::FAULTED, Release);
+    running.watch(w.r.stage, false);
+    w.done = true;
+    // Tells the stages it fed to terminate and wakes the ones feeding it (L3, L4).
+    let _ = chain.state();
+}

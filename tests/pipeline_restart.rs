@@ -1,0 +1,303 @@
+//! Restarting one stage of a running chain (`docs/pipelines.md`, "Restarting a stage"), on
+//! the CPU backend: a stage with a restart policy whose handler panics is relaunched in
+//! place while the other stages run on, so the request that faulted is the only one that
+//! fails; every other request is answered exactly once, in order. When the policy runs
+//! out, the chain stops as after any fault.
+
+#[path = "support/deadline.rs"]
+mod deadline;
+
+use deadline::{recv, send};
+use std::time::{Duration, Instant};
+
+use gyre::{
+    codes, Backend, Branch, Error, KernelSpec, KernelState, Pipeline, PipelineSpec, RestartPolicy,
+    Route, Runtime,
+};
+
+fn rt() -> Runtime {
+    Runtime::builder()
+        .backend(Backend::Cpu)
+        .build()
+        .expect("runtime")
+}
+
+fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// A policy with `n` restarts and short backoffs.
+fn policy(n: u32) -> RestartPolicy {
+    RestartPolicy::new(n).backoff(Duration::from_micros(100), Duration::from_millis(2))
+}
+
+/// A stage that panics on every value `bad` says, and answers `x * 2` otherwise.
+fn fragile(name: &str, bad: fn(u64) -> bool) -> KernelSpec<u64, u64> {
+    KernelSpec::from_fn(name, move |x: u64| {
+        assert!(!bad(x), "injected fault on {x}");
+        x * 2
+    })
+}
+
+fn is_panic(r: &Result<u64, Error>) -> bool {
+    matches!(r, Err(Error::Handler { status, .. }) if *status == codes::HANDLER_PANIC)
+}
+
+/// Sends `0..n` from one thread and receives in order on this one.
+fn stream(p: &Pipeline<u64, u64>, n: u64) -> Vec<Result<u64, Error>> {
+    let producer = {
+        let k = p.kernel().clone();
+        std::thread::spawn(move || {
+            for x in 0..n {
+                send(&k, x).expect("send");
+            }
+        })
+    };
+    let got = (0..n).map(|_| recv(p)).collect();
+    producer.join().expect("producer");
+    got
+}
+
+#[test]
+fn a_restarted_stage_fails_only_the_request_that_faulted() {
+    const N: u64 = 3000;
+    let bad = |x: u64| x % 100 == 37;
+    let p = rt()
+        .launch_pipeline(
+            PipelineSpec::new("restarts", KernelSpec::<u64, u64>::echo())
+                .then(fragile("fragile", bad).restart(policy(100)))
+                .then(KernelSpec::from_fn("inc", |x: u64| x + 1)),
+        )
+        .expect("launch");
+    let got = stream(&p, N);
+    for (x, r) in (0..N).zip(&got) {
+        if bad(x) {
+            assert!(is_panic(r), "request {x}: {r:?}");
+        } else {
+            assert_eq!(r.as_ref().ok(), Some(&(x * 2 + 1)), "request {x}");
+        }
+    }
+    let faults = (0..N).filter(|&x| bad(x)).count() as u64;
+    // The last fault's restart needs no request to happen.
+    eventually("the last restart", || p.stage_restarts()[1] == faults);
+    assert_eq!(p.stage_restarts(), [0, faults, 0]);
+    assert_eq!(p.state(), KernelState::Active);
+    assert_eq!(p.call_blocking(5).expect("after the restarts"), 11);
+    p.shutdown_blocking().expect("shutdown");
+    assert!(p
+        .stage_states()
+        .iter()
+        .all(|s| *s == KernelState::Terminated { code: 0 }));
+    // Every stage saw every request once: the restarted stage's successors continued
+    // where each predecessor stopped (its errors are the faults), and the last stage
+    // counts the errors it passed on as messages, not as its own errors.
+    let t = p.stage_telemetry().expect("telemetry");
+    let out: Vec<u64> = t.iter().map(|t| t.messages_out).collect();
+    assert_eq!(out, [N + 1, N + 1, N + 1]);
+    assert_eq!(t[1].errors, faults);
+    assert_eq!(t[2].errors, 0);
+}
+
+#[test]
+fn concurrent_callers_lose_nothing_while_stages_restart() {
+    const PER: u64 = 400;
+    let p = rt()
+        .launch_pipeline(
+            PipelineSpec::new(
+                "callers",
+                fragile("head", |x| x % 97 == 13).restart(policy(100)),
+            )
+            .then(fragile("tail", |x| x % 89 == 46).restart(policy(100))),
+        )
+        .expect("launch");
+    let callers: Vec<_> = (0..4u64)
+        .map(|t| {
+            let k = p.kernel().clone();
+            std::thread::spawn(move || {
+                (0..PER)
+                    .map(|i| {
+                        let x = t * PER + i;
+                        (x, k.call_blocking(x))
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let (mut head_faults, mut tail_faults) = (0u64, 0u64);
+    for c in callers {
+        for (x, r) in c.join().expect("caller") {
+            if x % 97 == 13 {
+                head_faults += 1;
+                assert!(is_panic(&r), "request {x}: {r:?}");
+            } else if (x * 2) % 89 == 46 {
+                tail_faults += 1;
+                assert!(is_panic(&r), "request {x}: {r:?}");
+            } else {
+                assert_eq!(r.ok(), Some(x * 4), "request {x}");
+            }
+        }
+    }
+    assert!(head_faults > 0 && tail_faults > 0);
+    eventually("the last restarts", || {
+        p.stage_restarts() == [head_faults, tail_faults]
+    });
+    p.shutdown_blocking().expect("shutdown");
+}
+
+#[test]
+fn when_restarts_run_out_the_chain_stops_as_after_any_fault() {
+    let p = rt()
+        .launch_pipeline(
+            PipelineSpec::new("spent", KernelSpec::<u64, u64>::echo())
+                .then(fragile("fragile", |x| x >= 1000).restart(policy(2)))
+                .then(KernelSpec::<u64, u64>::echo()),
+        )
+        .expect("launch");
+    // Two faults are restarted; the requests around them are answered.
+    for x in [1, 1000, 2, 1001, 3] {
+        let r = p.call_blocking(x);
+        if x >= 1000 {
+            assert!(is_panic(&r), "request {x}: {r:?}");
+        } else {
+            assert_eq!(r.expect("answered"), x * 2);
+        }
+    }
+    eventually("two restarts", || p.stage_restarts() == [0, 2, 0]);
+    // The third is final: the chain stops, and requests queued behind it fail.
+    for x in [1002, 4, 5] {
+        send(&p, x).expect("send");
+    }
+    assert!(is_panic(&recv(&p)));
+    for _ in 0..2 {
+        match recv(&p) {
+            Err(Error::KernelFaulted { code, .. }) => assert_eq!(code, codes::HANDLER_PANIC),
+            other => panic!("{other:?}"),
+        }
+    }
+    eventually("the chain to stop", || {
+        p.stage_states().iter().all(|s| {
+            matches!(
+                s,
+                KernelState::Terminated { .. } | KernelState::Faulted { .. }
+            )
+        })
+    });
+    assert_eq!(
+        p.stage_states(),
+        [
+            KernelState::Terminated {
+                code: codes::STAGE_STOPPED
+            },
+            KernelState::Faulted {
+                code: codes::HANDLER_PANIC
+            },
+            KernelState::Terminated { code: 0 },
+        ]
+    );
+    assert_eq!(p.stage_restarts(), [0, 2, 0]);
+    assert!(matches!(p.call_blocking(1), Err(Error::Closed { .. })));
+    assert!(matches!(
+        p.shutdown_blocking(),
+        Err(Error::KernelFaulted { .. })
+    ));
+}
+
+/// A long backoff: the chain holds its requests (the watchdog does not call it
+/// unresponsive), and a shutdown meanwhile waits for the successor, which drains.
+#[test]
+fn a_shutdown_during_a_backoff_is_drained_by_the_successor() {
+    let backoff = Duration::from_millis(300);
+    let p = rt()
+        .launch_pipeline(
+            PipelineSpec::new(
+                "backoff",
+                KernelSpec::<u64, u64>::echo().watchdog(Duration::from_millis(100)),
+            )
+            .then(
+                fragile("fragile", |x| x == 0)
+                    .restart(RestartPolicy::new(1).backoff(backoff, backoff)),
+            ),
+        )
+        .expect("launch");
+    let started = Instant::now();
+    for x in 0..10u64 {
+        send(&p, x).expect("send");
+    }
+    let receiver = {
+        let k = p.kernel().clone();
+        std::thread::spawn(move || (0..10).map(|_| recv(&k)).collect::<Vec<_>>())
+    };
+    eventually("the fault", || {
+        matches!(p.stage_states()[1], KernelState::Relaunching)
+    });
+    p.shutdown_blocking().expect("shutdown");
+    assert!(started.elapsed() >= backoff, "the successor drained it");
+    let got = receiver.join().expect("receiver");
+    assert!(is_panic(&got[0]), "{:?}", got[0]);
+    for (x, r) in (1..10u64).zip(&got[1..]) {
+        assert_eq!(r.as_ref().ok(), Some(&(x * 2)), "request {x}");
+    }
+    assert_eq!(p.stage_restarts(), [0, 1]);
+    assert!(p
+        .stage_states()
+        .iter()
+        .all(|s| *s == KernelState::Terminated { code: 0 }));
+}
+
+#[test]
+fn a_branch_of_a_fan_out_restarts_and_the_join_keeps_request_order() {
+    const N: u64 = 2000;
+    let bad = |x: u64| x % 61 == 7;
+    let branch = |b: u64| {
+        let s = KernelSpec::from_fn(format!("b{b}"), move |x: u64| {
+            assert!(!(b == 1 && bad(x)), "injected fault on {x}");
+            x * 2
+        });
+        Branch::new(if b == 1 { s.restart(policy(100)) } else { s })
+    };
+    let p = rt()
+        .launch_pipeline(
+            PipelineSpec::new("fan", KernelSpec::<u64, u64>::echo())
+                .fan_out(Route::RoundRobin, (0..2).map(branch))
+                .then(KernelSpec::from_fn("join", |x: u64| x + 1)),
+        )
+        .expect("launch");
+    let got = stream(&p, N);
+    let mut faults = 0;
+    for (x, r) in (0..N).zip(&got) {
+        // Round-robin: request x goes to branch x % 2.
+        if x % 2 == 1 && bad(x) {
+            faults += 1;
+            assert!(is_panic(r), "request {x}: {r:?}");
+        } else {
+            assert_eq!(r.as_ref().ok(), Some(&(x * 2 + 1)), "request {x}");
+        }
+    }
+    assert!(faults > 0);
+    eventually("the last restart", || p.stage_restarts()[2] == faults);
+    p.shutdown_blocking().expect("shutdown");
+    assert!(p
+        .stage_states()
+        .iter()
+        .all(|s| *s == KernelState::Terminated { code: 0 }));
+}
+
+/// A pipeline of one stage is one kernel: its lifecycle restarts it, as any kernel's.
+#[test]
+fn a_lone_stage_restarts_as_a_kernel() {
+    let p = rt()
+        .launch_pipeline(PipelineSpec::new(
+            "lone",
+            fragile("fragile", |x| x == 3).restart(policy(5)),
+        ))
+        .expect("launch");
+    assert!(is_panic(&p.call_blocking(3)));
+    assert_eq!(p.call_blocking(4).expect("restarted"), 8);
+    // Counted once the successor is installed, which may be after it answered.
+    eventually("the restart", || p.stage_restarts() == [1]);
+    p.shutdown_blocking().expect("shutdown");
+}
