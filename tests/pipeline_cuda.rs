@@ -11,7 +11,9 @@ mod deadline;
 #[path = "support/cuda.rs"]
 mod support;
 
-use gyre::{Backend, Error, KernelSpec, KernelState, PipelineSpec, Runtime};
+use std::time::{Duration, Instant};
+
+use gyre::{Backend, Error, KernelSpec, KernelState, PipelineSpec, RestartPolicy, Runtime};
 
 fn runtime(test: &str) -> Option<Runtime> {
     if !support::available(test) {
@@ -210,4 +212,64 @@ fn a_chain_across_two_gpus_answers_in_order() {
         assert_eq!(p.call_blocking(x).expect("call"), x);
     }
     serve_in_order(&p, |x| x);
+}
+
+/// Panics (division by zero) when `x % 16 == 0`: `HANDLER_PANIC` on every backend.
+#[gyre::handler]
+fn fragile(x: u64) -> u64 {
+    (x << 8) / (x % 16)
+}
+
+/// A GPU stage whose handler panics is restarted in place (`docs/pipelines.md`,
+/// "Restarting a stage"): its ring kernel is relaunched on its region while the stage
+/// before it keeps running on the device; the request that faulted is the only one that
+/// fails, the others are answered in order.
+#[test]
+fn a_gpu_stage_that_panics_is_restarted_in_place() {
+    let _g = support::serial();
+    let Some(rt) = runtime("a_gpu_stage_that_panics_is_restarted_in_place") else {
+        return;
+    };
+    let Some(p) = launch_or_skip(
+        std::slice::from_ref(&rt),
+        PipelineSpec::new("gpurestart", KernelSpec::<u64, u64>::echo()).then(
+            KernelSpec::portable(fragile).restart(
+                RestartPolicy::new(1000)
+                    .backoff(Duration::from_micros(100), Duration::from_millis(2)),
+            ),
+        ),
+    ) else {
+        return;
+    };
+    const N: u64 = 400;
+    let producer = {
+        let k = p.kernel().clone();
+        std::thread::spawn(move || {
+            for x in 0..N {
+                deadline::send(&k, x).expect("send");
+            }
+        })
+    };
+    for x in 0..N {
+        let r = deadline::recv(&p);
+        match (x << 8).checked_div(x % 16) {
+            None => assert!(
+                matches!(r, Err(Error::Handler { status, .. }) if status == gyre::codes::HANDLER_PANIC),
+                "request {x}: {r:?}"
+            ),
+            Some(want) => assert_eq!(r.expect("answered"), want, "request {x}"),
+        }
+    }
+    producer.join().expect("producer");
+    let faults = N.div_ceil(16);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while p.stage_restarts()[1] != faults {
+        assert!(Instant::now() < deadline, "{:?}", p.stage_restarts());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    p.shutdown_blocking().expect("shutdown");
+    assert!(p
+        .stage_states()
+        .iter()
+        .all(|s| *s == KernelState::Terminated { code: 0 }));
 }
