@@ -145,6 +145,8 @@ fn concurrent_callers_lose_nothing_while_stages_restart() {
     eventually("the last restarts", || {
         p.stage_restarts() == [head_faults, tail_faults]
     });
+    // The head stage's restarts are the chain's, as a lone kernel's would be.
+    assert_eq!(p.relaunches().restarts, head_faults);
     p.shutdown_blocking().expect("shutdown");
 }
 
@@ -300,4 +302,47 @@ fn a_lone_stage_restarts_as_a_kernel() {
     // Counted once the successor is installed, which may be after it answered.
     eventually("the restart", || p.stage_restarts() == [1]);
     p.shutdown_blocking().expect("shutdown");
+}
+
+/// Each stage's export line counts its own restarts (what `gyre top` shows); the head
+/// stage's are the chain's.
+#[test]
+fn exported_lines_count_each_stages_restarts() {
+    let dir = std::env::temp_dir().join(format!(
+        "gyre-pipeline-restart-export-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    let p = rt()
+        .launch_pipeline(
+            PipelineSpec::new(
+                "exported",
+                fragile("head", |x| x == 1)
+                    .restart(policy(5))
+                    .export_telemetry_to(dir.join("exported"))
+                    .export_interval(Duration::from_millis(1)),
+            )
+            .then(fragile("tail", |x| x == 4 || x == 6).restart(policy(5))),
+        )
+        .expect("launch");
+    for x in 1..=3u64 {
+        // 1 faults in the head; 2 * 2 and 3 * 2 in the tail.
+        assert!(is_panic(&p.call_blocking(x)), "request {x}");
+    }
+    let read = |f: &str| {
+        gyre::TelemetryReader::open(&dir.join(f))
+            .expect("export file")
+            .snapshot()
+            .expect("snapshot")
+            .lifecycle
+    };
+    eventually("the exported restarts", || {
+        (read("exported").restarts, read("exported.1").restarts) == (1, 2)
+    });
+    let (head, tail) = (read("exported"), read("exported.1"));
+    assert_eq!((head.generation, tail.generation), (2, 3));
+    assert!(tail.last_restart_unix_ms > 0 && head.last_restart_unix_ms > 0);
+    assert_eq!(p.call_blocking(5).expect("after the restarts"), 20);
+    p.shutdown_blocking().expect("shutdown");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -26,7 +26,7 @@ mod watch;
 
 use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use gyre_abi::{command, state};
@@ -127,6 +127,18 @@ pub(crate) struct Lifecycle {
     last_restart_ms: AtomicU64,
     /// Set when the kernel's end was handled: no more relaunches.
     pub(crate) ended: AtomicBool,
+    /// Restarts made elsewhere that count as this kernel's: a pipeline's head stage,
+    /// restarted by the pipeline's stage supervisor (`crate::pipeline`).
+    also: OnceLock<Arc<RestartCounters>>,
+}
+
+/// Restarts after a fault counted outside a [`Lifecycle`] (a pipeline stage's).
+#[derive(Debug, Default)]
+pub(crate) struct RestartCounters {
+    /// Restarts after a fault, since launch.
+    pub(crate) restarts: AtomicU64,
+    /// Wall time (Unix ms) of the last restart; 0 before any.
+    pub(crate) last_restart_ms: AtomicU64,
 }
 
 impl Lifecycle {
@@ -164,7 +176,13 @@ impl Lifecycle {
             last_relaunch_ms: AtomicU64::new(0),
             last_restart_ms: AtomicU64::new(0),
             ended: AtomicBool::new(false),
+            also: OnceLock::new(),
         }
+    }
+
+    /// Counts `c`'s restarts as this kernel's too (once; later calls are ignored).
+    pub(crate) fn count_restarts_of(&self, c: Arc<RestartCounters>) {
+        let _ = self.also.set(c);
     }
 
     /// The running launch.
@@ -194,7 +212,8 @@ impl Lifecycle {
             generation: self.ch.region().control().generation.load(Acquire),
             reloads: self.reloads.load(Relaxed),
             epochs: self.epochs.load(Relaxed),
-            restarts: self.restarts.load(Relaxed),
+            restarts: self.restarts.load(Relaxed)
+                + self.also.get().map_or(0, |c| c.restarts.load(Relaxed)),
         }
     }
 
@@ -449,14 +468,18 @@ impl ExportSource for Lifecycle {
 
     fn lifecycle(&self) -> LifecycleSnapshot {
         let r = self.relaunches();
+        let also = self
+            .also
+            .get()
+            .map_or(0, |c| c.last_restart_ms.load(Relaxed));
         LifecycleSnapshot {
             seq: 0,
             generation: r.generation,
             reloads: r.reloads,
             epochs: r.epochs,
             restarts: r.restarts,
-            last_relaunch_unix_ms: self.last_relaunch_ms.load(Relaxed),
-            last_restart_unix_ms: self.last_restart_ms.load(Relaxed),
+            last_relaunch_unix_ms: self.last_relaunch_ms.load(Relaxed).max(also),
+            last_restart_unix_ms: self.last_restart_ms.load(Relaxed).max(also),
             epoch_us: self.epoch_us,
         }
     }

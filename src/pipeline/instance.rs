@@ -8,7 +8,7 @@ use gyre_core::shm::{ExportSource, LifecycleSnapshot};
 use gyre_core::{Error, KernelInstance, Result};
 use parking_lot::Mutex;
 
-use super::restart::{Running, StageCounters, StageSupervisor};
+use super::restart::{RestartCounters, Running, StageSupervisor};
 
 /// Every stage's launch, head first: finished when all are, failed when one is (the
 /// first, in stage order), joined stage by stage. The head's lifecycle holds it as its
@@ -54,7 +54,7 @@ impl KernelInstance for ChainInstance {
 /// What a stage's export publisher reads besides its region: the host copies the
 /// telemetry line (stages are launched without an export, so no kernel writes it), and
 /// the stage's restarts ([`super::restart`]).
-pub(crate) struct StageFeed(pub(crate) Arc<StageCounters>);
+pub(crate) struct StageFeed(pub(crate) Arc<RestartCounters>);
 
 impl ExportSource for StageFeed {
     fn copy_telemetry(&self) -> bool {

@@ -14,7 +14,7 @@ use gyre_core::{Error, KernelInstance, LaunchSpec, Result, SharedRegion};
 
 use super::graph::{route_mode, Out, Plan};
 use super::instance::{ChainInstance, StageFeed};
-use super::restart::{Restartable, Running, StageCounters, StageSupervisor};
+use super::restart::{RestartCounters, Restartable, Running, StageSupervisor};
 use super::{Pipeline, PipelineSpec};
 use crate::kernel::{Kernel, Started};
 use crate::lifecycle::Place;
@@ -232,7 +232,7 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
             }
         }
         launches[0].export = spec.export_for(0)?;
-        let counters: Vec<Arc<StageCounters>> = (0..n).map(|_| Arc::default()).collect();
+        let counters: Vec<Arc<RestartCounters>> = (0..n).map(|_| Arc::default()).collect();
         let mut exports = Vec::with_capacity(n.saturating_sub(1));
         for (k, region) in regions.iter().enumerate().skip(1) {
             if let Some(w) = spec.export_for(k)? {
@@ -325,6 +325,10 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
             &head,
         )?;
         kernel.inner().keep_exports(exports);
+        if n > 1 {
+            // The head stage's restarts are the head kernel's (`relaunches`, its export).
+            kernel.inner().life.count_restarts_of(counters[0].clone());
+        }
         Ok(Pipeline {
             kernel,
             names: spec.stages.iter().map(|s| s.spec.name.clone()).collect(),

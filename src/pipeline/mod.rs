@@ -420,7 +420,7 @@ pub struct Pipeline<Req, Resp> {
     names: Arc<[String]>,
     chain: Arc<ChainView>,
     /// Each stage's restarts ([`restart`]), head first.
-    counters: Arc<[Arc<restart::StageCounters>]>,
+    counters: Arc<[Arc<restart::RestartCounters>]>,
 }
 
 impl<Req, Resp> Clone for Pipeline<Req, Resp> {

@@ -24,8 +24,8 @@
 //! after any fault ([`ChainView::state`] tells the stages it fed to terminate and wakes
 //! the ones feeding it).
 
+use core::sync::atomic::AtomicBool;
 use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
-use core::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -35,6 +35,7 @@ use gyre_core::chain::ChainView;
 use gyre_core::{Error, KernelInstance, LaunchSpec, Result, SharedRegion};
 use parking_lot::RwLock;
 
+pub(crate) use crate::lifecycle::RestartCounters;
 use crate::RestartPolicy;
 
 /// How often the supervisor looks at the stages it restarts.
@@ -95,16 +96,6 @@ impl Running {
     }
 }
 
-/// A stage's restart counters, read by [`Pipeline::stage_restarts`](super::Pipeline) and
-/// its telemetry export.
-#[derive(Debug, Default)]
-pub(crate) struct StageCounters {
-    /// Restarts after a fault, since launch.
-    pub(crate) restarts: AtomicU64,
-    /// Wall time (Unix ms) of the last restart; 0 before any.
-    pub(crate) last_restart_ms: AtomicU64,
-}
-
 /// A stage launched with [`link::RESTARTS`]: what its successor is launched with.
 pub(crate) struct Restartable {
     pub(crate) stage: usize,
@@ -113,7 +104,7 @@ pub(crate) struct Restartable {
     pub(crate) region: Arc<SharedRegion>,
     pub(crate) launch: LaunchSpec,
     pub(crate) policy: RestartPolicy,
-    pub(crate) counters: Arc<StageCounters>,
+    pub(crate) counters: Arc<RestartCounters>,
 }
 
 impl Restartable {
