@@ -346,3 +346,131 @@ fn exported_lines_count_each_stages_restarts() {
     p.shutdown_blocking().expect("shutdown");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `x + 1`, as a branch.
+fn inc(name: &str) -> Branch<u64, u64> {
+    Branch::new(KernelSpec::from_fn(name.to_owned(), |x: u64| x + 1))
+}
+
+/// Every outcome of `0..` in `got`: `HANDLER_PANIC` where `bad` says, else `f(x)`.
+/// Returns the faults.
+fn check(got: &[Result<u64, Error>], bad: fn(u64) -> bool, f: impl Fn(u64) -> u64) -> u64 {
+    let mut faults = 0;
+    for (x, r) in (0..).zip(got) {
+        if bad(x) {
+            faults += 1;
+            assert!(is_panic(r), "request {x}: {r:?}");
+        } else {
+            assert_eq!(r.as_ref().ok(), Some(&f(x)), "request {x}");
+        }
+    }
+    faults
+}
+
+/// The stage that fans out restarts (its K0 reads the branches' counters again); the
+/// join after the branches takes every request in order.
+#[test]
+fn a_fanning_stage_restarts_and_its_join_keeps_request_order() {
+    let bad = |x: u64| x % 53 == 11;
+    let p = rt()
+        .launch_pipeline(
+            PipelineSpec::new("fanning", KernelSpec::<u64, u64>::echo())
+                .then(fragile("fan", bad).restart(policy(1000)))
+                .fan_out(Route::RoundRobin, [inc("a"), inc("b"), inc("c")])
+                .then(KernelSpec::from_fn("join", |x: u64| x + 1000)),
+        )
+        .expect("launch");
+    let faults = check(&stream(&p, 3000), bad, |x| x * 2 + 1 + 1000);
+    eventually("the last restart", || p.stage_restarts()[1] == faults);
+    p.shutdown_blocking().expect("shutdown");
+    assert!(p
+        .stage_states()
+        .iter()
+        .all(|s| *s == KernelState::Terminated { code: 0 }));
+}
+
+/// A head that fans out by key to the host (it answers with its own indices) restarts;
+/// so does a join.
+#[test]
+fn a_fanning_head_and_a_join_restart() {
+    let bad = |x: u64| x % 41 == 5;
+    let p = rt()
+        .launch_pipeline(
+            PipelineSpec::new("head-fan", fragile("fan", bad).restart(policy(1000)))
+                .fan_out(Route::key_at(0), [inc("a"), inc("b")]),
+        )
+        .expect("launch");
+    let faults = check(&stream(&p, 3000), bad, |x| x * 2 + 1);
+    eventually("the head's restarts", || p.stage_restarts()[0] == faults);
+    p.shutdown_blocking().expect("shutdown");
+
+    let bad = |x: u64| x % 67 == 3;
+    let echo = || Branch::new(KernelSpec::<u64, u64>::echo());
+    let p = rt()
+        .launch_pipeline(
+            PipelineSpec::new("join", KernelSpec::<u64, u64>::echo())
+                .fan_out(Route::RoundRobin, [echo(), echo()])
+                .then(fragile("join", bad).restart(policy(1000))),
+        )
+        .expect("launch");
+    let faults = check(&stream(&p, 3000), bad, |x| x * 2);
+    eventually("the join's restarts", || p.stage_restarts()[3] == faults);
+    p.shutdown_blocking().expect("shutdown");
+}
+
+/// A stage after it faults for good while a stage waits out its backoff: the waiting
+/// stage is not restarted (its successor could pass nothing on); the chain stops at
+/// once, as after any fault, not after the backoff.
+#[test]
+fn a_stage_feeding_a_stopped_stage_is_not_restarted() {
+    let backoff = Duration::from_secs(5);
+    let p = rt()
+        .launch_pipeline(
+            PipelineSpec::new("feeds-stopped", KernelSpec::<u64, u64>::echo())
+                .then(
+                    fragile("up", |x| x == 0)
+                        .restart(RestartPolicy::new(1).backoff(backoff, backoff)),
+                )
+                .then(KernelSpec::from_fn("down", |x: u64| {
+                    assert!(x != 2, "injected final fault");
+                    x
+                })),
+        )
+        .expect("launch");
+    // 1 reaches "down" as 2 and faults it for good; 0 faults "up", which then waits out
+    // its backoff (in either order).
+    send(&p, 1).expect("send");
+    send(&p, 0).expect("send");
+    assert!(is_panic(&recv(&p)), "request 1: down's own fault");
+    match recv(&p) {
+        Err(Error::KernelFaulted { code, .. }) => assert_eq!(code, codes::HANDLER_PANIC),
+        other => panic!("request 0: {other:?}"),
+    }
+    eventually("the chain to stop", || {
+        p.stage_states().iter().all(|s| {
+            matches!(
+                s,
+                KernelState::Terminated { .. } | KernelState::Faulted { .. }
+            )
+        })
+    });
+    assert_eq!(p.stage_restarts(), [0, 0, 0]);
+    assert_eq!(
+        p.stage_states(),
+        [
+            KernelState::Terminated {
+                code: codes::STAGE_STOPPED
+            },
+            KernelState::Terminated {
+                code: codes::STAGE_STOPPED
+            },
+            KernelState::Faulted {
+                code: codes::HANDLER_PANIC
+            },
+        ]
+    );
+    assert!(matches!(
+        p.shutdown_blocking(),
+        Err(Error::KernelFaulted { .. })
+    ));
+}

@@ -259,7 +259,7 @@ impl<Req, Resp> PipelineSpec<Req, Resp> {
     }
 
     /// What [`Runtime::launch`] checks of each stage, plus what a chain needs: one ring
-    /// geometry (batch sizes may differ), stages launched once.
+    /// geometry (batch sizes may differ), no stage relaunched but by a restart.
     ///
     /// `targets[k]` is where stage k runs.
     fn check(&self, targets: &[&Target]) -> Result<(Vec<Checked>, Plan)> {

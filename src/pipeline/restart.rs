@@ -18,6 +18,10 @@
 //! a `TERMINATE` a stage before it wrote meanwhile is obeyed by the successor, which
 //! drains and stops. The only request a fault costs is the one that faulted.
 //!
+//! A stage that a stage it writes to stopped for good while it waited is not restarted
+//! (its successor would stop at once, L4): the supervisor writes `TERMINATED` with
+//! `STAGE_STOPPED` for it.
+//!
 //! When the policy has no restart left (or the successor fails to launch), the stage's
 //! fault becomes final: the supervisor writes `FAULTED` into its state itself (its
 //! execution ended, so the host is the line's only writer) and lets the chain stop as
@@ -73,10 +77,11 @@ impl Running {
     /// restart has not (its successor follows), even between its end and the launch.
     pub(crate) fn is_finished(&self) -> bool {
         self.stages.iter().enumerate().all(|(k, s)| {
-            // The slot's lock is held across a successor's launch: a finished launch
-            // seen here is the stage's latest.
-            let finished = s.read().is_finished();
-            finished
+            // The supervisor holds the slot's lock across a successor's launch, and this
+            // read guard is held across the state's load: a finished launch seen here is
+            // the stage's latest, and the state its own or its successor's K0's.
+            let slot = s.read();
+            slot.is_finished()
                 && !(self.restarted.get(k).is_some_and(|r| r.load(Acquire))
                     && self
                         .regions
@@ -237,6 +242,12 @@ fn step(w: &mut Watched, running: &Running, chain: &ChainView) {
     if !old.is_finished() {
         return;
     }
+    if chain.feeds_a_final_stage(w.r.stage) {
+        // A stage it writes to stopped for good: a successor would stop at once (L4),
+        // so none is launched; the stage stops as its predecessor would have.
+        stop_behind_final(w, running, &*old, chain);
+        return;
+    }
     let now = Instant::now();
     let due = match w.due {
         Some(d) => d,
@@ -282,23 +293,44 @@ fn step(w: &mut Watched, running: &Running, chain: &ChainView) {
         return;
     };
     let mut slot = slot.write();
+    // Counted before the launch: the successor may answer before `launch` returns.
+    w.r.counters.restarts.fetch_add(1, Relaxed);
     match w.r.imp.launch(w.r.region.clone(), &w.r.launch) {
         Ok(inst) => {
             *slot = Arc::from(inst);
             drop(slot);
             w.in_window += 1;
             w.last_launch = Instant::now();
-            w.r.counters.restarts.fetch_add(1, Relaxed);
             w.r.counters
                 .last_restart_ms
                 .store(gyre_core::shm::unix_ms(), Relaxed);
         }
         Err(e) => {
+            w.r.counters.restarts.fetch_sub(1, Relaxed);
             drop(slot);
             tracing::error!(stage = %w.r.name, error = %e, "the restarted stage did not launch");
             give_up(w, running, &*old, chain, "its successor did not launch");
         }
     }
+}
+
+/// A stage it writes to stopped for good while it waited for its restart: it stops as
+/// L4 would have stopped it (`TERMINATED`, `STAGE_STOPPED`, written by the host: its
+/// execution ended), and the chain's view tells the rest.
+fn stop_behind_final(
+    w: &mut Watched,
+    running: &Running,
+    old: &dyn KernelInstance,
+    chain: &ChainView,
+) {
+    tracing::info!(stage = %w.r.name, "a stage it feeds stopped for good: not restarting it");
+    let _ = old.join();
+    let cb = w.r.region.control();
+    cb.error_code.store(gyre_abi::error::STAGE_STOPPED, Release);
+    cb.state.store(state::TERMINATED, Release);
+    running.watch(w.r.stage, false);
+    w.done = true;
+    let _ = chain.state();
 }
 
 /// The stage's fault is final: `FAULTED` with its code (the host writes it: the stage's

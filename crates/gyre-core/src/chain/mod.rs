@@ -198,6 +198,15 @@ impl ChainView {
             .collect()
     }
 
+    /// Whether stage `k` writes the request ring of a stage that stopped for good (L4 of
+    /// `docs/protocol.md` §9: what `k` holds can never be passed on). Never for the
+    /// head's reply ring.
+    pub fn feeds_a_final_stage(&self, k: usize) -> bool {
+        self.edges.iter().any(|&(from, to)| {
+            from == k && state::is_final(self.stages[to].region.control().state.load(Acquire))
+        })
+    }
+
     /// Each stage's ring counters, head first.
     pub fn counters(&self) -> Vec<RingCounters> {
         self.stages
