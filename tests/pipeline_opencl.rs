@@ -284,22 +284,69 @@ fn a_cpu_stage_and_a_device_stage_chain_across_runtimes() {
         .stage_states()
         .iter()
         .all(|s| *s == KernelState::Terminated { code: 0 }));
-    // A fan-out from the CPU into a device branch: its links use compare-and-swap, atomic
-    // among one device's kernels only. Refused before anything runs.
-    let fan = PipelineSpec::new("fan", KernelSpec::from_fn("double", |x: u32| x * 2)).fan_out(
-        gyre::Route::RoundRobin,
-        [
-            gyre::Branch::new(KernelSpec::from_fn("inc", |x: u32| x + 1)),
-            gyre::Branch::new(times_ten()),
-        ],
-    );
-    match Pipeline::launch_across(&runtimes, fan.on(1)) {
-        Err(Error::Pipeline { stage, reason, .. }) => {
-            assert_eq!(stage, 2, "the device branch");
-            assert!(reason.contains("compare-and-swap"), "{reason}");
+}
+
+/// A fan-out across backends (`docs/pipelines.md`, "Across devices"): a CPU stage fans
+/// out round-robin into a CPU branch and an OpenCL branch, which write the host's
+/// replies (or a CPU join) by id, advancing one ring by compare-and-swap from a CPU
+/// thread and an OpenCL kernel (fine-grained SVM atomics are the host's). The join's
+/// region and the link table are the OpenCL backend's SVM, which every user addresses.
+#[test]
+fn a_fan_out_across_the_cpu_and_a_device_answers_in_request_order() {
+    let _g = guard();
+    let Some(cl) = runtime("a_fan_out_across_the_cpu_and_a_device_answers_in_request_order") else {
+        return;
+    };
+    let cpu = Runtime::builder()
+        .backend(Backend::Cpu)
+        .build()
+        .expect("CPU runtime");
+    let runtimes = [cpu, cl];
+    let fan = || {
+        PipelineSpec::new("fan", KernelSpec::from_fn("double", |x: u32| x * 2))
+            .fan_out(
+                gyre::Route::RoundRobin,
+                [
+                    gyre::Branch::new(KernelSpec::from_fn("inc", |x: u32| x + 1)),
+                    gyre::Branch::new(times_ten()),
+                ],
+            )
+            .on(1)
+    };
+    // Request i goes to branch i % 2: the CPU's inc, or the device's times ten plus one.
+    let want = |x: u32| if x % 2 == 0 { 2 * x + 1 } else { 20 * x + 1 };
+    let serve = |p: &Pipeline<u32, u32>, then: &dyn Fn(u32) -> u32| {
+        let producer = {
+            let k = p.kernel().clone();
+            std::thread::spawn(move || {
+                for x in 0..400u32 {
+                    k.send_blocking(x).expect("send");
+                }
+            })
+        };
+        for x in 0..400u32 {
+            assert_eq!(p.recv_blocking().expect("recv"), then(want(x)), "reply {x}");
         }
-        other => panic!("{other:?}"),
-    }
+        producer.join().expect("producer");
+        p.shutdown_blocking().expect("shutdown");
+        assert!(p
+            .stage_states()
+            .iter()
+            .all(|s| *s == KernelState::Terminated { code: 0 }));
+        p.stage_telemetry().expect("telemetry")
+    };
+    // To the host: both branches write the head's reply ring by id.
+    let p = Pipeline::launch_across(&runtimes, fan()).expect("fan-out to the host");
+    let t = serve(&p, &|y| y);
+    assert_eq!((t[1].messages_out, t[2].messages_out), (200, 200));
+    // Into a join on the CPU.
+    let p = Pipeline::launch_across(
+        &runtimes,
+        fan().then(KernelSpec::from_fn("join", |x: u32| x + 1000)),
+    )
+    .expect("fan-out into a CPU join");
+    let t = serve(&p, &|y| y + 1000);
+    assert_eq!(t[3].messages_out, 400);
 }
 
 /// Panics (division by zero) when `x % 16 == 0`: `HANDLER_PANIC` on every backend.

@@ -340,6 +340,14 @@ impl Plan {
             .collect()
     }
 
+    /// The stages that write through join `entry` by id (its producers, which advance
+    /// its target's head by compare-and-swap).
+    pub(super) fn producers_of(&self, entry: usize) -> Vec<usize> {
+        (0..self.outs.len())
+            .filter(|&k| matches!(self.outs[k], Out::ById { entry: e, .. } if e == entry))
+            .collect()
+    }
+
     /// Every `(from, to)` of [`Plan::writes`].
     pub(super) fn edges(&self) -> Vec<(usize, usize)> {
         (0..self.outs.len())

@@ -110,18 +110,19 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
     /// region is the GPU backend's mapped pinned memory, which the host addresses too);
     /// when none will do, the launch is refused. Between two GPUs that is mapped pinned
     /// host memory, which both reach over PCIe (no peer-to-peer access is needed, and
-    /// none is used: `docs/pipelines.md`). Linear links only cross runtimes: a fan-out's
-    /// stages (the fanning stage, its branches and their join) advance each other's rings
-    /// by compare-and-swap, which is atomic among the kernels of one device only, so they
-    /// must all run on one device (runtimes of one device, or all on the CPU backend, are
-    /// fine).
+    /// none is used: `docs/pipelines.md`). A fan-out may cross devices too: the fanning
+    /// stage writes each branch's ring with loads and stores. The branches feeding one
+    /// join (or the head's replies, by id) advance its ring by compare-and-swap, so they
+    /// run on one device, or on backends whose atomics are atomic with the host's
+    /// ([`gyre_core::Backend::host_atomics`]: the CPU, OpenCL; CUDA only with
+    /// `HOST_NATIVE_ATOMIC_SUPPORTED`).
     ///
     /// # Errors
     ///
     /// Those of [`Runtime::launch_pipeline`], and [`Error::Pipeline`] for no runtime, a
-    /// stage placed beyond `runtimes`, a pipeline with a fan-out whose stages run on
-    /// more than one device, or a stage whose region no backend of its writers can
-    /// place where all of them address it; [`Error::StrategyUnsupported`] names the
+    /// stage placed beyond `runtimes`, branches feeding one join from several devices
+    /// whose atomics are not all the host's, or a stage whose region (or a link table)
+    /// no backend of its users can place where all of them address it; [`Error::StrategyUnsupported`] names the
     /// stage and its runtime.
     ///
     /// # Examples
@@ -160,20 +161,13 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
         let (checked, plan) = spec.check(&targets)?;
         let n = checked.len();
         let imps: Vec<&Arc<dyn gyre_core::Backend>> = targets.iter().map(|t| &t.imp).collect();
-        if plan.entries() > 0 {
-            // One device (or the host): the runtimes may differ, the device may not.
-            if let Some(k) = (1..n).find(|&k| targets[k].backend != targets[0].backend) {
-                return Err(spec.refuse(
-                    k,
-                    format!(
-                        "it runs on {:?} and stage 0 on {:?}: the stages of a pipeline with \
-                         a fan-out advance each other's rings by compare-and-swap, atomic \
-                         among the kernels of one device only, so they all run on one \
-                         device",
-                        targets[k].backend, targets[0].backend
-                    ),
-                ));
-            }
+        // The producers of a join advance its ring by compare-and-swap: one device, or
+        // backends whose atomics are the host's. A fan-out itself crosses devices freely.
+        for &(entry, _, _) in &plan.joins {
+            atomics_meet(&plan.producers_of(entry), |k| {
+                (targets[k].backend, imps[k].host_atomics())
+            })
+            .map_err(|(k, why)| spec.refuse(k, why))?;
         }
         let _span = tracing::info_span!(
             "gyre_launch_pipeline",
@@ -208,7 +202,7 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
             .iter()
             .map(|st| st.spec.restart.filter(|p| n > 1 && p.max_restarts() > 0))
             .collect();
-        let links = links_of(&spec, &plan, imps[0].as_ref(), &regions, &doorbells)?;
+        let links = links_of(&spec, &plan, &imps, &regions, &doorbells)?;
         let mut launches = Vec::with_capacity(n);
         for ((k, st), link) in spec.stages.iter().enumerate().zip(links) {
             let mut l: LaunchSpec = st.spec.launch_spec();
@@ -427,25 +421,71 @@ impl Placement {
     }
 }
 
-/// Each stage's link, from the plan: regions, or entries of link tables allocated in the
-/// backend's region memory and filled with the kernels' addresses of the regions (a
-/// pipeline with link tables runs on one device; its tables are `imp`'s memory).
+/// Whether the `producers` of one join may advance its ring by compare-and-swap
+/// together: all on one device, or all on backends whose atomics are the host's
+/// ([`gyre_core::Backend::host_atomics`]). `of(k)` is stage k's device and whether its
+/// backend's atomics are the host's. `Err((stage, why))` names a producer that may not.
+fn atomics_meet(
+    producers: &[usize],
+    of: impl Fn(usize) -> (crate::Backend, bool),
+) -> std::result::Result<(), (usize, String)> {
+    let Some(&first) = producers.first() else {
+        return Ok(());
+    };
+    let device = of(first).0;
+    let Some(&other) = producers.iter().find(|&&k| of(k).0 != device) else {
+        return Ok(());
+    };
+    match producers.iter().find(|&&k| !of(k).1) {
+        None => Ok(()),
+        Some(&k) => {
+            let peer = if of(k).0 == device { other } else { first };
+            Err((
+                k,
+                format!(
+                    "it writes a join by compare-and-swap together with stage {peer} on \
+                     another device ({:?} and {:?}), and its backend's atomics are not \
+                     atomic with the host's (a CUDA device without \
+                     HOST_NATIVE_ATOMIC_SUPPORTED): the branches feeding one join run on \
+                     one device, or on the CPU and OpenCL backends",
+                    of(k).0,
+                    of(peer).0
+                ),
+            ))
+        }
+    }
+}
+
+/// Each stage's link, from the plan: regions, or entries of link tables filled with the
+/// addresses the reading kernels use for the regions. The tables are memory that every
+/// stage reading an entry addresses (a [`Placement`] among their backends).
 fn links_of<Req, Resp>(
     spec: &PipelineSpec<Req, Resp>,
     plan: &Plan,
-    imp: &dyn gyre_core::Backend,
+    imps: &[&Arc<dyn gyre_core::Backend>],
     regions: &[Arc<SharedRegion>],
     bells: &[Arc<Doorbell>],
 ) -> Result<Vec<Option<StageLink>>> {
-    let tables = if plan.entries() == 0 {
-        None
-    } else {
-        let mem = imp.alloc_region(LinkTables::bytes_for(plan.entries()))?;
-        Some(Arc::new(LinkTables::new(mem, plan.entries())?))
+    let readers: Vec<usize> = (0..plan.outs.len())
+        .filter(|&k| matches!(plan.outs[k], Out::Route { .. } | Out::ById { .. }))
+        .collect();
+    let tables = match readers.first() {
+        None => None,
+        Some(&first) => {
+            let place = Placement {
+                bytes: LinkTables::bytes_for(plan.entries()),
+                users: readers.clone(),
+            };
+            let mem = place
+                .memory(imps)?
+                .map_err(|why| spec.refuse(first, format!("its link table: {why}")))?;
+            Some(Arc::new(LinkTables::new(mem, plan.entries())?))
+        }
     };
-    let addr = |k: usize| imp.device_address(regions[k].base());
+    // Region `m` as stage `k`'s kernel addresses it.
+    let addr = |k: usize, m: usize| imps[k].device_address(regions[m].base());
     if let Some(t) = &tables {
-        for out in &plan.outs {
+        for (k, out) in plan.outs.iter().enumerate() {
             let Out::Route {
                 entry,
                 route,
@@ -456,12 +496,36 @@ fn links_of<Req, Resp>(
             };
             let targets = branches
                 .iter()
-                .map(|&b| Ok((addr(b)?, spec.stages[b].spec.msg_type)))
+                .map(|&b| Ok((addr(k, b)?, spec.stages[b].spec.msg_type)))
                 .collect::<Result<Vec<_>>>()?;
             t.set_route(*entry, route_mode(*route), &targets)?;
         }
         for &(entry, to, producers) in &plan.joins {
-            t.set_join(entry, addr(to.unwrap_or(0))?, producers)?;
+            // One entry for all producers: each must address the target alike.
+            let target = to.unwrap_or(0);
+            let mut at: Option<(usize, u64)> = None;
+            for p in plan.producers_of(entry) {
+                let a = addr(p, target)?;
+                match at {
+                    None => at = Some((p, a)),
+                    Some((q, b)) if b != a => {
+                        return Err(spec.refuse(
+                            p,
+                            format!(
+                                "its kernel addresses the join's target (stage {target}'s \
+                                 region) at {a:#x}, stage {q}'s at {b:#x}: the producers of \
+                                 one join share its table entry"
+                            ),
+                        ))
+                    }
+                    Some(_) => {}
+                }
+            }
+            let a = match at {
+                Some((_, a)) => a,
+                None => imps[target].device_address(regions[target].base())?,
+            };
+            t.set_join(entry, a, producers)?;
         }
     }
     let table = |entry: usize, targets: Vec<usize>| -> Result<LinkTarget> {
@@ -539,6 +603,46 @@ fn abandon(
 mod tests {
     use super::*;
     use gyre_core::IdleStrategy as I;
+
+    #[test]
+    fn a_join_is_fed_from_one_device_or_by_host_atomics_only() {
+        use crate::Backend as B;
+        let (cpu, gpu0, gpu1) = (B::Cpu, B::Cuda { device: 0 }, B::Cuda { device: 1 });
+        let cl = B::OpenCl {
+            platform: 0,
+            device: 0,
+        };
+        // (device, host atomics) of stages 0..
+        let meet = |stages: &[(B, bool)], producers: &[usize]| {
+            atomics_meet(producers, |k| stages[k]).map_err(|(k, _)| k)
+        };
+        // One device: whatever its atomics.
+        assert_eq!(meet(&[(gpu0, false), (gpu0, false)], &[0, 1]), Ok(()));
+        // The CPU and OpenCL: both the host's.
+        assert_eq!(meet(&[(cpu, true), (cl, true)], &[0, 1]), Ok(()));
+        // Two PCIe GPUs, or a PCIe GPU and the CPU: refused, naming the GPU stage.
+        assert_eq!(meet(&[(gpu0, false), (gpu1, false)], &[0, 1]), Err(0));
+        assert_eq!(meet(&[(cpu, true), (gpu1, false)], &[0, 1]), Err(1));
+        // GPUs with host-native atomics (NVLink-C2C) and the CPU: allowed.
+        assert_eq!(
+            meet(&[(gpu0, true), (gpu1, true), (cpu, true)], &[0, 1, 2]),
+            Ok(())
+        );
+        // Only the producers count.
+        assert_eq!(
+            meet(&[(gpu1, false), (cpu, true), (cpu, true)], &[1, 2]),
+            Ok(())
+        );
+        assert_eq!(meet(&[], &[]), Ok(()));
+        // The refusal says why.
+        let why = atomics_meet(&[0, 1], |k| [(cpu, true), (gpu1, false)][k])
+            .expect_err("refused")
+            .1;
+        assert!(
+            why.contains("compare-and-swap") && why.contains("stage 0"),
+            "{why}"
+        );
+    }
 
     #[test]
     fn a_cpu_stage_fed_by_a_device_parks_briefly() {

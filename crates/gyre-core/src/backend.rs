@@ -161,6 +161,18 @@ pub trait Backend: Send + Sync {
         Ok(host.as_ptr() as u64)
     }
 
+    /// Whether this backend's kernels' atomic read-modify-writes (compare-and-swap) on
+    /// memory they share with the host are atomic with the host's own, and so with
+    /// those of every other backend for which this holds. A pipeline needs it to let
+    /// stages on different devices advance one ring by compare-and-swap (branches of a
+    /// fan-out on several devices writing one join: `docs/pipelines.md`, "Across
+    /// devices"). The default (host threads on host memory) holds; OpenCL holds for its
+    /// fine-grained SVM with atomics; CUDA only on a device that reports
+    /// `HOST_NATIVE_ATOMIC_SUPPORTED` (NVLink-C2C systems, not PCIe GPUs).
+    fn host_atomics(&self) -> bool {
+        true
+    }
+
     /// Checks empirically that a running kernel and the host see each other's writes
     /// through the memory [`Backend::alloc_region`] returns, within `timeout` — the claim
     /// behind `system-scope` visibility. `Ok(Ok(rtt))` confirms it; `Ok(Err(why))` says

@@ -401,6 +401,12 @@ impl gyre_core::Backend for CudaBackend {
             .map_err(|e| to_core("(pipeline link)", e))
     }
 
+    /// Device atomics on mapped pinned host memory are atomic with the CPU's only where
+    /// the device reports `HOST_NATIVE_ATOMIC_SUPPORTED`; over PCIe they are not.
+    fn host_atomics(&self) -> bool {
+        self.info().device.host_native_atomic_supported
+    }
+
     /// A device with a kernel execution timeout (a display watchdog, WDDM's default
     /// 2 s) kills any kernel that runs longer: kernels there run in epochs.
     fn kernel_time_limit(&self) -> Option<std::time::Duration> {

@@ -423,6 +423,12 @@ impl gyre_core::Backend for OpenClBackend {
         Ok(Box::new(mem))
     }
 
+    /// Its kernels address only its fine-grained SVM allocated with `CL_MEM_SVM_ATOMICS`,
+    /// whose atomics OpenCL makes atomic with the host's.
+    fn host_atomics(&self) -> bool {
+        true
+    }
+
     /// `host` itself (SVM is one address for host and device), if it is the base of SVM
     /// of this device's context; otherwise refused (host memory of another backend, SVM
     /// of another context).
