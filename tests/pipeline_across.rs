@@ -134,8 +134,9 @@ fn placements_that_cannot_run_are_refused() {
         other => panic!("{other:?}"),
     }
     // A fan-out over two runtimes of one device (here the CPU) runs: its compare-and-swap
-    // links stay among one device's kernels. Across devices it is refused
-    // (`tests/pipeline_opencl.rs`).
+    // links stay among one device's kernels. Across devices a join's producers need
+    // atomics that are the host's (`tests/pipeline_opencl.rs` runs the CPU with OpenCL;
+    // the rule is a unit test in `src/pipeline/launch.rs`).
     let p = Pipeline::launch_across(
         &[a, b],
         PipelineSpec::new("fan", KernelSpec::<u64, u64>::echo())

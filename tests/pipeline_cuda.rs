@@ -304,6 +304,10 @@ fn a_gpu_fan_out_feeds_a_cpu_join() {
         return;
     };
     serve_in_order(&p, |x| x + 7);
+    let host_native = gyre_cuda::CudaBackend::check_device(0)
+        .expect("device 0")
+        .device
+        .host_native_atomic_supported;
     match gyre::Pipeline::launch_across(
         &runtimes,
         PipelineSpec::new("gpufan-mixed", echo())
@@ -318,10 +322,15 @@ fn a_gpu_fan_out_feeds_a_cpu_join() {
             .then(KernelSpec::from_fn("join", |x: u64| x + 7))
             .on(1),
     ) {
-        Ok(p) => serve_in_order(&p, |x| x + 7),
-        Err(Error::Pipeline { reason, .. }) if reason.contains("compare-and-swap") => {
-            eprintln!("SKIP the mixed branches: {reason}");
+        Ok(p) => {
+            assert!(host_native, "mixed branches over PCIe must be refused");
+            serve_in_order(&p, |x| x + 7);
         }
-        Err(e) => panic!("mixed branches: {e}"),
+        Err(Error::Pipeline { stage, reason, .. }) if !host_native => {
+            assert_eq!(stage, 1, "the GPU branch: {reason}");
+            assert!(reason.contains("compare-and-swap"), "{reason}");
+            eprintln!("SKIP running the mixed branches (refused, as it must be): {reason}");
+        }
+        Err(e) => panic!("mixed branches (host-native atomics: {host_native}): {e}"),
     }
 }

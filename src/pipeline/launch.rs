@@ -163,12 +163,8 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
         let imps: Vec<&Arc<dyn gyre_core::Backend>> = targets.iter().map(|t| &t.imp).collect();
         // The producers of a join advance its ring by compare-and-swap: one device, or
         // backends whose atomics are the host's. A fan-out itself crosses devices freely.
-        for &(entry, _, _) in &plan.joins {
-            atomics_meet(&plan.producers_of(entry), |k| {
-                (targets[k].backend, imps[k].host_atomics())
-            })
+        joins_meet(&plan, |k| (targets[k].backend, imps[k].host_atomics()))
             .map_err(|(k, why)| spec.refuse(k, why))?;
-        }
         let _span = tracing::info_span!(
             "gyre_launch_pipeline",
             pipeline = %spec.name,
@@ -421,6 +417,43 @@ impl Placement {
     }
 }
 
+/// [`atomics_meet`] for the producers of every join of `plan`.
+fn joins_meet(
+    plan: &Plan,
+    of: impl Fn(usize) -> (crate::Backend, bool),
+) -> std::result::Result<(), (usize, String)> {
+    plan.joins
+        .iter()
+        .try_for_each(|&(entry, _, _)| atomics_meet(&plan.producers_of(entry), &of))
+}
+
+/// The one address the `producers` of a join give its target (`addr(p)`: as producer
+/// `p`'s kernel addresses it): they share the join's table entry, so they must agree.
+/// `Ok(None)` without producers; `Err((stage, why))` names one that differs.
+fn join_address(
+    producers: &[usize],
+    addr: impl Fn(usize) -> Result<u64>,
+) -> Result<std::result::Result<Option<u64>, (usize, String)>> {
+    let mut at: Option<(usize, u64)> = None;
+    for &p in producers {
+        let a = addr(p)?;
+        match at {
+            None => at = Some((p, a)),
+            Some((q, b)) if b != a => {
+                return Ok(Err((
+                    p,
+                    format!(
+                        "its kernel addresses the join's target at {a:#x}, stage {q}'s at \
+                         {b:#x}: the producers of one join share its table entry"
+                    ),
+                )))
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(Ok(at.map(|(_, a)| a)))
+}
+
 /// Whether the `producers` of one join may advance its ring by compare-and-swap
 /// together: all on one device, or all on backends whose atomics are the host's
 /// ([`gyre_core::Backend::host_atomics`]). `of(k)` is stage k's device and whether its
@@ -445,9 +478,10 @@ fn atomics_meet(
                 format!(
                     "it writes a join by compare-and-swap together with stage {peer} on \
                      another device ({:?} and {:?}), and its backend's atomics are not \
-                     atomic with the host's (a CUDA device without \
-                     HOST_NATIVE_ATOMIC_SUPPORTED): the branches feeding one join run on \
-                     one device, or on the CPU and OpenCL backends",
+                     atomic with the host's (Backend::host_atomics: a CUDA device without \
+                     HOST_NATIVE_ATOMIC_SUPPORTED, an OpenCL device without the \
+                     all-SVM-devices scope): the branches feeding one join run on one \
+                     device, or all on backends whose atomics are the host's",
                     of(k).0,
                     of(peer).0
                 ),
@@ -476,9 +510,15 @@ fn links_of<Req, Resp>(
                 bytes: LinkTables::bytes_for(plan.entries()),
                 users: readers.clone(),
             };
-            let mem = place
-                .memory(imps)?
-                .map_err(|why| spec.refuse(first, format!("its link table: {why}")))?;
+            let mem = place.memory(imps)?.map_err(|why| {
+                spec.refuse(
+                    first,
+                    format!(
+                        "the pipeline's link tables, read by stages {readers:?} (one \
+                         allocation for every fan-out and join): {why}"
+                    ),
+                )
+            })?;
             Some(Arc::new(LinkTables::new(mem, plan.entries())?))
         }
     };
@@ -503,27 +543,10 @@ fn links_of<Req, Resp>(
         for &(entry, to, producers) in &plan.joins {
             // One entry for all producers: each must address the target alike.
             let target = to.unwrap_or(0);
-            let mut at: Option<(usize, u64)> = None;
-            for p in plan.producers_of(entry) {
-                let a = addr(p, target)?;
-                match at {
-                    None => at = Some((p, a)),
-                    Some((q, b)) if b != a => {
-                        return Err(spec.refuse(
-                            p,
-                            format!(
-                                "its kernel addresses the join's target (stage {target}'s \
-                                 region) at {a:#x}, stage {q}'s at {b:#x}: the producers of \
-                                 one join share its table entry"
-                            ),
-                        ))
-                    }
-                    Some(_) => {}
-                }
-            }
-            let a = match at {
-                Some((_, a)) => a,
-                None => imps[target].device_address(regions[target].base())?,
+            let a = match join_address(&plan.producers_of(entry), |p| addr(p, target))? {
+                Ok(Some(a)) => a,
+                Ok(None) => addr(target, target)?,
+                Err((p, why)) => return Err(spec.refuse(p, why)),
             };
             t.set_join(entry, a, producers)?;
         }
@@ -603,6 +626,62 @@ fn abandon(
 mod tests {
     use super::*;
     use gyre_core::IdleStrategy as I;
+
+    /// The rule over whole plans: the branch tails of each join are its producers
+    /// (into a join stage, or the host's replies by id); the fanning stage, the branches'
+    /// inner stages and the join itself may be anywhere.
+    #[test]
+    fn a_plans_joins_are_checked_by_their_producers() {
+        use super::super::graph::Step;
+        use crate::Backend as B;
+        let (gpu0, gpu1) = (B::Cuda { device: 0 }, B::Cuda { device: 1 });
+        // 0 fans out into [1 -> 2] and [3], joined by 4.
+        let steps = [
+            Step::One(0),
+            Step::FanOut {
+                route: super::super::Route::RoundRobin,
+                branches: vec![vec![1, 2], vec![3]],
+            },
+            Step::One(4),
+        ];
+        let plan = Plan::of(&steps, 5).expect("plan");
+        let on = |devs: [B; 5]| move |k: usize| (devs[k], devs[k] == B::Cpu);
+        // Producers 2 and 3 on one PCIe GPU; the rest anywhere.
+        assert_eq!(
+            joins_meet(&plan, on([B::Cpu, gpu1, gpu0, gpu0, B::Cpu])).map_err(|e| e.0),
+            Ok(())
+        );
+        // Producers on a GPU and the CPU: refused, naming the GPU's.
+        assert_eq!(
+            joins_meet(&plan, on([gpu0, gpu0, gpu0, B::Cpu, gpu0])).map_err(|e| e.0),
+            Err(2)
+        );
+        // The host's replies by id: the tails 1 and 2.
+        let steps = [
+            Step::One(0),
+            Step::FanOut {
+                route: super::super::Route::key_at(0),
+                branches: vec![vec![1], vec![2]],
+            },
+        ];
+        let plan = Plan::of(&steps, 3).expect("plan");
+        assert_eq!(
+            joins_meet(&plan, |k| ([B::Cpu, B::Cpu, gpu1][k], k < 2)).map_err(|e| e.0),
+            Err(2)
+        );
+    }
+
+    #[test]
+    fn a_joins_producers_must_address_its_target_alike() {
+        let same = join_address(&[1, 2], |_| Ok(0x1000)).expect("addresses");
+        assert_eq!(same, Ok(Some(0x1000)));
+        let differ = join_address(&[1, 2, 3], |p| Ok(if p == 3 { 0x2000 } else { 0x1000 }))
+            .expect("addresses");
+        let (stage, why) = differ.expect_err("refused");
+        assert_eq!(stage, 3);
+        assert!(why.contains("0x2000") && why.contains("stage 1"), "{why}");
+        assert_eq!(join_address(&[], |_| Ok(1)).expect("none"), Ok(None));
+    }
 
     #[test]
     fn a_join_is_fed_from_one_device_or_by_host_atomics_only() {

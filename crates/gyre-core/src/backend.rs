@@ -166,11 +166,12 @@ pub trait Backend: Send + Sync {
     /// those of every other backend for which this holds. A pipeline needs it to let
     /// stages on different devices advance one ring by compare-and-swap (branches of a
     /// fan-out on several devices writing one join: `docs/pipelines.md`, "Across
-    /// devices"). The default (host threads on host memory) holds; OpenCL holds for its
-    /// fine-grained SVM with atomics; CUDA only on a device that reports
-    /// `HOST_NATIVE_ATOMIC_SUPPORTED` (NVLink-C2C systems, not PCIe GPUs).
+    /// devices"). The CPU backend holds (host threads on host memory); OpenCL holds for
+    /// its fine-grained SVM with atomics and fences of the all-SVM-devices scope; CUDA
+    /// only on a device that reports `HOST_NATIVE_ATOMIC_SUPPORTED` (NVLink-C2C systems,
+    /// not PCIe GPUs). The default: it does not (a backend says so only when it knows).
     fn host_atomics(&self) -> bool {
-        true
+        false
     }
 
     /// Checks empirically that a running kernel and the host see each other's writes

@@ -153,6 +153,11 @@ impl Backend for CpuBackend {
         "cpu"
     }
 
+    /// Kernel threads' C11 atomics are the host's own.
+    fn host_atomics(&self) -> bool {
+        true
+    }
+
     fn launch(
         &self,
         region: Arc<SharedRegion>,

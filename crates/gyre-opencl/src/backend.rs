@@ -255,7 +255,7 @@ impl OpenClBackend {
                 device: self.dev.info.name.clone(),
                 reason: format!(
                     "the pipeline link at {link_base:p} (a region or link tables) is not SVM \
-                     of this device's context (every stage of a chain runs on one device)"
+                     of this device's context"
                 ),
             });
         }
@@ -303,7 +303,7 @@ impl OpenClBackend {
                 device: self.dev.info.name.clone(),
                 reason: format!(
                     "a region at {p:p} that a pipeline link table names is not SVM of this \
-                     device's context (every stage of a chain runs on one device)"
+                     device's context"
                 ),
             });
         }
@@ -423,10 +423,16 @@ impl gyre_core::Backend for OpenClBackend {
         Ok(Box::new(mem))
     }
 
-    /// Its kernels address only its fine-grained SVM allocated with `CL_MEM_SVM_ATOMICS`,
-    /// whose atomics OpenCL makes atomic with the host's.
+    /// Its kernels address only its fine-grained SVM allocated with `CL_MEM_SVM_ATOMICS`.
+    /// Their compare-and-swaps and fences must also reach the host's: a CPU device's do
+    /// (the host's cores), another device's only with the all-SVM-devices scope for
+    /// both atomics and fences (`GYRE_CL_FENCE_SCOPE`; a by-id target's prefix advance
+    /// is a store, a fence, then a scan of the other producers' slots).
     fn host_atomics(&self) -> bool {
-        true
+        let i = &self.dev.info;
+        i.kind == crate::DeviceKind::Cpu
+            || (i.atomic_scope == crate::Scope::AllSvmDevices
+                && i.fence_scope == crate::Scope::AllSvmDevices)
     }
 
     /// `host` itself (SVM is one address for host and device), if it is the base of SVM
