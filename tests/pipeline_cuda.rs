@@ -221,7 +221,7 @@ fn fragile(x: u64) -> u64 {
 }
 
 /// A GPU stage whose handler panics is restarted in place (`docs/pipelines.md`,
-/// "Restarting a stage"): its ring kernel is relaunched on its region while the stage
+/// "Relaunching a stage"): its ring kernel is relaunched on its region while the stage
 /// before it keeps running on the device; the request that faulted is the only one that
 /// fails, the others are answered in order.
 #[test]

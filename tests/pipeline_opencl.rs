@@ -356,7 +356,7 @@ fn fragile(x: u64) -> u64 {
 }
 
 /// A device stage whose handler panics is restarted in place (`docs/pipelines.md`,
-/// "Restarting a stage"): its OpenCL kernel is relaunched on its region while the stage
+/// "Relaunching a stage"): its OpenCL kernel is relaunched on its region while the stage
 /// before it keeps running, the request that faulted is the only one that fails, and the
 /// others are answered in order.
 #[test]

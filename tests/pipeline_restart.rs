@@ -1,4 +1,4 @@
-//! Restarting one stage of a running chain (`docs/pipelines.md`, "Restarting a stage"), on
+//! Restarting one stage of a running chain (`docs/pipelines.md`, "Relaunching a stage"), on
 //! the CPU backend: a stage with a restart policy whose handler panics is relaunched in
 //! place while the other stages run on, so the request that faulted is the only one that
 //! fails; every other request is answered exactly once, in order. When the policy runs
@@ -473,4 +473,44 @@ fn a_stage_feeding_a_stopped_stage_is_not_restarted() {
         p.shutdown_blocking(),
         Err(Error::KernelFaulted { .. })
     ));
+}
+
+/// Stages in epochs (`KernelSpec::epoch`: what a device with a kernel time limit forces)
+/// are relaunched in place at the end of each, under load from two producers, while
+/// another stage restarts after faults: every request is answered once, in order, by
+/// whichever launch took it.
+#[test]
+fn stages_in_epochs_hand_over_under_load_and_lose_nothing() {
+    const N: u64 = 4000;
+    let bad = |x: u64| x % 500 == 99;
+    let ms = Duration::from_millis(1);
+    let p = rt()
+        .launch_pipeline(
+            PipelineSpec::new("epochs", KernelSpec::<u64, u64>::echo().epoch(ms))
+                .then(fragile("fragile", bad).restart(policy(100)).epoch(ms))
+                .then(KernelSpec::from_fn("inc", |x: u64| x + 1).epoch(ms)),
+        )
+        .expect("launch");
+    // Two producers, each its own half in order; one receiver in request order.
+    let got = stream(&p, N);
+    let faults = check(&got, bad, |x| x * 2 + 1);
+    assert!(faults > 0);
+    eventually("the last restart", || p.stage_restarts()[1] == faults);
+    p.shutdown_blocking().expect("shutdown");
+    // The faulting stage's epochs are few (its faults come sooner than its epoch ends);
+    // the others' many. Every launch is an epoch's or a restart's.
+    let r = p.stage_relaunches();
+    assert!(r[0].epochs > 0 && r[2].epochs > 0, "{r:?}");
+    assert_eq!(r[0].restarts + r[2].restarts, 0);
+    for s in &r {
+        assert_eq!(u64::from(s.generation), 1 + s.epochs + s.restarts, "{r:?}");
+    }
+    // The head stage's relaunches are the chain's.
+    assert_eq!(p.relaunches().epochs, r[0].epochs);
+    assert!(p
+        .stage_states()
+        .iter()
+        .all(|s| *s == KernelState::Terminated { code: 0 }));
+    let t = p.stage_telemetry().expect("telemetry");
+    assert!(t.iter().all(|t| t.messages_out == N), "{t:?}");
 }

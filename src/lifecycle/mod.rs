@@ -127,18 +127,22 @@ pub(crate) struct Lifecycle {
     last_restart_ms: AtomicU64,
     /// Set when the kernel's end was handled: no more relaunches.
     pub(crate) ended: AtomicBool,
-    /// Restarts made elsewhere that count as this kernel's: a pipeline's head stage,
-    /// restarted by the pipeline's stage supervisor (`crate::pipeline`).
-    also: OnceLock<Arc<RestartCounters>>,
+    /// Relaunches made elsewhere that count as this kernel's: a pipeline's head stage,
+    /// relaunched by the pipeline's stage supervisor (`crate::pipeline`).
+    also: OnceLock<Arc<RelaunchCounters>>,
 }
 
-/// Restarts after a fault counted outside a [`Lifecycle`] (a pipeline stage's).
+/// Relaunches counted outside a [`Lifecycle`] (a pipeline stage's).
 #[derive(Debug, Default)]
-pub(crate) struct RestartCounters {
+pub(crate) struct RelaunchCounters {
     /// Restarts after a fault, since launch.
     pub(crate) restarts: AtomicU64,
+    /// Handovers at the end of an epoch, since launch.
+    pub(crate) epochs: AtomicU64,
     /// Wall time (Unix ms) of the last restart; 0 before any.
     pub(crate) last_restart_ms: AtomicU64,
+    /// Wall time (Unix ms) of the last relaunch of either kind; 0 before any.
+    pub(crate) last_relaunch_ms: AtomicU64,
 }
 
 impl Lifecycle {
@@ -180,8 +184,8 @@ impl Lifecycle {
         }
     }
 
-    /// Counts `c`'s restarts as this kernel's too (once; later calls are ignored).
-    pub(crate) fn count_restarts_of(&self, c: Arc<RestartCounters>) {
+    /// Counts `c`'s relaunches as this kernel's too (once; later calls are ignored).
+    pub(crate) fn count_relaunches_of(&self, c: Arc<RelaunchCounters>) {
         let _ = self.also.set(c);
     }
 
@@ -211,7 +215,8 @@ impl Lifecycle {
         Relaunches {
             generation: self.ch.region().control().generation.load(Acquire),
             reloads: self.reloads.load(Relaxed),
-            epochs: self.epochs.load(Relaxed),
+            epochs: self.epochs.load(Relaxed)
+                + self.also.get().map_or(0, |c| c.epochs.load(Relaxed)),
             restarts: self.restarts.load(Relaxed)
                 + self.also.get().map_or(0, |c| c.restarts.load(Relaxed)),
         }
@@ -468,18 +473,20 @@ impl ExportSource for Lifecycle {
 
     fn lifecycle(&self) -> LifecycleSnapshot {
         let r = self.relaunches();
-        let also = self
-            .also
-            .get()
-            .map_or(0, |c| c.last_restart_ms.load(Relaxed));
+        let (also_restart, also_relaunch) = self.also.get().map_or((0, 0), |c| {
+            (
+                c.last_restart_ms.load(Relaxed),
+                c.last_relaunch_ms.load(Relaxed),
+            )
+        });
         LifecycleSnapshot {
             seq: 0,
             generation: r.generation,
             reloads: r.reloads,
             epochs: r.epochs,
             restarts: r.restarts,
-            last_relaunch_unix_ms: self.last_relaunch_ms.load(Relaxed).max(also),
-            last_restart_unix_ms: self.last_restart_ms.load(Relaxed).max(also),
+            last_relaunch_unix_ms: self.last_relaunch_ms.load(Relaxed).max(also_relaunch),
+            last_restart_unix_ms: self.last_restart_ms.load(Relaxed).max(also_restart),
             epoch_us: self.epoch_us,
         }
     }

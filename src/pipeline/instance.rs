@@ -8,7 +8,7 @@ use gyre_core::shm::{ExportSource, LifecycleSnapshot};
 use gyre_core::{Error, KernelInstance, Result};
 use parking_lot::Mutex;
 
-use super::restart::{RestartCounters, Running, StageSupervisor};
+use super::restart::{RelaunchCounters, Running, StageSupervisor};
 
 /// Every stage's launch, head first: finished when all are, failed when one is (the
 /// first, in stage order), joined stage by stage. The head's lifecycle holds it as its
@@ -53,21 +53,24 @@ impl KernelInstance for ChainInstance {
 
 /// What a stage's export publisher reads besides its region: the host copies the
 /// telemetry line (stages are launched without an export, so no kernel writes it), and
-/// the stage's restarts ([`super::restart`]).
-pub(crate) struct StageFeed(pub(crate) Arc<RestartCounters>);
+/// the stage's relaunches ([`super::restart`]) and its epoch length (microseconds).
+pub(crate) struct StageFeed(pub(crate) Arc<RelaunchCounters>, pub(crate) u32);
 
 impl ExportSource for StageFeed {
     fn copy_telemetry(&self) -> bool {
         true
     }
     fn lifecycle(&self) -> LifecycleSnapshot {
-        let restarts = self.0.restarts.load(Relaxed);
-        let last = self.0.last_restart_ms.load(Relaxed);
+        let c = &self.0;
+        let (restarts, epochs) = (c.restarts.load(Relaxed), c.epochs.load(Relaxed));
         LifecycleSnapshot {
-            generation: u32::try_from(restarts.saturating_add(1)).unwrap_or(u32::MAX),
+            generation: u32::try_from(restarts.saturating_add(epochs).saturating_add(1))
+                .unwrap_or(u32::MAX),
             restarts,
-            last_restart_unix_ms: last,
-            last_relaunch_unix_ms: last,
+            epochs,
+            last_restart_unix_ms: c.last_restart_ms.load(Relaxed),
+            last_relaunch_unix_ms: c.last_relaunch_ms.load(Relaxed),
+            epoch_us: self.1,
             ..LifecycleSnapshot::default()
         }
     }

@@ -14,7 +14,7 @@ use gyre_core::{Error, KernelInstance, LaunchSpec, Result, SharedRegion};
 
 use super::graph::{route_mode, Out, Plan};
 use super::instance::{ChainInstance, StageFeed};
-use super::restart::{RestartCounters, Restartable, Running, StageSupervisor};
+use super::restart::{RelaunchCounters, Restartable, Running, StageSupervisor};
 use super::{Pipeline, PipelineSpec};
 use crate::kernel::{Kernel, Started};
 use crate::lifecycle::Place;
@@ -66,8 +66,7 @@ impl Runtime {
     /// Nothing is left running on any error:
     /// [`Error::Pipeline`] (more than [`MAX_PIPELINE_STAGES`](super::MAX_PIPELINE_STAGES)
     /// stages; a stage whose capacity or
-    /// slot size differs from the first's; a stage with epochs, a watched source or
-    /// loans; a stage placed with [`PipelineSpec::on`] on a runtime
+    /// slot size differs from the first's; a stage with a watched source or loans; a stage placed with [`PipelineSpec::on`] on a runtime
     /// other than 0); [`Error::StrategyUnsupported`] under a copy strategy;
     /// those of [`Runtime::launch`] for any stage ([`Error::HandlerUnsupported`],
     /// [`Error::TypeTooLarge`], [`Error::InvalidArgument`], [`Error::Launch`] when a
@@ -190,6 +189,13 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
                 )?))
             })
             .collect::<Result<Vec<_>>>()?;
+        for (region, c) in regions.iter().zip(&checked) {
+            // K0 reads it: a stage in epochs hands over when one runs out.
+            region
+                .control()
+                .epoch_us
+                .store(c.epoch_us, core::sync::atomic::Ordering::Release);
+        }
         let doorbells: Vec<Arc<Doorbell>> = (0..n).map(|_| Arc::new(Doorbell::new())).collect();
         // A stage with restarts left is relaunched in place (`restart.rs`); a lone stage
         // is the head kernel's, restarted by its lifecycle as any kernel.
@@ -222,7 +228,7 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
             }
         }
         launches[0].export = spec.export_for(0)?;
-        let counters: Vec<Arc<RestartCounters>> = (0..n).map(|_| Arc::default()).collect();
+        let counters: Vec<Arc<RelaunchCounters>> = (0..n).map(|_| Arc::default()).collect();
         let mut exports = Vec::with_capacity(n.saturating_sub(1));
         for (k, region) in regions.iter().enumerate().skip(1) {
             if let Some(w) = spec.export_for(k)? {
@@ -230,7 +236,7 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
                     region.clone(),
                     w,
                     spec.stages[0].spec.export_interval,
-                    Arc::new(StageFeed(counters[k].clone())),
+                    Arc::new(StageFeed(counters[k].clone(), checked[k].epoch_us)),
                 )
                 .map_err(|e| Error::Launch {
                     backend: "telemetry export",
@@ -266,19 +272,18 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
             plan.edges(),
         ));
         let running = Arc::new(Running::new(running, regions.clone()));
-        let restartable = restarts
-            .iter()
-            .enumerate()
-            .filter_map(|(k, p)| {
-                p.map(|policy| Restartable {
-                    stage: k,
-                    name: spec.stage_name(k),
-                    imp: imps[k].clone(),
-                    region: regions[k].clone(),
-                    launch: launches[k].clone(),
-                    policy,
-                    counters: counters[k].clone(),
-                })
+        // The stages the supervisor relaunches: restarts, epochs (a lone stage is the
+        // head kernel's: its lifecycle relaunches it).
+        let restartable = (0..n)
+            .filter(|&k| n > 1 && (restarts[k].is_some() || checked[k].epoch_us != 0))
+            .map(|k| Restartable {
+                stage: k,
+                name: spec.stage_name(k),
+                imp: imps[k].clone(),
+                region: regions[k].clone(),
+                launch: launches[k].clone(),
+                policy: restarts[k],
+                counters: counters[k].clone(),
             })
             .collect();
         let supervisor =
@@ -293,8 +298,8 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
         let mut head: KernelSpec<Req, Resp> = spec.stages[0].spec.clone().retyped();
         head.name = spec.name.clone();
         if n > 1 {
-            // Its stage's supervisor restarts the head stage alone; the chain as a whole
-            // is never relaunched.
+            // Its stage's supervisor relaunches the head stage alone; the chain as a
+            // whole is never relaunched.
             head.restart = None;
         }
         let kernel = Kernel::start(
@@ -308,7 +313,8 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
                 }),
                 transfer: None,
                 launched: launches[0].clone(),
-                epoch_us: 0,
+                // A lone stage's epochs are its lifecycle's, as any kernel's.
+                epoch_us: if n == 1 { checked[0].epoch_us } else { 0 },
                 backend: targets[0].backend,
                 chain: Some(chain.clone()),
             },
@@ -316,8 +322,8 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
         )?;
         kernel.inner().keep_exports(exports);
         if n > 1 {
-            // The head stage's restarts are the head kernel's (`relaunches`, its export).
-            kernel.inner().life.count_restarts_of(counters[0].clone());
+            // The head stage's relaunches are the head kernel's (`relaunches`, its export).
+            kernel.inner().life.count_relaunches_of(counters[0].clone());
         }
         Ok(Pipeline {
             kernel,

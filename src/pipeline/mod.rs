@@ -70,9 +70,10 @@ impl Stage {
 /// timeout of every stage: the host writes every stage's heartbeat at the pace the first
 /// stage's timeout sets).
 /// A stage's [`KernelSpec::restart`] policy restarts that stage alone, in place, after
-/// its handler faults, while the others run on (`docs/pipelines.md`, "Restarting a
-/// stage"). Epochs, watched sources and loans are refused (see
-/// [`Runtime::launch_pipeline`]). [`on`](Self::on) places a stage on
+/// its handler faults, and a stage in epochs ([`KernelSpec::epoch`], or on a device with
+/// a kernel time limit) is relaunched in place at the end of each, while the others run
+/// on (`docs/pipelines.md`, "Relaunching a stage"). Watched sources and loans are
+/// refused (see [`Runtime::launch_pipeline`]). [`on`](Self::on) places a stage on
 /// another runtime (another device) for [`Pipeline::launch_across`].
 ///
 /// [`Runtime::launch_pipeline`]: crate::Runtime::launch_pipeline
@@ -323,18 +324,12 @@ impl<Req, Resp> PipelineSpec<Req, Resp> {
                 self.refuse(
                     k,
                     format!(
-                        "it {what}: a pipeline's stages are relaunched only by a restart \
-                         after a fault (no epochs or reloads of one stage in a running chain)"
+                        "it {what}: a pipeline's stages are relaunched only at the end of \
+                         an epoch or by a restart after a fault (no reload of one stage in \
+                         a running chain)"
                     ),
                 )
             };
-            if c.epoch_us != 0 {
-                return Err(once(&format!(
-                    "runs in epochs of {} us (on a device with a kernel time limit, set \
-                     KernelSpec::epoch(Duration::ZERO) and accept the limit)",
-                    c.epoch_us
-                )));
-            }
             if st.spec.watch.is_some() {
                 return Err(once("watches a handler source"));
             }
@@ -420,7 +415,7 @@ pub struct Pipeline<Req, Resp> {
     names: Arc<[String]>,
     chain: Arc<ChainView>,
     /// Each stage's restarts ([`restart`]), head first.
-    counters: Arc<[Arc<restart::RestartCounters>]>,
+    counters: Arc<[Arc<restart::RelaunchCounters>]>,
 }
 
 impl<Req, Resp> Clone for Pipeline<Req, Resp> {
@@ -508,7 +503,7 @@ impl<Req, Resp> Pipeline<Req, Resp> {
 
     /// How often each stage was restarted after its handler faulted, first stage first
     /// (a stage with a [`KernelSpec::restart`] policy is relaunched in place while the
-    /// others run on: `docs/pipelines.md`, "Restarting a stage").
+    /// others run on: `docs/pipelines.md`, "Relaunching a stage").
     ///
     /// # Examples
     ///
@@ -532,13 +527,48 @@ impl<Req, Resp> Pipeline<Req, Resp> {
     /// # Ok::<(), gyre::Error>(())
     /// ```
     pub fn stage_restarts(&self) -> Vec<u64> {
+        self.stage_relaunches()
+            .into_iter()
+            .map(|r| r.restarts)
+            .collect()
+    }
+
+    /// Each stage's relaunches, first stage first: restarts after a fault, and
+    /// handovers at the end of an epoch (a stage with [`KernelSpec::epoch`], or on a
+    /// device with a kernel time limit, is relaunched in place at the end of each; no
+    /// request is lost or repeated). `generation` counts the stage's launches.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use gyre::{Backend, KernelSpec, PipelineSpec, Runtime};
+    /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
+    /// let p = rt.launch_pipeline(
+    ///     PipelineSpec::new("p", KernelSpec::<u32, u32>::echo())
+    ///         .then(KernelSpec::<u32, u32>::echo().epoch(Duration::from_millis(1))),
+    /// )?;
+    /// assert_eq!(p.call_blocking(7)?, 7); // answered by whichever launch took it
+    /// let r = p.stage_relaunches(); // stage 1 hands over every millisecond
+    /// assert_eq!((r[0].epochs, r[1].restarts), (0, 0));
+    /// # p.shutdown_blocking()?;
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
+    pub fn stage_relaunches(&self) -> Vec<crate::Relaunches> {
         if self.counters.len() == 1 {
-            // A lone stage is the head kernel, restarted by its lifecycle.
-            return vec![self.kernel.inner().life.relaunches().restarts];
+            // A lone stage is the head kernel, relaunched by its lifecycle.
+            return vec![self.kernel.inner().life.relaunches()];
         }
+        use core::sync::atomic::Ordering::{Acquire, Relaxed};
         self.counters
             .iter()
-            .map(|c| c.restarts.load(core::sync::atomic::Ordering::Relaxed))
+            .zip(self.chain.regions())
+            .map(|(c, r)| crate::Relaunches {
+                generation: r.control().generation.load(Acquire),
+                reloads: 0,
+                epochs: c.epochs.load(Relaxed),
+                restarts: c.restarts.load(Relaxed),
+            })
             .collect()
     }
 

@@ -1,5 +1,10 @@
-//! Restarting one stage of a running chain after its handler faulted, while the other
-//! stages run on (`docs/pipelines.md`, "Restarting a stage").
+//! Relaunching one stage of a running chain while the other stages run on: at the end of
+//! each of its epochs, and after its handler faulted (`docs/pipelines.md`, "Relaunching a
+//! stage").
+//!
+//! A stage in epochs (its region's `epoch_us`) hands over at a batch boundary when one
+//! runs out, as any kernel (K1; `error_code` 0); the supervisor relaunches it at once
+//! (R3–R6 below), counted as an epoch, never against a restart policy.
 //!
 //! A stage whose spec has a restart policy is launched with [`link::RESTARTS`]: on a
 //! handler fault it publishes what it answered (the faulting request's reply is
@@ -39,7 +44,7 @@ use gyre_core::chain::ChainView;
 use gyre_core::{Error, KernelInstance, LaunchSpec, Result, SharedRegion};
 use parking_lot::RwLock;
 
-pub(crate) use crate::lifecycle::RestartCounters;
+pub(crate) use crate::lifecycle::RelaunchCounters;
 use crate::RestartPolicy;
 
 /// How often the supervisor looks at the stages it restarts.
@@ -101,25 +106,36 @@ impl Running {
     }
 }
 
-/// A stage launched with [`link::RESTARTS`]: what its successor is launched with.
+/// A stage the supervisor relaunches: one with a restart policy (launched with
+/// [`link::RESTARTS`]), or one that runs in epochs (its region's `epoch_us`), or both.
 pub(crate) struct Restartable {
     pub(crate) stage: usize,
     pub(crate) name: String,
     pub(crate) imp: Arc<dyn gyre_core::Backend>,
     pub(crate) region: Arc<SharedRegion>,
     pub(crate) launch: LaunchSpec,
-    pub(crate) policy: RestartPolicy,
-    pub(crate) counters: Arc<RestartCounters>,
+    pub(crate) policy: Option<RestartPolicy>,
+    pub(crate) counters: Arc<RelaunchCounters>,
 }
 
 impl Restartable {
-    /// Whether `launch` was given the flag this module relies on.
+    /// Whether `launch` was given the flag a restart policy relies on.
     fn flagged(&self) -> bool {
         self.launch
             .link
             .as_ref()
             .is_some_and(|l| l.flags & link::RESTARTS != 0)
     }
+}
+
+/// Why a stage handed over.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Why {
+    /// Its epoch ran out (`error_code` 0): relaunched at once, not counted against any
+    /// policy.
+    Epoch,
+    /// Its handler faulted with this code: relaunched after the policy's backoff.
+    Fault(u32),
 }
 
 /// One watched stage and where its policy stands.
@@ -157,11 +173,12 @@ impl StageSupervisor {
         if stages.is_empty() {
             return Ok(None);
         }
-        if let Some(r) = stages.iter().find(|r| !r.flagged()) {
+        if let Some(r) = stages.iter().find(|r| r.policy.is_some() != r.flagged()) {
             return Err(Error::InvalidArgument {
                 name: "pipeline stage link",
                 value: r.name.clone(),
-                reason: "a restarted stage is launched with link::RESTARTS",
+                reason: "a stage is launched with link::RESTARTS exactly when it has a \
+                         restart policy",
             });
         }
         let stop = Arc::new(AtomicBool::new(false));
@@ -248,42 +265,71 @@ fn step(w: &mut Watched, running: &Running, chain: &ChainView) {
         stop_behind_final(w, running, &*old, chain);
         return;
     }
-    let now = Instant::now();
-    let due = match w.due {
-        Some(d) => d,
-        None => {
-            if w.r
-                .policy
-                .window()
-                .is_some_and(|win| now - w.last_launch >= win)
-            {
-                w.in_window = 0;
-            }
-            if w.in_window >= w.r.policy.max_restarts() {
-                give_up(w, running, &*old, chain, "no restart left");
-                return;
-            }
-            let d = now + w.r.policy.backoff_for(w.in_window);
-            w.due = Some(d);
-            d
-        }
-    };
-    if now < due {
-        return;
-    }
-    w.due = None;
     let code = cb.error_code.load(Acquire);
-    let _span = tracing::info_span!("gyre_stage_restart", stage = %w.r.name).entered();
+    let why = if code == gyre_abi::error::NONE {
+        Why::Epoch
+    } else {
+        Why::Fault(code)
+    };
+    if why != Why::Epoch {
+        let Some(policy) = w.r.policy else {
+            // Only a stage with a policy hands over on a fault (`link::RESTARTS`).
+            give_up(w, running, &*old, chain, "no restart policy");
+            return;
+        };
+        let now = Instant::now();
+        let due = match w.due {
+            Some(d) => d,
+            None => {
+                if policy
+                    .window()
+                    .is_some_and(|win| now - w.last_launch >= win)
+                {
+                    w.in_window = 0;
+                }
+                if w.in_window >= policy.max_restarts() {
+                    give_up(w, running, &*old, chain, "no restart left");
+                    return;
+                }
+                let d = now + policy.backoff_for(w.in_window);
+                w.due = Some(d);
+                d
+            }
+        };
+        if now < due {
+            return;
+        }
+        w.due = None;
+    }
+    relaunch(w, running, chain, &*old, why);
+}
+
+/// R3–R6 for one stage: join its ended launch, then launch a successor on its region.
+fn relaunch(
+    w: &mut Watched,
+    running: &Running,
+    chain: &ChainView,
+    old: &dyn KernelInstance,
+    why: Why,
+) {
+    let cb = w.r.region.control();
     // R3: its execution ended; join it (its resources go, the region stays).
     if let Err(e) = old.join() {
-        tracing::warn!(stage = %w.r.name, error = %e, "joining the faulted stage");
+        tracing::warn!(stage = %w.r.name, error = %e, "joining the stage that handed over");
     }
-    tracing::warn!(
-        stage = %w.r.name,
-        code,
-        name = gyre_abi::error::name(code),
-        "pipeline stage faulted: restarting it"
-    );
+    let counter = match why {
+        // Epochs end every few milliseconds: not worth a line each.
+        Why::Epoch => &w.r.counters.epochs,
+        Why::Fault(code) => {
+            tracing::warn!(
+                stage = %w.r.name,
+                code,
+                name = gyre_abi::error::name(code),
+                "pipeline stage faulted: restarting it"
+            );
+            &w.r.counters.restarts
+        }
+    };
     // R4: the successor's generation (its command is whatever the chain left there).
     cb.generation.fetch_add(1, Release);
     // R6: the successor, on the same region, continuing from h2k_tail; installed under
@@ -294,22 +340,24 @@ fn step(w: &mut Watched, running: &Running, chain: &ChainView) {
     };
     let mut slot = slot.write();
     // Counted before the launch: the successor may answer before `launch` returns.
-    w.r.counters.restarts.fetch_add(1, Relaxed);
+    counter.fetch_add(1, Relaxed);
     match w.r.imp.launch(w.r.region.clone(), &w.r.launch) {
         Ok(inst) => {
             *slot = Arc::from(inst);
             drop(slot);
-            w.in_window += 1;
-            w.last_launch = Instant::now();
-            w.r.counters
-                .last_restart_ms
-                .store(gyre_core::shm::unix_ms(), Relaxed);
+            let now_ms = gyre_core::shm::unix_ms();
+            w.r.counters.last_relaunch_ms.store(now_ms, Relaxed);
+            if why != Why::Epoch {
+                w.in_window += 1;
+                w.last_launch = Instant::now();
+                w.r.counters.last_restart_ms.store(now_ms, Relaxed);
+            }
         }
         Err(e) => {
-            w.r.counters.restarts.fetch_sub(1, Relaxed);
+            counter.fetch_sub(1, Relaxed);
             drop(slot);
-            tracing::error!(stage = %w.r.name, error = %e, "the restarted stage did not launch");
-            give_up(w, running, &*old, chain, "its successor did not launch");
+            tracing::error!(stage = %w.r.name, error = %e, "the stage's successor did not launch");
+            give_up(w, running, old, chain, "its successor did not launch");
         }
     }
 }
