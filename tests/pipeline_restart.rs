@@ -43,6 +43,18 @@ fn fragile(name: &str, bad: fn(u64) -> bool) -> KernelSpec<u64, u64> {
     })
 }
 
+/// Waits until every stage of `p` reached a final state.
+fn until_every_stage_stopped(p: &Pipeline<u64, u64>) {
+    eventually("the chain to stop", || {
+        p.stage_states().iter().all(|s| {
+            matches!(
+                s,
+                KernelState::Terminated { .. } | KernelState::Faulted { .. }
+            )
+        })
+    });
+}
+
 fn is_panic(r: &Result<u64, Error>) -> bool {
     matches!(r, Err(Error::Handler { status, .. }) if *status == codes::HANDLER_PANIC)
 }
@@ -180,14 +192,7 @@ fn when_restarts_run_out_the_chain_stops_as_after_any_fault() {
             other => panic!("{other:?}"),
         }
     }
-    eventually("the chain to stop", || {
-        p.stage_states().iter().all(|s| {
-            matches!(
-                s,
-                KernelState::Terminated { .. } | KernelState::Faulted { .. }
-            )
-        })
-    });
+    until_every_stage_stopped(&p);
     assert_eq!(
         p.stage_states(),
         [
@@ -446,14 +451,7 @@ fn a_stage_feeding_a_stopped_stage_is_not_restarted() {
         Err(Error::KernelFaulted { code, .. }) => assert_eq!(code, codes::HANDLER_PANIC),
         other => panic!("request 0: {other:?}"),
     }
-    eventually("the chain to stop", || {
-        p.stage_states().iter().all(|s| {
-            matches!(
-                s,
-                KernelState::Terminated { .. } | KernelState::Faulted { .. }
-            )
-        })
-    });
+    until_every_stage_stopped(&p);
     assert_eq!(p.stage_restarts(), [0, 0, 0]);
     assert_eq!(
         p.stage_states(),
