@@ -474,7 +474,7 @@ fn a_stage_feeding_a_stopped_stage_is_not_restarted() {
 }
 
 /// Stages in epochs (`KernelSpec::epoch`: what a device with a kernel time limit forces)
-/// are relaunched in place at the end of each, under load from two producers, while
+/// are relaunched in place at the end of each, under load, while
 /// another stage restarts after faults: every request is answered once, in order, by
 /// whichever launch took it.
 #[test]
@@ -489,7 +489,6 @@ fn stages_in_epochs_hand_over_under_load_and_lose_nothing() {
                 .then(KernelSpec::from_fn("inc", |x: u64| x + 1).epoch(ms)),
         )
         .expect("launch");
-    // Two producers, each its own half in order; one receiver in request order.
     let got = stream(&p, N);
     let faults = check(&got, bad, |x| x * 2 + 1);
     assert!(faults > 0);
@@ -511,4 +510,32 @@ fn stages_in_epochs_hand_over_under_load_and_lose_nothing() {
         .all(|s| *s == KernelState::Terminated { code: 0 }));
     let t = p.stage_telemetry().expect("telemetry");
     assert!(t.iter().all(|t| t.messages_out == N), "{t:?}");
+}
+
+/// Epochs are not restarts: a stage with a policy of one restart hands over at the end of
+/// many epochs, and its one fault is still restarted (a second one is final).
+#[test]
+fn epochs_do_not_spend_a_stages_restarts() {
+    let p = rt()
+        .launch_pipeline(
+            PipelineSpec::new("budget", KernelSpec::<u64, u64>::echo()).then(
+                fragile("fragile", |x| x >= 1000)
+                    .restart(policy(1))
+                    .epoch(Duration::from_millis(1)),
+            ),
+        )
+        .expect("launch");
+    eventually("a few epochs", || p.stage_relaunches()[1].epochs >= 5);
+    assert!(is_panic(&p.call_blocking(1000)));
+    // Answered by the restarted stage: the epochs spent none of its one restart.
+    assert_eq!(p.call_blocking(3).expect("restarted"), 6);
+    assert_eq!(p.stage_restarts(), [0, 1]);
+    assert!(is_panic(&p.call_blocking(1001)));
+    until_every_stage_stopped(&p);
+    assert_eq!(
+        p.stage_states()[1],
+        KernelState::Faulted {
+            code: codes::HANDLER_PANIC
+        }
+    );
 }

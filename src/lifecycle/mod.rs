@@ -129,7 +129,7 @@ pub(crate) struct Lifecycle {
     pub(crate) ended: AtomicBool,
     /// Relaunches made elsewhere that count as this kernel's: a pipeline's head stage,
     /// relaunched by the pipeline's stage supervisor (`crate::pipeline`).
-    also: OnceLock<Arc<RelaunchCounters>>,
+    also: OnceLock<(Arc<RelaunchCounters>, u32)>,
 }
 
 /// Relaunches counted outside a [`Lifecycle`] (a pipeline stage's).
@@ -184,9 +184,10 @@ impl Lifecycle {
         }
     }
 
-    /// Counts `c`'s relaunches as this kernel's too (once; later calls are ignored).
-    pub(crate) fn count_relaunches_of(&self, c: Arc<RelaunchCounters>) {
-        let _ = self.also.set(c);
+    /// Counts `c`'s relaunches as this kernel's too, whose launches run in epochs of
+    /// `epoch_us` (once; later calls are ignored).
+    pub(crate) fn count_relaunches_of(&self, c: Arc<RelaunchCounters>, epoch_us: u32) {
+        let _ = self.also.set((c, epoch_us));
     }
 
     /// The running launch.
@@ -216,9 +217,9 @@ impl Lifecycle {
             generation: self.ch.region().control().generation.load(Acquire),
             reloads: self.reloads.load(Relaxed),
             epochs: self.epochs.load(Relaxed)
-                + self.also.get().map_or(0, |c| c.epochs.load(Relaxed)),
+                + self.also.get().map_or(0, |(c, _)| c.epochs.load(Relaxed)),
             restarts: self.restarts.load(Relaxed)
-                + self.also.get().map_or(0, |c| c.restarts.load(Relaxed)),
+                + self.also.get().map_or(0, |(c, _)| c.restarts.load(Relaxed)),
         }
     }
 
@@ -376,6 +377,12 @@ impl Lifecycle {
             Err(e) => return Err(self.lost(&e)),
         };
         self.install(inst, spec);
+        if why == Why::Restart {
+            // The policy's healthy window runs from the last restart: an epoch's
+            // handover or a reload is no fault, and must not keep the count from
+            // starting over.
+            *self.last_launch.lock() = Instant::now();
+        }
         match why {
             Why::Reload => &self.reloads,
             Why::Epoch => &self.epochs,
@@ -452,7 +459,6 @@ impl Lifecycle {
     fn install(&self, inst: Box<dyn KernelInstance>, spec: LaunchSpec) {
         *self.current.write() = Arc::from(inst);
         *self.launched.lock() = spec;
-        *self.last_launch.lock() = Instant::now();
     }
 
     /// No successor could be launched: the kernel is gone, its waiters fail.
@@ -473,12 +479,14 @@ impl ExportSource for Lifecycle {
 
     fn lifecycle(&self) -> LifecycleSnapshot {
         let r = self.relaunches();
-        let (also_restart, also_relaunch) = self.also.get().map_or((0, 0), |c| {
-            (
-                c.last_restart_ms.load(Relaxed),
-                c.last_relaunch_ms.load(Relaxed),
-            )
-        });
+        let (also_restart, also_relaunch, also_epoch_us) =
+            self.also.get().map_or((0, 0, 0), |(c, epoch_us)| {
+                (
+                    c.last_restart_ms.load(Relaxed),
+                    c.last_relaunch_ms.load(Relaxed),
+                    *epoch_us,
+                )
+            });
         LifecycleSnapshot {
             seq: 0,
             generation: r.generation,
@@ -487,7 +495,7 @@ impl ExportSource for Lifecycle {
             restarts: r.restarts,
             last_relaunch_unix_ms: self.last_relaunch_ms.load(Relaxed).max(also_relaunch),
             last_restart_unix_ms: self.last_restart_ms.load(Relaxed).max(also_restart),
-            epoch_us: self.epoch_us,
+            epoch_us: self.epoch_us.max(also_epoch_us),
         }
     }
 }

@@ -51,8 +51,9 @@ impl RestartPolicy {
         self
     }
 
-    /// Starts the count over once a launch ran `window` without a fault (at least 1 ms,
-    /// checked at launch).
+    /// Starts the count over once the kernel ran `window` since its last restart (or its
+    /// launch) without a fault; epoch handovers and reloads do not interrupt it (at least
+    /// 1 ms, checked at launch).
     pub fn reset_after(mut self, window: Duration) -> Self {
         self.window = Some(window);
         self

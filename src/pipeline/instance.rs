@@ -13,7 +13,8 @@ use super::restart::{RelaunchCounters, Running, StageSupervisor};
 /// Every stage's launch, head first: finished when all are, failed when one is (the
 /// first, in stage order), joined stage by stage. The head's lifecycle holds it as its
 /// running launch, so a shutdown or the last handle's drop joins the whole chain. A stage
-/// with a restart policy is relaunched in place by its supervisor ([`super::restart`]).
+/// with a restart policy or in epochs is relaunched in place by its supervisor
+/// ([`super::restart`]).
 pub(crate) struct ChainInstance {
     pub(crate) running: Arc<Running>,
     /// Stopped (and joined) before the stages are: no restart after the chain's join.

@@ -283,6 +283,7 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
                 region: regions[k].clone(),
                 launch: launches[k].clone(),
                 policy: restarts[k],
+                epoch_us: checked[k].epoch_us,
                 counters: counters[k].clone(),
             })
             .collect();
@@ -323,7 +324,10 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
         kernel.inner().keep_exports(exports);
         if n > 1 {
             // The head stage's relaunches are the head kernel's (`relaunches`, its export).
-            kernel.inner().life.count_relaunches_of(counters[0].clone());
+            kernel
+                .inner()
+                .life
+                .count_relaunches_of(counters[0].clone(), checked[0].epoch_us);
         }
         Ok(Pipeline {
             kernel,

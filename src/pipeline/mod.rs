@@ -414,7 +414,7 @@ pub struct Pipeline<Req, Resp> {
     kernel: Kernel<Req, Resp>,
     names: Arc<[String]>,
     chain: Arc<ChainView>,
-    /// Each stage's restarts ([`restart`]), head first.
+    /// Each stage's relaunches ([`restart`]), head first.
     counters: Arc<[Arc<restart::RelaunchCounters>]>,
 }
 

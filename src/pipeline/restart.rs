@@ -3,8 +3,9 @@
 //! stage").
 //!
 //! A stage in epochs (its region's `epoch_us`) hands over at a batch boundary when one
-//! runs out, as any kernel (K1; `error_code` 0); the supervisor relaunches it at once
-//! (R3–R6 below), counted as an epoch, never against a restart policy.
+//! runs out, as any kernel (K1; `error_code` 0); the supervisor relaunches it within its
+//! tick (a quarter of the shortest epoch, 50 to 500 µs; R3–R6 below), counted as an
+//! epoch, never against a restart policy.
 //!
 //! A stage whose spec has a restart policy is launched with [`link::RESTARTS`]: on a
 //! handler fault it publishes what it answered (the faulting request's reply is
@@ -47,8 +48,20 @@ use parking_lot::RwLock;
 pub(crate) use crate::lifecycle::RelaunchCounters;
 use crate::RestartPolicy;
 
-/// How often the supervisor looks at the stages it restarts.
-const TICK: Duration = Duration::from_micros(500);
+/// How often the supervisor looks at the stages it relaunches: a quarter of the shortest
+/// epoch among them (the gap between an epoch's end and its successor), between
+/// [`MIN_TICK`] and [`MAX_TICK`].
+const MAX_TICK: Duration = Duration::from_micros(500);
+const MIN_TICK: Duration = Duration::from_micros(50);
+
+/// The supervisor's tick for stages with these epochs (µs; 0: none).
+fn tick(epochs_us: impl Iterator<Item = u32>) -> Duration {
+    epochs_us
+        .filter(|&us| us != 0)
+        .map(|us| (Duration::from_micros(u64::from(us)) / 4).clamp(MIN_TICK, MAX_TICK))
+        .min()
+        .unwrap_or(MAX_TICK)
+}
 
 /// Every stage's running launch, head first; a restart swaps one.
 pub(crate) struct Running {
@@ -115,6 +128,8 @@ pub(crate) struct Restartable {
     pub(crate) region: Arc<SharedRegion>,
     pub(crate) launch: LaunchSpec,
     pub(crate) policy: Option<RestartPolicy>,
+    /// Its epoch, µs (0: none).
+    pub(crate) epoch_us: u32,
     pub(crate) counters: Arc<RelaunchCounters>,
 }
 
@@ -138,7 +153,7 @@ enum Why {
     Fault(u32),
 }
 
-/// One watched stage and where its policy stands.
+/// One watched stage and where its restart policy stands.
 struct Watched {
     r: Restartable,
     /// Restarts since the policy's window last reset.
@@ -150,20 +165,22 @@ struct Watched {
     done: bool,
 }
 
-/// The thread restarting a chain's stages; stopped and joined on drop.
+/// The thread relaunching a chain's stages; stopped and joined on drop.
 pub(crate) struct StageSupervisor {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl StageSupervisor {
-    /// Starts watching `stages` (each launched with [`link::RESTARTS`]) of the chain
-    /// `chain`, whose running launches are `running`. `None` when there is none to watch.
+    /// Starts watching `stages` of the chain `chain`, whose running launches are
+    /// `running` (the tick follows the shortest epoch among them). `None` when there is
+    /// none to watch.
     ///
     /// # Errors
     ///
     /// [`Error::Launch`] when the thread cannot be spawned; [`Error::InvalidArgument`]
-    /// for a stage launched without the flag (a bug: its fault would be final).
+    /// for a stage with a restart policy launched without [`link::RESTARTS`] or the
+    /// reverse (a bug: its fault would be final, or nothing would restart it).
     pub(crate) fn start(
         pipeline: &str,
         running: Arc<Running>,
@@ -181,6 +198,7 @@ impl StageSupervisor {
                          restart policy",
             });
         }
+        let every = tick(stages.iter().map(|r| r.epoch_us));
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
         let name = pipeline.to_owned();
@@ -207,7 +225,7 @@ impl StageSupervisor {
                     for w in watched.iter_mut().filter(|w| !w.done) {
                         step(w, &running, &chain);
                     }
-                    std::thread::park_timeout(TICK);
+                    std::thread::park_timeout(every);
                 }
                 // No restart after this: a stage that handed over stays stopped.
                 for w in &watched {
@@ -318,7 +336,8 @@ fn relaunch(
         tracing::warn!(stage = %w.r.name, error = %e, "joining the stage that handed over");
     }
     let counter = match why {
-        // Epochs end every few milliseconds: not worth a line each.
+        // Epochs end every few milliseconds: no warning each (the backend's launch logs
+        // at info).
         Why::Epoch => &w.r.counters.epochs,
         Why::Fault(code) => {
             tracing::warn!(
@@ -355,6 +374,7 @@ fn relaunch(
         }
         Err(e) => {
             counter.fetch_sub(1, Relaxed);
+            cb.generation.fetch_sub(1, Release);
             drop(slot);
             tracing::error!(stage = %w.r.name, error = %e, "the stage's successor did not launch");
             give_up(w, running, old, chain, "its successor did not launch");
@@ -382,7 +402,8 @@ fn stop_behind_final(
 }
 
 /// The stage's fault is final: `FAULTED` with its code (the host writes it: the stage's
-/// execution ended), then the chain stops as after any fault.
+/// execution ended; `KERNEL_GONE` when it handed over at an epoch's end and no successor
+/// launched), then the chain stops as after any fault.
 fn give_up(
     w: &mut Watched,
     running: &Running,
@@ -393,9 +414,31 @@ fn give_up(
     tracing::error!(stage = %w.r.name, why, "pipeline stage faulted: not restarting it");
     // Joining a joined launch is a no-op.
     let _ = old.join();
-    w.r.region.control().state.store(state::FAULTED, Release);
+    let cb = w.r.region.control();
+    if cb.error_code.load(Acquire) == gyre_abi::error::NONE {
+        cb.error_code.store(gyre_abi::error::KERNEL_GONE, Release);
+    }
+    cb.state.store(state::FAULTED, Release);
     running.watch(w.r.stage, false);
     w.done = true;
     // Tells the stages it fed to terminate and wakes the ones feeding it (L3, L4).
     let _ = chain.state();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tick_follows_the_shortest_epoch() {
+        let us = Duration::from_micros;
+        assert_eq!(
+            tick([0, 0].into_iter()),
+            MAX_TICK,
+            "no epochs: restarts only"
+        );
+        assert_eq!(tick([1000, 0, 4000].into_iter()), us(250));
+        assert_eq!(tick([100].into_iter()), MIN_TICK);
+        assert_eq!(tick([1_000_000].into_iter()), MAX_TICK);
+    }
 }
