@@ -539,3 +539,35 @@ fn epochs_do_not_spend_a_stages_restarts() {
         }
     );
 }
+
+/// `reset_after`: a stage that ran the window since its last restart without a fault
+/// has its count start over, epochs or not, alone (the head kernel's lifecycle) or in a
+/// chain (the stage supervisor).
+#[test]
+fn a_healthy_window_starts_the_restart_count_over_through_epochs() {
+    let spec = || {
+        fragile("fragile", |x| x >= 1000)
+            .restart(policy(1).reset_after(Duration::from_millis(20)))
+            .epoch(Duration::from_millis(1))
+    };
+    let alone = rt()
+        .launch_pipeline(PipelineSpec::new("alone", spec()))
+        .expect("launch");
+    let chained = rt()
+        .launch_pipeline(PipelineSpec::new("chained", KernelSpec::<u64, u64>::echo()).then(spec()))
+        .expect("launch");
+    for (p, k) in [(&alone, 0), (&chained, 1)] {
+        for fault in 0..3u64 {
+            assert!(
+                is_panic(&p.call_blocking(1000 + fault)),
+                "stage {k}, fault {fault}"
+            );
+            eventually("the restart", || p.stage_restarts()[k] == fault + 1);
+            // More than the window, with epochs ending all along.
+            std::thread::sleep(Duration::from_millis(60));
+            assert_eq!(p.call_blocking(3).expect("restarted"), 6, "stage {k}");
+        }
+        assert!(p.stage_relaunches()[k].epochs > 0);
+        p.shutdown_blocking().expect("shutdown");
+    }
+}
