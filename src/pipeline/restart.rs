@@ -63,24 +63,24 @@ fn tick(epochs_us: impl Iterator<Item = u32>) -> Duration {
         .unwrap_or(MAX_TICK)
 }
 
-/// Every stage's running launch, head first; a restart swaps one.
+/// Every stage's running launch, head first; a relaunch swaps one.
 pub(crate) struct Running {
     stages: Vec<RwLock<Arc<dyn KernelInstance>>>,
     regions: Vec<Arc<SharedRegion>>,
     /// Whether a stage that handed over is relaunched: set for the stages a supervisor
     /// watches, cleared when it gives one up or stops.
-    restarted: Vec<AtomicBool>,
+    relaunched: Vec<AtomicBool>,
 }
 
 impl Running {
-    /// `stages` running over `regions`, none restarted yet ([`StageSupervisor::start`]
+    /// `stages` running over `regions`, none relaunched yet ([`StageSupervisor::start`]
     /// marks the ones it watches).
     pub(crate) fn new(
         stages: Vec<Arc<dyn KernelInstance>>,
         regions: Vec<Arc<SharedRegion>>,
     ) -> Self {
         Self {
-            restarted: stages.iter().map(|_| AtomicBool::new(false)).collect(),
+            relaunched: stages.iter().map(|_| AtomicBool::new(false)).collect(),
             stages: stages.into_iter().map(RwLock::new).collect(),
             regions,
         }
@@ -100,7 +100,7 @@ impl Running {
             // the stage's latest, and the state its own or its successor's K0's.
             let slot = s.read();
             slot.is_finished()
-                && !(self.restarted.get(k).is_some_and(|r| r.load(Acquire))
+                && !(self.relaunched.get(k).is_some_and(|r| r.load(Acquire))
                     && self
                         .regions
                         .get(k)
@@ -113,7 +113,7 @@ impl Running {
     }
 
     fn watch(&self, k: usize, on: bool) {
-        if let Some(r) = self.restarted.get(k) {
+        if let Some(r) = self.relaunched.get(k) {
             r.store(on, Release);
         }
     }
@@ -146,8 +146,8 @@ impl Restartable {
 /// Why a stage handed over.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Why {
-    /// Its epoch ran out (`error_code` 0): relaunched at once, not counted against any
-    /// policy.
+    /// Its epoch ran out (`error_code` 0): relaunched within the tick, not counted
+    /// against any policy.
     Epoch,
     /// Its handler faulted with this code: relaunched after the policy's backoff.
     Fault(u32),
@@ -256,8 +256,9 @@ impl Drop for StageSupervisor {
     }
 }
 
-/// One look at a watched stage: restart it when it handed over, its execution ended and
-/// its backoff passed; make its fault final when the policy says so.
+/// One look at a watched stage: relaunch it when it handed over and its execution ended
+/// (after an epoch at once, after a fault once its backoff passed); make its fault final
+/// when the policy says so, or stop it when a stage it feeds stopped for good.
 fn step(w: &mut Watched, running: &Running, chain: &ChainView) {
     let cb = w.r.region.control();
     let st = cb.state.load(Acquire);
