@@ -50,6 +50,15 @@ impl KernelInstance for ChainInstance {
     fn doorbell(&self) -> Option<Arc<gyre_core::doorbell::Doorbell>> {
         self.running.current().next().and_then(|s| s.doorbell())
     }
+
+    /// The head stage's: it is the one launched with the chain's export (a CUDA kernel
+    /// writes that line itself, and the host must then not copy into it too).
+    fn writes_export_telemetry(&self) -> bool {
+        self.running
+            .current()
+            .next()
+            .is_some_and(|s| s.writes_export_telemetry())
+    }
 }
 
 /// What a stage's export publisher reads besides its region: the host copies the
@@ -74,5 +83,48 @@ impl ExportSource for StageFeed {
             epoch_us: self.1,
             ..LifecycleSnapshot::default()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gyre_core::ring::Geometry;
+    use gyre_core::SharedRegion;
+
+    /// A finished launch that writes its export line itself, or not.
+    struct Done(bool);
+
+    impl KernelInstance for Done {
+        fn is_finished(&self) -> bool {
+            true
+        }
+        fn join(&self) -> Result<()> {
+            Ok(())
+        }
+        fn writes_export_telemetry(&self) -> bool {
+            self.0
+        }
+    }
+
+    fn chain(stages: Vec<Arc<dyn KernelInstance>>) -> ChainInstance {
+        let g = Geometry::new(8, 128, 4).expect("geometry");
+        let regions = stages
+            .iter()
+            .map(|_| Arc::new(SharedRegion::new_host(g, 0).expect("region")))
+            .collect();
+        ChainInstance {
+            running: Arc::new(Running::new(stages, regions)),
+            supervisor: Mutex::new(None),
+        }
+    }
+
+    /// The head stage is launched with the chain's export: whether the host copies the
+    /// telemetry line follows it (a CUDA head writes the line itself).
+    #[test]
+    fn the_export_line_has_the_head_stages_writer() {
+        assert!(chain(vec![Arc::new(Done(true)), Arc::new(Done(false))]).writes_export_telemetry());
+        assert!(!chain(vec![Arc::new(Done(false)), Arc::new(Done(true))]).writes_export_telemetry());
+        assert!(chain(vec![Arc::new(Done(false))]).is_finished());
     }
 }
