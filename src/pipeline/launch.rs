@@ -65,8 +65,8 @@ impl Runtime {
     ///
     /// Nothing is left running on any error:
     /// [`Error::Pipeline`] (more than [`MAX_PIPELINE_STAGES`](super::MAX_PIPELINE_STAGES)
-    /// stages; a stage whose capacity or
-    /// slot size differs from the first's; a stage with a watched source or loans; a stage placed with [`PipelineSpec::on`] on a runtime
+    /// stages; a stage whose capacity or slot size differs from the first's; a stage with
+    /// a watched source or loans; a stage placed with [`PipelineSpec::on`] on a runtime
     /// other than 0); [`Error::StrategyUnsupported`] under a copy strategy;
     /// those of [`Runtime::launch`] for any stage ([`Error::HandlerUnsupported`],
     /// [`Error::TypeTooLarge`], [`Error::InvalidArgument`], [`Error::Launch`] when a
@@ -121,8 +121,8 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
     /// Those of [`Runtime::launch_pipeline`], and [`Error::Pipeline`] for no runtime, a
     /// stage placed beyond `runtimes`, branches feeding one join from several devices
     /// whose atomics are not all the host's, or a stage whose region (or a link table)
-    /// no backend of its users can place where all of them address it; [`Error::StrategyUnsupported`] names the
-    /// stage and its runtime.
+    /// no backend of its users can place where all of them address it;
+    /// [`Error::StrategyUnsupported`] names the stage and its runtime.
     ///
     /// # Examples
     ///
