@@ -8,10 +8,12 @@
 
 #[path = "support/deadline.rs"]
 mod deadline;
+#[path = "support/fragile.rs"]
+mod fragile;
 #[path = "support/cuda.rs"]
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use gyre::{Backend, Error, KernelSpec, KernelState, PipelineSpec, RestartPolicy, Runtime};
 
@@ -113,18 +115,9 @@ fn launch_or_skip(
 /// `n` requests through `p`, sent from another thread, answered `f(x)` in order. Sends
 /// and receives have deadlines: a hung chain fails instead of using up the GPU kit's time.
 fn send_and_receive_in_order(p: &gyre::Pipeline<u64, u64>, n: u64, f: impl Fn(u64) -> u64) {
-    let producer = {
-        let k = p.kernel().clone();
-        std::thread::spawn(move || {
-            for x in 0..n {
-                deadline::send(&k, x).expect("send");
-            }
-        })
-    };
-    for x in 0..n {
-        assert_eq!(deadline::recv(p).expect("recv"), f(x), "reply {x}");
+    for (x, r) in (0..n).zip(deadline::stream(p, n)) {
+        assert_eq!(r.expect("recv"), f(x), "reply {x}");
     }
-    producer.join().expect("producer");
 }
 
 /// 2000 requests in order ([`send_and_receive_in_order`]); then shut down, every stage
@@ -214,12 +207,6 @@ fn a_chain_across_two_gpus_answers_in_order() {
     serve_in_order(&p, |x| x);
 }
 
-/// Panics (division by zero) when `x % 16 == 0`: `HANDLER_PANIC` on every backend.
-#[gyre::handler]
-fn fragile(x: u64) -> u64 {
-    (x << 8) / (x % 16)
-}
-
 /// A GPU stage whose handler panics is restarted in place (`docs/pipelines.md`,
 /// "Relaunching a stage"): its ring kernel is relaunched on its region while the stage
 /// before it keeps running on the device; the request that faulted is the only one that
@@ -233,7 +220,7 @@ fn a_gpu_stage_that_panics_is_restarted_in_place() {
     let Some(p) = launch_or_skip(
         std::slice::from_ref(&rt),
         PipelineSpec::new("gpurestart", KernelSpec::<u64, u64>::echo()).then(
-            KernelSpec::portable(fragile).restart(
+            KernelSpec::portable(fragile::fragile).restart(
                 RestartPolicy::new(1000)
                     .backoff(Duration::from_micros(100), Duration::from_millis(2)),
             ),
@@ -241,32 +228,8 @@ fn a_gpu_stage_that_panics_is_restarted_in_place() {
     ) else {
         return;
     };
-    const N: u64 = 400;
-    let producer = {
-        let k = p.kernel().clone();
-        std::thread::spawn(move || {
-            for x in 0..N {
-                deadline::send(&k, x).expect("send");
-            }
-        })
-    };
-    for x in 0..N {
-        let r = deadline::recv(&p);
-        match (x << 8).checked_div(x % 16) {
-            None => assert!(
-                matches!(r, Err(Error::Handler { status, .. }) if status == gyre::codes::HANDLER_PANIC),
-                "request {x}: {r:?}"
-            ),
-            Some(want) => assert_eq!(r.expect("answered"), want, "request {x}"),
-        }
-    }
-    producer.join().expect("producer");
-    let faults = N.div_ceil(16);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while p.stage_restarts()[1] != faults {
-        assert!(Instant::now() < deadline, "{:?}", p.stage_restarts());
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    let faults = fragile::check(&deadline::stream(&p, 400));
+    fragile::until_restarts(&p, 1, faults);
     p.shutdown_blocking().expect("shutdown");
     assert!(p
         .stage_states()

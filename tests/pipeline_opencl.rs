@@ -7,6 +7,10 @@
 
 #![cfg(feature = "opencl")]
 
+#[path = "support/deadline.rs"]
+mod deadline;
+#[path = "support/fragile.rs"]
+mod fragile;
 #[path = "support/opencl.rs"]
 mod support;
 
@@ -349,12 +353,6 @@ fn a_fan_out_across_the_cpu_and_a_device_answers_in_request_order() {
     assert_eq!(t[3].messages_out, 400);
 }
 
-/// Panics (division by zero) when `x % 16 == 0`: `HANDLER_PANIC` on every backend.
-#[gyre::handler]
-fn fragile(x: u64) -> u64 {
-    (x << 8) / (x % 16)
-}
-
 /// A device stage whose handler panics is restarted in place (`docs/pipelines.md`,
 /// "Relaunching a stage"): its OpenCL kernel is relaunched on its region while the stage
 /// before it keeps running, the request that faulted is the only one that fails, and the
@@ -369,7 +367,7 @@ fn a_device_stage_that_panics_is_restarted_in_place() {
     let p = rt
         .launch_pipeline(
             PipelineSpec::new("restart", KernelSpec::<u64, u64>::echo().capacity(16)).then(
-                KernelSpec::portable(fragile).capacity(16).restart(
+                KernelSpec::portable(fragile::fragile).capacity(16).restart(
                     RestartPolicy::new(100)
                         .backoff(Duration::from_micros(100), Duration::from_millis(2)),
                 ),
@@ -377,35 +375,9 @@ fn a_device_stage_that_panics_is_restarted_in_place() {
         )
         .expect("pipeline");
     assert!(matches!(p.backend(), Backend::OpenCl { .. }));
-    let producer = {
-        let k = p.kernel().clone();
-        std::thread::spawn(move || {
-            for x in 0..N {
-                k.send_blocking(x).expect("send");
-            }
-        })
-    };
-    for x in 0..N {
-        let r = p.recv_blocking();
-        match (x << 8).checked_div(x % 16) {
-            None => assert!(
-                matches!(r, Err(Error::Handler { status, .. }) if status == codes::HANDLER_PANIC),
-                "request {x}: {r:?}"
-            ),
-            Some(want) => assert_eq!(r.expect("answered"), want, "request {x}"),
-        }
-    }
-    producer.join().expect("producer");
-    let faults = N.div_ceil(16);
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while p.stage_restarts()[1] != faults {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{:?}",
-            p.stage_restarts()
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    let faults = fragile::check(&deadline::stream(&p, N));
+    assert_eq!(faults, N.div_ceil(16));
+    fragile::until_restarts(&p, 1, faults);
     p.shutdown_blocking().expect("shutdown");
     assert_eq!(p.stage_restarts(), [0, faults]);
     assert!(p

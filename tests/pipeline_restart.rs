@@ -7,7 +7,7 @@
 #[path = "support/deadline.rs"]
 mod deadline;
 
-use deadline::{recv, send};
+use deadline::{recv, send, stream};
 use std::time::{Duration, Instant};
 
 use gyre::{
@@ -57,21 +57,6 @@ fn until_every_stage_stopped(p: &Pipeline<u64, u64>) {
 
 fn is_panic(r: &Result<u64, Error>) -> bool {
     matches!(r, Err(Error::Handler { status, .. }) if *status == codes::HANDLER_PANIC)
-}
-
-/// Sends `0..n` from one thread and receives in order on this one.
-fn stream(p: &Pipeline<u64, u64>, n: u64) -> Vec<Result<u64, Error>> {
-    let producer = {
-        let k = p.kernel().clone();
-        std::thread::spawn(move || {
-            for x in 0..n {
-                send(&k, x).expect("send");
-            }
-        })
-    };
-    let got = (0..n).map(|_| recv(p)).collect();
-    producer.join().expect("producer");
-    got
 }
 
 #[test]

@@ -31,3 +31,19 @@ pub fn recv<Req: Pod, Resp: Pod>(k: &Kernel<Req, Resp>) -> Result<Resp, Error> {
         r => r,
     }
 }
+
+/// Sends `0..n` from another thread and receives the `n` outcomes on this one, in
+/// order, every send and receive with a deadline.
+pub fn stream<Resp: Pod>(k: &Kernel<u64, Resp>, n: u64) -> Vec<Result<Resp, Error>> {
+    let producer = {
+        let k = k.clone();
+        std::thread::spawn(move || {
+            for x in 0..n {
+                send(&k, x).expect("send");
+            }
+        })
+    };
+    let got = (0..n).map(|_| recv(k)).collect();
+    producer.join().expect("producer");
+    got
+}
