@@ -40,10 +40,12 @@ static uint32_t gyre_c11_phase(uint32_t phase, const gyre_hcall *c, gyre_hlane *
 
 #include "gyre/block.h"
 
-/** The host's handler: answers request `req` (req_len bytes) of type msg_type into
+/** The host's handler: answers request `req` (req_len bytes) of type msg_type, from the
+ *  slot whose tag is `tag` (gyre_hcall.seq: the low 32 bits of its ring index), into
  *  `reply` (reply_cap bytes), sets *reply_len and returns a status (GYRE_ERR_NONE or an
  *  error status); sets *panicked when the handler panicked instead. */
-typedef uint32_t (*gyre_c11_handler_fn)(void *ctx, uint32_t msg_type, const unsigned char *req,
+typedef uint32_t (*gyre_c11_handler_fn)(void *ctx, uint32_t tag, uint32_t msg_type,
+                                        const unsigned char *req,
                                         uint32_t req_len, unsigned char *reply,
                                         uint32_t reply_cap, uint32_t *reply_len,
                                         uint32_t *panicked);
@@ -83,7 +85,7 @@ static uint32_t gyre_c11_host_phase(const gyre_c11_kernel *k, const gyre_hcall *
     if (c->lane == 0u) {
         uint32_t reply_len = 0u;
         uint32_t panicked = 0u;
-        b->status = k->handler(k->ctx, c->msg_type, c->req, c->req_len, c->reply, c->reply_cap,
+        b->status = k->handler(k->ctx, c->seq, c->msg_type, c->req, c->req_len, c->reply, c->reply_cap,
                                &reply_len, &panicked);
         b->reply_len = reply_len;
         b->panicked = panicked;
@@ -207,12 +209,11 @@ uint32_t gyre_c11_state(const gyre_c11_kernel *k) {
 /* ---- the loan resolver, for crates/gyre-cpu/src/loan_probe.rs --------------------- */
 
 /** gyre_loan_resolve of gyre/loan.h over a pool at `base` / `words` of `bytes`
- *  (min block 2^min_shift) for the handle { offset, len, generation }: GYRE_ERR_NONE with
- *  *cap set (the block is then busy: give it back with gyre_c11_loan_unhold), or
- *  GYRE_ERR_BAD_LOAN. */
+ *  (min block 2^min_shift) for the handle { offset, len, generation } read from request
+ *  slot `idx`: GYRE_ERR_NONE with *cap set, or GYRE_ERR_BAD_LOAN. Reads the word only. */
 uint32_t gyre_c11_loan_resolve(unsigned char *base, unsigned char *words, uint64_t bytes,
                                uint32_t min_shift, uint64_t offset, uint32_t len,
-                               uint32_t generation, uint64_t *cap) {
+                               uint32_t generation, uint64_t idx, uint64_t *cap) {
     gyre_loan_pool p;
     gyre_loan_handle h;
     p.base = base;
@@ -223,16 +224,5 @@ uint32_t gyre_c11_loan_resolve(unsigned char *base, unsigned char *words, uint64
     h.offset = offset;
     h.len = len;
     h.generation = generation;
-    return gyre_loan_resolve(&p, &h, cap);
-}
-
-/** gyre_loan_unhold of gyre/loan.h. */
-void gyre_c11_loan_unhold(unsigned char *words, uint32_t min_shift, uint64_t offset) {
-    gyre_loan_pool p;
-    p.base = 0;
-    p.words = words;
-    p.bytes = 0u;
-    p.min_shift = min_shift;
-    p.pad = 0u;
-    gyre_loan_unhold(&p, offset);
+    return gyre_loan_resolve(&p, &h, idx, cap);
 }

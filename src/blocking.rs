@@ -58,11 +58,22 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
         req: &Req,
         timeout: Option<(Instant, Duration)>,
     ) -> Result<u64> {
+        self.publish_blocking_by(kind, timeout, || self.publish(kind, req))
+    }
+
+    /// [`Kernel::publish_blocking`] of whatever `try_once` publishes (one attempt each
+    /// call, all or nothing), waiting on this thread while the ring is full.
+    pub(crate) fn publish_blocking_by(
+        &self,
+        kind: Kind,
+        timeout: Option<(Instant, Duration)>,
+        mut try_once: impl FnMut() -> core::result::Result<u64, PublishError>,
+    ) -> Result<u64> {
         let ch = &self.inner().ch;
         let mut idler = self.inner().polling.host_idle.idler();
         let mut polls: u32 = 0;
         loop {
-            match self.publish(kind, req) {
+            match try_once() {
                 Ok(i) => return Ok(i),
                 Err(PublishError::Full) => {
                     polls = polls.wrapping_add(1);

@@ -8,7 +8,7 @@
 
 mod call;
 mod publish;
-pub(crate) use publish::poll_publish;
+pub(crate) use publish::poll_publish_by;
 mod recv;
 mod send;
 mod shutdown;

@@ -20,10 +20,23 @@ pub(crate) fn poll_publish<Req: Pod>(
     id: u64,
     cx: &mut Context<'_>,
 ) -> Poll<Result<u64>> {
-    let ch = &inner.ch;
     let bytes = bytemuck::bytes_of(req);
+    poll_publish_by(inner, id, cx, || {
+        inner.ch.try_publish(kind, inner.polling.msg_type, bytes)
+    })
+}
+
+/// [`poll_publish`] of whatever `try_once` publishes (one attempt each call, all or
+/// nothing).
+pub(crate) fn poll_publish_by(
+    inner: &Inner,
+    id: u64,
+    cx: &mut Context<'_>,
+    mut try_once: impl FnMut() -> core::result::Result<u64, PublishError>,
+) -> Poll<Result<u64>> {
+    let ch = &inner.ch;
     for attempt in 0..2 {
-        match ch.try_publish(kind, inner.polling.msg_type, bytes) {
+        match try_once() {
             Ok(i) => {
                 ch.space_waiters().remove(ch, id);
                 return Poll::Ready(Ok(i));

@@ -6,7 +6,7 @@ use gyre_core::channel::{Kind, PublishError};
 use gyre_core::loan::LoanHandle;
 use gyre_core::{Error, Result};
 
-use super::{claim, Loan, LoanKernel};
+use super::{claim, write_handle, Loan, LoanKernel};
 use crate::decode::refused;
 
 impl LoanKernel {
@@ -40,18 +40,20 @@ impl LoanKernel {
             return Ok(true);
         }
         let inner = self.kernel.inner();
-        let handles: Vec<LoanHandle> = loans.drain(..).map(Loan::into_handle).collect();
-        let r = inner.ch.try_publish_uniform(
+        // Each loan is taken (bound to its slot) only once the batch's slots are claimed:
+        // on any error, none was, and `loans` gets them all back.
+        let mut pending: Vec<Option<Loan>> = loans.drain(..).map(Some).collect();
+        let r = inner.ch.try_publish_with(
             Kind::Send,
             inner.polling.msg_type,
-            bytemuck::cast_slice(&handles),
+            pending.len(),
             LoanHandle::SIZE,
+            |k, index, dst| write_handle(pending.get_mut(k).and_then(Option::take), index, dst),
         );
         if r.is_ok() {
             return Ok(true);
         }
-        // Not published: every handle is ours to take back.
-        loans.extend(handles.iter().filter_map(|h| self.arena.take_back(h)));
+        loans.extend(pending.into_iter().flatten());
         match r {
             Ok(_) | Err(PublishError::Full) => Ok(false),
             Err(PublishError::BatchTooLarge { len, capacity }) => Err(Error::InvalidArgument {

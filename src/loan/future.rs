@@ -10,8 +10,8 @@ use gyre_core::channel::Kind;
 use gyre_core::loan::{Loan, LoanArena};
 use gyre_core::{Error, Result};
 
-use super::{claim, LoanKernel};
-use crate::future::poll_publish;
+use super::{claim, try_publish_loan, LoanKernel};
+use crate::future::poll_publish_by;
 use crate::inner::Inner;
 use crate::keep_alive::KeepAlive;
 
@@ -62,22 +62,21 @@ impl Outgoing {
         }
     }
 
-    /// Publishes the loan (moving its block to the kernel), or takes it back and
-    /// registers to be woken when the ring has space. A refusal returns the block to the
-    /// pool.
+    /// Publishes the loan (moving its block to the kernel, bound to its slot), or keeps
+    /// it and registers to be woken when the ring has space. A refusal returns the block
+    /// to the pool.
     fn poll_publish(&mut self, kind: Kind, cx: &mut Context<'_>) -> Poll<Result<u64>> {
-        let Some(l) = self.loan.take() else {
+        if self.loan.is_none() {
             return Poll::Ready(Err(polled_after_completion()));
-        };
-        let h = l.into_handle();
-        let r = poll_publish(&self.keep.inner, kind, &h, self.id, cx);
-        if !matches!(r, Poll::Ready(Ok(_))) {
-            // Not published (pending or refused): no slot carries `h`.
-            self.loan = self.arena.take_back(&h);
-            if r.is_ready() {
-                // Refused: the loan goes back to the pool.
-                self.loan.take();
-            }
+        }
+        let inner = &self.keep.inner;
+        let loan = &mut self.loan;
+        let r = poll_publish_by(inner, self.id, cx, || {
+            try_publish_loan(&inner.ch, kind, inner.polling.msg_type, loan)
+        });
+        if r.is_ready() {
+            // Published (the loan was taken), or refused: the loan goes back to the pool.
+            self.loan = None;
         }
         r
     }

@@ -4,7 +4,7 @@
 //! A [`LoanKernel`] owns a [`LoanArena`] in the memory kind its kernel reads. The host
 //! takes a [`Loan`] from it, writes the message, and sends it: the slot carries a 16-byte
 //! [`LoanHandle`] and the block becomes the kernel's. The kernel's handler resolves the
-//! handle (checked: offset, length, generation), works on the bytes in place, and answers
+//! handle (checked: offset, length, and the slot the block was sent in), works on the bytes in place, and answers
 //! with the handle of the same block; the host claims it back as the reply `Loan`. A
 //! block no one claims (an error reply, a dropped call, a kernel that ended) is freed
 //! when the host releases its reply slot ([`ReleaseHook`]), never earlier.
@@ -16,7 +16,7 @@ mod future;
 use std::sync::Arc;
 
 use gyre_abi::error;
-use gyre_core::channel::{ReleaseHook, ReplyView};
+use gyre_core::channel::{Kind, PublishError, ReleaseHook, ReplyView};
 use gyre_core::copy::HostDeviceArena;
 use gyre_core::loan::{LoanArena, LoanConfig, LoanHandle, LoanMirror, LoanStats};
 use gyre_core::memory::HostAllocator;
@@ -104,18 +104,38 @@ impl KernelSpec<LoanHandle, LoanHandle> {
     }
 }
 
-/// The kernel's side of a loan: resolve the request's handle, run the user's handler on
-/// the block, answer with the handle of the same block.
-fn adapter(arena: Arc<LoanArena>, user: Arc<LoanFn>) -> impl gyre_core::Handler {
-    move |_ty: u32, req: &[u8], reply: &mut [u8]| -> core::result::Result<usize, u32> {
+/// The kernel's side of a loan: resolve the request's handle in its slot, run the user's
+/// handler on the block, answer with the handle of the same block.
+struct Adapter {
+    arena: Arc<LoanArena>,
+    user: Arc<LoanFn>,
+}
+
+impl gyre_core::Handler for Adapter {
+    /// Never called by the kernel loop, which passes the slot's tag
+    /// ([`Adapter::handle_at`]): without it no handle resolves.
+    fn handle(&self, _ty: u32, _req: &[u8], _reply: &mut [u8]) -> core::result::Result<usize, u32> {
+        Err(error::BAD_LOAN)
+    }
+
+    fn handle_at(
+        &self,
+        tag: u32,
+        _ty: u32,
+        req: &[u8],
+        reply: &mut [u8],
+    ) -> core::result::Result<usize, u32> {
         let h = LoanHandle::decode(req).ok_or(error::BAD_LOAN)?;
+        // The tag is the slot index's low 32 bits, all the resolver compares.
+        let mut block = self
+            .arena
+            .resolve(&h, u64::from(tag))
+            .map_err(|_| error::BAD_LOAN)?;
         // Busy until `block` drops, which is before the reply is published.
-        let mut block = arena.resolve(&h).map_err(|_| error::BAD_LOAN)?;
         let mut buf = LoanBuf::new(&mut block, h.len as usize);
-        // BAD_LOAN is the resolver's answer alone: the host frees no block on it. A
-        // handler that held the block and says BAD_LOAN is refused instead, or the block
-        // would never return.
-        user(&mut buf).map_err(|s| {
+        // BAD_LOAN is the resolver's answer alone; a handler that held the block and
+        // says BAD_LOAN is refused instead (the caller learns the handler refused it).
+        (self.user)(&mut buf).map_err(|s| {
             if s == error::BAD_LOAN {
                 error::HANDLER_REJECTED
             } else {
@@ -139,23 +159,45 @@ fn adapter(arena: Arc<LoanArena>, user: Arc<LoanFn>) -> impl gyre_core::Handler 
 struct Release(Arc<LoanArena>);
 
 impl ReleaseHook for Release {
-    fn released(&self, _ch: &Channel, _index: u64, request: &[u8], status: u32) {
-        // `BAD_LOAN`: the kernel refused the handle, so this request never held a block;
-        // the block its handle names (if any) belongs to someone else.
-        if status == error::BAD_LOAN {
-            return;
-        }
-        // A block the kernel is still working on (busy) is not freed: `release_sent`
-        // takes only a kernel-owned block of the handle's generation.
+    fn released(&self, _ch: &Channel, index: u64, request: &[u8], _status: u32) {
+        // Whatever the status: `release_sent` frees only a block bound to this slot and
+        // still kernel-owned (not claimed, not held), and the kernel is done with the
+        // slot. A handle the slot's sender did not bind (forged, stale, duplicated)
+        // frees nothing.
         if let Some(h) = LoanHandle::decode(request) {
-            self.0.release_sent(&h);
+            self.0.release_sent(&h, index);
         }
+    }
+}
+
+/// Publishes `loan` as one request: the loan is taken (its block bound to the claimed
+/// slot, [`Loan::send`]) only once the slot is claimed, so on any error it is still in
+/// `loan`, unsent.
+pub(crate) fn try_publish_loan(
+    ch: &Channel,
+    kind: Kind,
+    msg_type: u32,
+    loan: &mut Option<Loan>,
+) -> core::result::Result<u64, PublishError> {
+    ch.try_publish_with(kind, msg_type, 1, LoanHandle::SIZE, |_, index, dst| {
+        write_handle(loan.take(), index, dst)
+    })
+}
+
+/// Sends `loan` in slot `index` and writes its handle to `dst` (16 bytes); zeros, which
+/// no slot's tag but slot 0's matches and no sent block has, when there is none (never
+/// reached: callers pass one loan per claimed slot).
+pub(crate) fn write_handle(loan: Option<Loan>, index: u64, dst: &mut [u8]) {
+    match loan {
+        Some(l) => dst.copy_from_slice(bytemuck::bytes_of(&l.send(index))),
+        None => dst.fill(0),
     }
 }
 
 /// Turns a loan kernel's reply into the caller's [`Loan`]: the reply's handle must name
 /// its request's block.
 pub(crate) fn claim(arena: &Arc<LoanArena>, ch: &Channel, v: ReplyView<'_>) -> Result<Loan> {
+    let index = v.index;
     let request = LoanHandle::decode(v.request());
     if v.meta.status == error::BAD_LOAN {
         let h = request.unwrap_or(LoanHandle {
@@ -180,7 +222,7 @@ pub(crate) fn claim(arena: &Arc<LoanArena>, ch: &Channel, v: ReplyView<'_>) -> R
         generation: reply.generation,
         why: "its request carried no loan",
     })?;
-    arena.claim(&reply, &request)
+    arena.claim(&reply, &request, index)
 }
 
 /// A kernel whose messages are [`Loan`]s (see [`KernelSpec::loans`]): messages of up to
@@ -296,7 +338,10 @@ impl Runtime {
             launch.cuda_source = None;
             launch.opencl_source = None;
         }
-        launch.handler = Arc::new(adapter(arena.clone(), setup.handler));
+        launch.handler = Arc::new(Adapter {
+            arena: arena.clone(),
+            user: setup.handler,
+        });
         let kernel = self.launch(launch)?;
         let inner = kernel.inner();
         inner.ch.set_release_hook(Arc::new(Release(arena.clone())));
@@ -413,20 +458,13 @@ impl LoanKernel {
     /// [`Error::Protocol`], or the kernel's end ([`Error::KernelFaulted`], ...), as for
     /// [`Kernel::call_blocking`]. The block returns to the pool in every error case.
     pub fn call_loan_blocking(&self, loan: Loan) -> Result<Loan> {
-        let h = loan.into_handle();
         let inner = self.kernel.inner();
-        let idx = match self
-            .kernel
-            .publish_blocking(gyre_core::channel::Kind::Call, &h, None)
-        {
-            Ok(i) => i,
-            Err(e) => {
-                // Refused: no slot carries `h`; the block returns to the pool.
-                drop(self.arena.take_back(&h));
-                return Err(e);
-            }
-        };
         let ch = &inner.ch;
+        let mut loan = Some(loan);
+        // Refused: the loan was never sent, and drops back into the pool.
+        let idx = self.kernel.publish_blocking_by(Kind::Call, None, || {
+            try_publish_loan(ch, Kind::Call, inner.polling.msg_type, &mut loan)
+        })?;
         ch.wait_blocking(idx, &inner.polling.host_idle, None, |v| {
             claim(&self.arena, ch, v)
         })
@@ -438,18 +476,13 @@ impl LoanKernel {
     ///
     /// [`Error::Closed`]: nothing was sent; the loan is returned to the pool.
     pub fn send_loan_blocking(&self, loan: Loan) -> Result<()> {
-        let h = loan.into_handle();
-        match self
-            .kernel
-            .publish_blocking(gyre_core::channel::Kind::Send, &h, None)
-        {
-            Ok(_) => Ok(()),
-            Err(e) => {
-                // Refused: no slot carries `h`; the block returns to the pool.
-                drop(self.arena.take_back(&h));
-                Err(e)
-            }
-        }
+        let inner = self.kernel.inner();
+        let mut loan = Some(loan);
+        // Refused: the loan was never sent, and drops back into the pool.
+        self.kernel.publish_blocking_by(Kind::Send, None, || {
+            try_publish_loan(&inner.ch, Kind::Send, inner.polling.msg_type, &mut loan)
+        })?;
+        Ok(())
     }
 
     /// [`recv_loan`](Self::recv_loan) on this thread.
@@ -504,13 +537,21 @@ impl LoanKernel {
     #[doc(hidden)]
     pub fn call_handle_blocking(&self, h: LoanHandle) -> Result<Loan> {
         let inner = self.kernel.inner();
-        let idx = self
-            .kernel
-            .publish_blocking(gyre_core::channel::Kind::Call, &h, None)?;
+        let idx = self.kernel.publish_blocking(Kind::Call, &h, None)?;
         let ch = &inner.ch;
         ch.wait_blocking(idx, &inner.polling.host_idle, None, |v| {
             claim(&self.arena, ch, v)
         })
+    }
+
+    /// Sends `loan` bound to the request slot `ahead` places after the last one claimed,
+    /// and returns its handle without publishing anything: for tests that then publish
+    /// raw handles through [`LoanKernel::kernel`] from one thread (the slot is theirs only
+    /// if no one else publishes meanwhile). A handle published in any other slot is
+    /// refused; the block returns when the slot it is bound to is released.
+    #[doc(hidden)]
+    pub fn bind_loan_for_tests(&self, loan: Loan, ahead: u64) -> LoanHandle {
+        loan.send(self.kernel.inner().ch.claimed() + ahead)
     }
 
     /// Shuts the kernel down ([`Kernel::shutdown_blocking`]), then returns to the pool
@@ -544,8 +585,8 @@ impl LoanKernel {
             return;
         }
         let mut n = 0;
-        ch.for_each_unanswered(|_, req| {
-            if LoanHandle::decode(req).is_some_and(|h| self.arena.release_sent(&h)) {
+        ch.for_each_unanswered(|index, req| {
+            if LoanHandle::decode(req).is_some_and(|h| self.arena.release_sent(&h, index)) {
                 n += 1;
             }
         });

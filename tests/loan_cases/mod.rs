@@ -239,26 +239,25 @@ pub fn corrupt_handles_are_refused_without_touching_the_pool(t: Target) {
             other => panic!("{why}: {other:?}"),
         }
     }
-    // The kernel's own checks, on a block it does hold: a stale generation and a length
-    // beyond the block, queued ahead of the real request while the kernel is paused.
+    // The kernel's own checks, on blocks it does hold, queued while the kernel is paused:
+    // a length beyond the block in the block's own slot, then a handle in the slot
+    // before its own (a duplicate's view), then the same handle in its own slot.
     pause(&k);
-    let real = {
+    let bind = |ahead: u64| {
         let mut l = k.loan_blocking(100).unwrap();
         l.fill(3);
-        l.into_handle()
+        k.bind_loan_for_tests(l, ahead)
     };
-    let too_long = LoanHandle { len: 4096, ..real };
-    let stale = LoanHandle {
-        generation: real.generation.wrapping_add(2),
-        ..real
-    };
+    let first = bind(0);
+    let real = bind(2);
+    let too_long = LoanHandle { len: 4096, ..first };
     k.kernel().send_blocking(too_long).unwrap();
-    k.kernel().send_blocking(stale).unwrap();
+    k.kernel().send_blocking(real).unwrap();
     k.kernel().send_blocking(real).unwrap();
     k.kernel().resume();
     for (what, want_ok) in [
         ("length beyond", false),
-        ("stale generation", false),
+        ("another slot's handle", false),
         ("real", true),
     ] {
         match (k.recv_loan_blocking(), want_ok) {
@@ -273,7 +272,8 @@ pub fn corrupt_handles_are_refused_without_touching_the_pool(t: Target) {
             (other, _) => panic!("{what}: {other:?}"),
         }
     }
-    // Nothing moved: the held loan is intact and the kernel serves.
+    // Nothing leaked: the refused block went back when its slot was released, the held
+    // loan is intact and the kernel serves.
     assert_eq!(k.pool_stats().in_use_blocks, 1);
     drop(held);
     assert_eq!(&k.call_bytes_blocking(&[41]).unwrap()[..], &[42]);
@@ -571,10 +571,9 @@ pub fn the_export_file_shows_the_pool(t: Target) {
 
 pub fn a_handle_sent_twice_never_gives_its_block_two_writers(t: Target) {
     // The handler fills the whole block with a token, waits, and checks nobody else wrote
-    // it meanwhile (under a copy strategy: not the bridge copying a duplicate down). On a
-    // device, where one work-group answers requests one after the other, this shows that
-    // the duplicate is refused or answered after the first, never that a race was lost:
-    // the resolvers' compare-and-swap is checked by gyre-cpu's loan_probe and loom_loans.
+    // it meanwhile (under a copy strategy: not the bridge copying a duplicate down). A
+    // handle resolves only in the slot it was sent in, so the copy in the next slot is
+    // refused whatever the timing: exactly one answer, one refusal.
     let rt = t.rt();
     let k = rt
         .launch_loans(
@@ -594,18 +593,19 @@ pub fn a_handle_sent_twice_never_gives_its_block_two_writers(t: Target) {
     for round in 0..30u8 {
         let mut l = k.loan_blocking(4096).unwrap();
         l.fill(round);
-        let h = l.into_handle();
-        // The same handle twice, through the raw kernel: one of them is answered, the
-        // other refused or answered after; never two writers at once.
+        let h = k.bind_loan_for_tests(l, 0);
+        // The same handle twice, through the raw kernel (one thread publishes, so the
+        // first lands in the slot it is bound to).
         k.kernel().send_blocking(h).unwrap();
         k.kernel().send_blocking(h).unwrap();
-        for _ in 0..2 {
-            match k.recv_loan_blocking() {
-                Ok(_) | Err(Error::BadLoan { .. }) => {}
-                Err(Error::Handler { status, .. }) if status == codes::USER_BASE + 9 => {
+        for want_ok in [true, false] {
+            match (k.recv_loan_blocking(), want_ok) {
+                (Ok(l), true) => assert!(l.iter().all(|&b| b == round.wrapping_add(100))),
+                (Err(Error::BadLoan { .. }), false) => {}
+                (Err(Error::Handler { status, .. }), _) if status == codes::USER_BASE + 9 => {
                     panic!("round {round}: a block had two writers")
                 }
-                Err(e) => panic!("round {round}: {e:?}"),
+                (other, _) => panic!("round {round}, first {want_ok}: {other:?}"),
             }
         }
     }

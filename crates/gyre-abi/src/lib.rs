@@ -39,7 +39,7 @@ use static_assertions::{const_assert, const_assert_eq};
 /// `"GYRE"` in little-endian ASCII; the first word of every [`ControlBlock`].
 pub const MAGIC: u32 = u32::from_le_bytes(*b"GYRE");
 /// Version of this ABI. Bumped on any layout or protocol change; checked at launch.
-pub const ABI_VERSION: u32 = 3;
+pub const ABI_VERSION: u32 = 4;
 
 /// Alignment (and size granularity) of a message slot, in bytes.
 pub const SLOT_ALIGN: usize = 128;
@@ -175,9 +175,11 @@ pub mod error {
 }
 
 /// Loans (`docs/loans.md`): the handle a loan kernel's slot carries, and the state
-/// word each smallest block (unit) of its pool has, which host and kernel change by
-/// compare-and-swap. A word: generation in bits 0..32, owner in bits 32..34, order (the
-/// block is 2^order units) in bits 40..46; only a block's first unit's word counts.
+/// word each smallest block (unit) of its pool has. Host-side parties change a word by
+/// compare-and-swap; a device kernel only reads it. A word: generation in bits 0..32,
+/// owner in bits 32..34, order (the block is 2^order units) in bits 40..46; only a
+/// block's first unit's word counts. A sent block is bound to the request slot that
+/// carries it: its generation is that slot's [`slot_tag`](loan::slot_tag).
 pub mod loan {
     /// Bytes of a handle `{ offset: u64, len: u32, generation: u32 }` in a payload.
     pub const HANDLE_SIZE: u32 = 16;
@@ -193,8 +195,21 @@ pub mod loan {
     pub const OWNER_HOST: u64 = 1;
     /// Owner: the kernel (sent, not being worked on).
     pub const OWNER_KERNEL: u64 = 2;
-    /// Owner: the kernel, in a handler (or the host's bridge, copying it).
+    /// Owner: the kernel, held by a host-side party (a CPU kernel's Rust handler, or the
+    /// bridge copying it). Device kernels never write a word, so never this.
     pub const OWNER_BUSY: u64 = 3;
+
+    /// The generation of a block sent in request slot `index`, and of the handle that
+    /// slot carries: the low 32 bits of the slot's ring index (`GYRE_LOAN_SLOT_TAG`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert_eq!(gyre_abi::loan::slot_tag((1 << 32) + 7), 7);
+    /// ```
+    pub const fn slot_tag(index: u64) -> u32 {
+        index as u32
+    }
 }
 
 /// Flags of a pipeline stage's link (`docs/pipelines.md`): a kernel argument, not a field

@@ -36,6 +36,34 @@ use gyre_abi::error::{BAD_LOAN, HANDLER_REJECTED, UNKNOWN_TYPE, USER_BASE};
 pub trait Handler: Send + Sync + 'static {
     /// Handles one request; see the trait documentation.
     fn handle(&self, msg_type: u32, request: &[u8], reply: &mut [u8]) -> Result<usize, u32>;
+
+    /// Handles the request of the slot whose [`slot_tag`](gyre_abi::loan::slot_tag) is
+    /// `tag` (the low 32 bits of its ring index). The kernel loop calls this one; the
+    /// default ignores the tag and calls [`Handler::handle`]. gyre's loan adapter needs it:
+    /// a loan handle resolves only in the slot it was sent in.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gyre_core::Handler;
+    /// let echo = |_ty: u32, req: &[u8], reply: &mut [u8]| -> Result<usize, u32> {
+    ///     reply[..req.len()].copy_from_slice(req);
+    ///     Ok(req.len())
+    /// };
+    /// let mut out = [0u8; 64];
+    /// assert_eq!(echo.handle_at(7, 0, b"ab", &mut out), Ok(2));
+    /// ```
+    #[inline]
+    fn handle_at(
+        &self,
+        tag: u32,
+        msg_type: u32,
+        request: &[u8],
+        reply: &mut [u8],
+    ) -> Result<usize, u32> {
+        let _ = tag;
+        self.handle(msg_type, request, reply)
+    }
 }
 
 impl<F> Handler for F

@@ -8,6 +8,9 @@
 //!   host-owned `Loan` are two values of one word);
 //! * a block is freed at most once (a claim and a release of the same send exclude each
 //!   other) and every block ends free or owned by exactly one party;
+//! * a handle in a slot other than the one its block is bound to (a duplicate, a forged
+//!   copy with that slot's tag) never resolves and never frees the block, while the live
+//!   request holds it;
 //! * a task waiting for a block is woken by the return that frees one (no lost wake-up:
 //!   loom reports the deadlock when the re-check after registering is removed);
 //! * a refused handle naming a live block (a length beyond it) never moves the block's
@@ -33,6 +36,9 @@ use loom::sync::atomic::AtomicBool;
 use loom::sync::Arc;
 use loom::thread;
 
+/// The request slot every model's loan is sent in.
+const SLOT: u64 = 5;
+
 fn arena() -> std::sync::Arc<LoanArena> {
     // Two blocks of 64 bytes.
     LoanArena::new(HostAllocator, LoanConfig::new(128, 64)).expect("arena")
@@ -42,12 +48,12 @@ fn arena() -> std::sync::Arc<LoanArena> {
 fn the_kernel_hold_and_the_host_claim_never_overlap() {
     loom::model(|| {
         let a = arena();
-        let h = a.try_loan(8).expect("loan").into_handle();
+        let h = a.try_loan(8).expect("loan").send(SLOT);
         let kernel_inside = Arc::new(AtomicBool::new(false));
         let k = {
             let (a, inside) = (a.clone(), kernel_inside.clone());
             thread::spawn(move || {
-                if let Ok(mut b) = a.resolve(&h) {
+                if let Ok(mut b) = a.resolve(&h, SLOT) {
                     inside.store(true, SeqCst);
                     b[0] = 1;
                     inside.store(false, SeqCst);
@@ -55,7 +61,7 @@ fn the_kernel_hold_and_the_host_claim_never_overlap() {
             })
         };
         // The host claims (a forged early reply) while the kernel may be in its handler.
-        let claimed = a.claim(&h, &h);
+        let claimed = a.claim(&h, &h, SLOT);
         if let Ok(l) = &claimed {
             assert!(
                 !kernel_inside.load(SeqCst),
@@ -64,9 +70,41 @@ fn the_kernel_hold_and_the_host_claim_never_overlap() {
             assert_eq!(l.len(), 8);
         }
         k.join().expect("kernel");
-        let released = a.release_sent(&h);
+        let released = a.release_sent(&h, SLOT);
         assert!(!(claimed.is_ok() && released), "freed and claimed");
         drop(claimed);
+        assert_eq!(a.stats().in_use_blocks, 0);
+    });
+}
+
+#[test]
+fn a_handle_in_another_slot_never_reaches_the_block() {
+    loom::model(|| {
+        let a = arena();
+        let h = a.try_loan(8).expect("loan").send(SLOT);
+        let forged = LoanHandle {
+            generation: gyre_core::loan::slot_tag(SLOT + 1),
+            ..h
+        };
+        let dup = {
+            let a = a.clone();
+            thread::spawn(move || {
+                // A duplicate and a forged copy, resolved and released from slot SLOT + 1
+                // while the live request's kernel holds the block.
+                let reached =
+                    a.resolve(&h, SLOT + 1).is_ok() || a.resolve(&forged, SLOT + 1).is_ok();
+                reached || a.release_sent(&h, SLOT + 1) || a.release_sent(&forged, SLOT + 1)
+            })
+        };
+        let held = a.resolve(&h, SLOT).map(|mut b| b[0] = 1).is_ok();
+        assert!(
+            !dup.join().expect("duplicate"),
+            "another slot reached the block"
+        );
+        assert!(held, "the live request was refused");
+        let back = a.claim(&h, &h, SLOT).expect("the live reply's claim");
+        assert_eq!(back[0], 1);
+        drop(back);
         assert_eq!(a.stats().in_use_blocks, 0);
     });
 }
@@ -75,12 +113,12 @@ fn the_kernel_hold_and_the_host_claim_never_overlap() {
 fn a_claim_and_a_release_of_one_send_exclude_each_other() {
     loom::model(|| {
         let a = arena();
-        let h = a.try_loan(8).expect("loan").into_handle();
+        let h = a.try_loan(8).expect("loan").send(SLOT);
         let r = {
             let a = a.clone();
-            thread::spawn(move || a.release_sent(&h))
+            thread::spawn(move || a.release_sent(&h, SLOT))
         };
-        let claimed = a.claim(&h, &h).ok();
+        let claimed = a.claim(&h, &h, SLOT).ok();
         let released = r.join().expect("release");
         assert!(claimed.is_some() != released, "exactly one takes the block");
         drop(claimed);
@@ -124,7 +162,7 @@ fn sent_split() -> (
     let m = LoanMirror::new(a.clone(), dev).expect("mirror");
     let mut l = a.try_loan(8).expect("loan");
     l.fill(0x33);
-    let h = l.into_handle();
+    let h = l.send(SLOT);
     (a, m, h, LoanHandle { len: 4096, ..h })
 }
 
@@ -136,12 +174,12 @@ fn a_refused_handle_never_stops_the_live_requests_copy() {
             let a = a.clone();
             // The kernel refuses a forged handle naming the block, while the bridge
             // moves the live request's bytes down.
-            thread::spawn(move || a.resolve(&too_long).is_err())
+            thread::spawn(move || a.resolve(&too_long, SLOT).is_err())
         };
-        let moved = m.down(&mut [h].into_iter(), false).expect("down");
+        let moved = m.down(&mut [(SLOT, h)].into_iter(), false).expect("down");
         assert!(k.join().expect("kernel"), "a length beyond the block");
         assert_eq!(moved.loans, 1, "the live request's bytes were not copied");
-        let b = a.resolve(&h).expect("the live request");
+        let b = a.resolve(&h, SLOT).expect("the live request");
         assert!(b[..8].iter().all(|&x| x == 0x33));
     });
 }
@@ -152,11 +190,11 @@ fn a_refused_copy_never_stops_the_kernel() {
         let (a, m, h, too_long) = sent_split();
         // The bridge skips a forged handle's copy while the kernel takes the live one.
         let c = thread::spawn(move || {
-            m.down(&mut [too_long].into_iter(), false)
+            m.down(&mut [(SLOT, too_long)].into_iter(), false)
                 .expect("down")
                 .loans
         });
-        let held = a.resolve(&h).is_ok();
+        let held = a.resolve(&h, SLOT).is_ok();
         assert_eq!(c.join().expect("bridge"), 0);
         assert!(held, "the kernel refused the live request");
     });

@@ -76,6 +76,7 @@ impl From<IdleStrategy> for IdleCfg {
 /// The C handler signature (`gyre_c11_handler_fn`).
 pub(crate) type HandlerFn = unsafe extern "C" fn(
     ctx: *mut c_void,
+    tag: u32,
     msg_type: u32,
     req: *const u8,
     req_len: u32,
@@ -125,7 +126,8 @@ pub(crate) struct HandlerCtx<'a> {
     pub(crate) handler: &'a dyn Handler,
 }
 
-/// The trampoline: calls the Rust handler on the request and reply slots, and turns its
+/// The trampoline: calls the Rust handler on the request and reply slots (with the
+/// request's slot tag, [`gyre_core::Handler::handle_at`]), and turns its
 /// answer into the C contract (`*reply_len` and a status; `*panicked` for a panic, which
 /// is caught here).
 ///
@@ -137,6 +139,7 @@ pub(crate) struct HandlerCtx<'a> {
 /// `reply_len` and `panicked` are writable.
 pub(crate) unsafe extern "C" fn trampoline(
     ctx: *mut c_void,
+    tag: u32,
     msg_type: u32,
     req: *const u8,
     req_len: u32,
@@ -154,7 +157,9 @@ pub(crate) unsafe extern "C" fn trampoline(
             std::slice::from_raw_parts_mut(reply, reply_cap as usize),
         )
     };
-    let outcome = catch_unwind(AssertUnwindSafe(|| h.handler.handle(msg_type, req, reply)));
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        h.handler.handle_at(tag, msg_type, req, reply)
+    }));
     let (status, len, did_panic) = match outcome {
         // A length beyond the slot is K5's BAD_LENGTH (u32::MAX stands for any beyond).
         Ok(Ok(len)) => (0, u32::try_from(len).unwrap_or(u32::MAX), 0),

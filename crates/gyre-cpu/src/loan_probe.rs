@@ -1,8 +1,9 @@
 //! The device side of loans (`cuda/include/gyre/loan.h`, which OpenCL and CUDA ring
 //! kernels run) against its Rust twin (`gyre_core::loan::LoanArena::resolve`, which the
-//! CPU backend's Rust handlers use): on pools driven into arbitrary states and handles
-//! of arbitrary bytes, both accept exactly the same handles, give the same capacity, and
-//! leave the state word as they found it once the block is given back.
+//! CPU backend's Rust handlers use): on pools driven into arbitrary states, for handles
+//! of arbitrary bytes in arbitrary slots, both accept exactly the same (handle, slot)
+//! pairs and give the same capacity; the C one never writes a word, and the Rust one
+//! leaves each word as it found it once its hold is given back.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -19,18 +20,18 @@ extern "C" {
         offset: u64,
         len: u32,
         generation: u32,
+        idx: u64,
         cap: *mut u64,
     ) -> u32;
-    fn gyre_c11_loan_unhold(words: *mut u8, min_shift: u32, offset: u64);
 }
 
-/// The C resolver's answer for `h`: the block's capacity, or `None` (BAD_LOAN). A
-/// resolved block is given back at once.
-fn c_resolve(arena: &LoanArena, h: &LoanHandle) -> Option<u64> {
+/// The C resolver's answer for `h` read from request slot `idx`: the block's capacity,
+/// or `None` (BAD_LOAN).
+fn c_resolve(arena: &LoanArena, h: &LoanHandle, idx: u64) -> Option<u64> {
     let v = arena.view();
     let mut cap = 0u64;
     // SAFETY: the view's addresses are the arena's own memory (host memory on the CPU
-    // backend), alive while `arena` is; the C code touches only the word of a unit start
+    // backend), alive while `arena` is; the C code reads only the word of a unit start
     // inside the pool, atomically, and no bytes of the pool.
     let status = unsafe {
         gyre_c11_loan_resolve(
@@ -41,6 +42,7 @@ fn c_resolve(arena: &LoanArena, h: &LoanHandle) -> Option<u64> {
             h.offset,
             h.len,
             h.generation,
+            idx,
             &mut cap,
         )
     };
@@ -48,8 +50,6 @@ fn c_resolve(arena: &LoanArena, h: &LoanHandle) -> Option<u64> {
         assert_eq!(status, gyre_abi::error::BAD_LOAN);
         return None;
     }
-    // SAFETY: as above; the block was resolved (busy) by this thread just now.
-    unsafe { gyre_c11_loan_unhold(v.words as *mut u8, v.min_shift, h.offset) };
     Some(cap)
 }
 
@@ -73,7 +73,8 @@ fn words(arena: &LoanArena) -> Vec<u64> {
 enum Op {
     /// Loan `len` bytes and keep the loan (host-owned).
     Keep(usize),
-    /// Loan `len` bytes and send it (kernel-owned; its handle is a probe seed).
+    /// Loan `len` bytes and send it in the next slot (kernel-owned; its handle and slot
+    /// are a probe seed).
     Send(usize),
     /// Drop the `i`-th kept loan, if any.
     Drop(usize),
@@ -87,10 +88,12 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// A handle near a seed: the seed itself or one field changed.
-fn mutate(seed: LoanHandle, how: u8, x: u64) -> LoanHandle {
-    match how % 6 {
+/// A (handle, slot) near a seed: the seed itself, or one field or the slot changed.
+fn mutate((idx, seed): (u64, LoanHandle), how: u8, x: u64) -> (u64, LoanHandle) {
+    let h = match how % 8 {
         0 => seed,
+        6 => return (idx.wrapping_add(1 + x % 3), seed),
+        7 => return (idx + (1 << 32), seed),
         1 => LoanHandle {
             offset: seed.offset.wrapping_add(x % 8192),
             ..seed
@@ -109,7 +112,8 @@ fn mutate(seed: LoanHandle, how: u8, x: u64) -> LoanHandle {
             len: (x >> 8) as u32 % 40_000,
             generation: (x >> 40) as u32 % 8,
         },
-    }
+    };
+    (idx, h)
 }
 
 proptest! {
@@ -123,17 +127,20 @@ proptest! {
         let arena = LoanArena::new(HostAllocator, LoanConfig::new(1 << 16, 1024)).unwrap();
         let mut kept = Vec::new();
         let mut sent = Vec::new();
+        let mut next_slot = 3u64;
         for op in ops {
             match op {
                 Op::Keep(len) => {
                     if let Ok(l) = arena.try_loan(len) {
-                        sent.push(LoanHandle { offset: (l.as_ptr() as usize - arena.view().base as usize) as u64, len: len as u32, generation: 0 });
+                        let offset = (l.as_ptr() as usize - arena.view().base as usize) as u64;
+                        sent.push((next_slot, LoanHandle { offset, len: len as u32, generation: next_slot as u32 }));
                         kept.push(l);
                     }
                 }
                 Op::Send(len) => {
                     if let Ok(l) = arena.try_loan(len) {
-                        sent.push(l.into_handle());
+                        sent.push((next_slot, l.send(next_slot)));
+                        next_slot += 1;
                     }
                 }
                 Op::Drop(i) => {
@@ -144,50 +151,70 @@ proptest! {
             }
         }
         let seeds = if sent.is_empty() {
-            vec![LoanHandle { offset: 0, len: 1, generation: 1 }]
+            vec![(1, LoanHandle { offset: 0, len: 1, generation: 1 })]
         } else {
             sent
         };
         for (how, x, pick) in probes {
-            let h = mutate(seeds[pick % seeds.len()], how, x);
+            let (idx, h) = mutate(seeds[pick % seeds.len()], how, x);
             let before = words(&arena);
-            let rust = arena.resolve(&h).map(|b| b.len() as u64).ok();
+            let rust = arena.resolve(&h, idx).map(|b| b.len() as u64).ok();
             prop_assert_eq!(&words(&arena), &before, "Rust left a word changed: {:?}", h);
-            let c = c_resolve(&arena, &h);
-            prop_assert_eq!(&words(&arena), &before, "C left a word changed: {:?}", h);
-            prop_assert_eq!(rust, c, "handle {:?}", h);
+            let c = c_resolve(&arena, &h, idx);
+            prop_assert_eq!(&words(&arena), &before, "C changed a word: {:?}", h);
+            prop_assert_eq!(rust, c, "handle {:?} in slot {}", h, idx);
         }
-        // Every block both resolvers held went back to the kernel: each seed that resolved
-        // once resolves again.
-        for h in seeds {
-            prop_assert_eq!(arena.resolve(&h).is_ok(), c_resolve(&arena, &h).is_some());
+        // Every block the Rust resolver held went back to the kernel: each seed that
+        // resolved once resolves again.
+        for (idx, h) in seeds {
+            prop_assert_eq!(arena.resolve(&h, idx).is_ok(), c_resolve(&arena, &h, idx).is_some());
         }
     }
 }
 
 #[test]
-fn a_sent_handle_resolves_in_both_and_others_in_neither() {
+fn a_sent_handle_resolves_in_its_slot_in_both_and_nowhere_else() {
     let arena = LoanArena::new(HostAllocator, LoanConfig::new(1 << 16, 1024)).unwrap();
-    let h = arena.try_loan(3000).unwrap().into_handle();
-    assert_eq!(c_resolve(&arena, &h), Some(4096));
-    assert_eq!(arena.resolve(&h).map(|b| b.len()).ok(), Some(4096));
-    let held = arena.resolve(&h).unwrap(); // busy: the C resolver is refused
-    assert_eq!(c_resolve(&arena, &h), None);
+    let h = arena.try_loan(3000).unwrap().send(9);
+    assert_eq!(c_resolve(&arena, &h, 9), Some(4096));
+    assert_eq!(arena.resolve(&h, 9).map(|b| b.len()).ok(), Some(4096));
+    let held = arena.resolve(&h, 9).unwrap(); // busy: a second Rust hold is refused
+    assert!(arena.resolve(&h, 9).is_err());
+    assert_eq!(
+        c_resolve(&arena, &h, 9),
+        None,
+        "a held block is not the kernel's"
+    );
     drop(held);
-    for bad in [
-        LoanHandle { len: 4097, ..h },
-        LoanHandle {
-            generation: h.generation + 1,
-            ..h
-        },
-        LoanHandle {
-            offset: 1 << 16,
-            ..h
-        },
-        LoanHandle { offset: 512, ..h },
+    for (bad, idx) in [
+        (LoanHandle { len: 4097, ..h }, 9),
+        (
+            LoanHandle {
+                generation: h.generation + 1,
+                ..h
+            },
+            9,
+        ),
+        (
+            LoanHandle {
+                generation: h.generation + 1,
+                ..h
+            },
+            10,
+        ),
+        (h, 10),
+        (h, 9 + (1 << 32) + 1),
+        (
+            LoanHandle {
+                offset: 1 << 16,
+                ..h
+            },
+            9,
+        ),
+        (LoanHandle { offset: 512, ..h }, 9),
     ] {
-        assert_eq!(c_resolve(&arena, &bad), None, "{bad:?}");
-        assert!(arena.resolve(&bad).is_err(), "{bad:?}");
+        assert_eq!(c_resolve(&arena, &bad, idx), None, "{bad:?} in {idx}");
+        assert!(arena.resolve(&bad, idx).is_err(), "{bad:?} in {idx}");
     }
-    assert_eq!(c_resolve(&arena, &h), Some(4096), "given back each time");
+    assert_eq!(c_resolve(&arena, &h, 9), Some(4096), "given back each time");
 }

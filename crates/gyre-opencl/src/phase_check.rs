@@ -49,7 +49,7 @@ __kernel void gyre_phase_check(__global const unsigned char *reqs, __global unsi
             c.reply_cap = reply_cap;
             c.lane = (uint)get_local_id(0);
             c.lanes = (uint)get_local_size(0);
-            c.pad = 0u;
+            c.seq = 0u;
             next = GYRE_HANDLER_PHASE(phase, &c, &l, &hb);
             barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
             phase = next;

@@ -81,7 +81,7 @@ typedef unsigned long long uint64_t;
 /** "GYRE" in little-endian ASCII; the first word of every control block. */
 #define GYRE_MAGIC 0x45525947u
 /** Version of this ABI; bumped on any layout or protocol change, checked at launch. */
-#define GYRE_ABI_VERSION 3u
+#define GYRE_ABI_VERSION 4u
 
 /** Alignment (and size granularity) of a message slot, in bytes. */
 #define GYRE_SLOT_ALIGN 128u
@@ -177,7 +177,7 @@ typedef unsigned long long uint64_t;
 #define GYRE_LOAN_OWNER_FREE 0u
 #define GYRE_LOAN_OWNER_HOST 1u
 #define GYRE_LOAN_OWNER_KERNEL 2u
-#define GYRE_LOAN_OWNER_BUSY 3u
+#define GYRE_LOAN_OWNER_BUSY 3u /* held by a host-side party; device kernels only read */
 
 /* Slot header flags (gyre_abi::flags), gyre_slot_header.flags. */
 /** The request came from `call` (not `send`); the kernel copies it into the reply. */

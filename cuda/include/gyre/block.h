@@ -90,15 +90,16 @@ static inline GYRE_DEVICE_FN uint32_t gyre_block_start(GYRE_GLOBAL unsigned char
 }
 
 /** A loan kernel's K4 on lane 0, after gyre_k4_check passed: resolves the handle in the
- *  request's payload (gyre/loan.h) into sh->loan_off / loan_cap and m->len (the loan's
+ *  payload of request `idx` (gyre/loan.h) into sh->loan_off / loan_cap and m->len (the loan's
  *  length), or answers BAD_LOAN (m->status, no handler run). Returns whether to run. */
 static inline GYRE_DEVICE_FN uint32_t gyre_block_loan_in(const gyre_loan_pool *pool,
                                                         const GYRE_GLOBAL unsigned char *req,
                                                         GYRE_SHARED gyre_block_shared *sh,
                                                         gyre_slot_meta *m,
-                                                        gyre_loan_handle *lh) {
+                                                        gyre_loan_handle *lh, uint64_t idx) {
     uint64_t cap = 0u;
-    if (!gyre_loan_read(req, m->len, lh) || gyre_loan_resolve(pool, lh, &cap) != GYRE_ERR_NONE) {
+    if (!gyre_loan_read(req, m->len, lh) ||
+        gyre_loan_resolve(pool, lh, idx, &cap) != GYRE_ERR_NONE) {
         m->status = GYRE_ERR_BAD_LOAN;
         m->len = 0u;
         return 0u;
@@ -112,10 +113,9 @@ static inline GYRE_DEVICE_FN uint32_t gyre_block_loan_in(const gyre_loan_pool *p
 
 /** A loan kernel's K5 on lane 0: the handler's answer over the block (status, reply length
  *  up to the block's bytes, else BAD_LENGTH) becomes a reply carrying the handle of the
- *  same block with the reply's length, and the block is given back (busy -> kernel) before
- *  K6 publishes the reply. */
+ *  same block with the reply's length. The host takes the block back once K6 has published
+ *  the reply. */
 static inline GYRE_DEVICE_FN void gyre_block_loan_out(const gyre_ring *r,
-                                                     const gyre_loan_pool *pool,
                                                      GYRE_GLOBAL unsigned char *reply,
                                                      GYRE_SHARED gyre_block_shared *sh,
                                                      gyre_slot_meta *m,
@@ -135,7 +135,6 @@ static inline GYRE_DEVICE_FN void gyre_block_loan_out(const gyre_ring *r,
             gyre_loan_write(reply, lh);
         }
     }
-    gyre_loan_unhold(pool, sh->loan_off);
 }
 
 /** K4..K8 for the batch of sh->n requests from sh->first, on every lane. `pool` is the
@@ -167,7 +166,7 @@ static inline GYRE_DEVICE_FN uint32_t gyre_block_answer(GYRE_GLOBAL unsigned cha
                 pool,
                 gyre_slot_at(region, GYRE_RINGS_OFFSET, mask, slot_size, idx) +
                     GYRE_SLOT_HEADER_SIZE,
-                sh, &m, &lh);
+                sh, &m, &lh, idx);
         }
         sh->msg_type = m.msg_type;
         sh->len = m.len;
@@ -198,7 +197,7 @@ static inline GYRE_DEVICE_FN uint32_t gyre_block_answer(GYRE_GLOBAL unsigned cha
                 }
                 c.lane = lane;
                 c.lanes = lanes;
-                c.pad = 0u;
+                c.seq = (uint32_t)idx;
                 next = GYRE_HANDLER_PHASE(phase, &c, GYRE_LANE_STATE(lane), &sh->h);
                 GYRE_EACH_LANE_END
                 GYRE_BARRIER(); /* the phase's writes, to every lane */
@@ -207,9 +206,6 @@ static inline GYRE_DEVICE_FN uint32_t gyre_block_answer(GYRE_GLOBAL unsigned cha
         }
         GYRE_LANE0_BEGIN
         if (sh->run && sh->h.panicked != 0u) {
-            if (sh->loan) {
-                gyre_loan_unhold(pool, sh->loan_off);
-            }
             m.status = GYRE_ERR_HANDLER_PANIC;
             m.len = 0u;
             gyre_k6_stamp_reply(r, idx, &m);
@@ -217,7 +213,7 @@ static inline GYRE_DEVICE_FN uint32_t gyre_block_answer(GYRE_GLOBAL unsigned cha
             sh->stopped = 1u;
         } else {
             if (sh->run && sh->loan) {
-                gyre_block_loan_out(r, pool,
+                gyre_block_loan_out(r,
                                     gyre_slot_at(sh->reply_base, sh->reply_off, mask, slot_size, sh->reply_idx) +
                                         GYRE_SLOT_HEADER_SIZE,
                                     sh, &m, &lh);

@@ -56,7 +56,7 @@ typedef struct gyre_hcall {
     uint32_t reply_cap; /* the slot payload */
     uint32_t lane;      /* 0 <= lane < lanes */
     uint32_t lanes;
-    uint32_t pad;
+    uint32_t seq; /* the low 32 bits of the request's ring index (a loan's slot tag) */
 } gyre_hcall;
 
 /** A lane's own values, kept from one phase to the next. */

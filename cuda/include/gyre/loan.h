@@ -2,27 +2,29 @@
  * gyre/loan.h -- the device side of loans (docs/loans.md): a loan kernel's request carries
  * a 16-byte handle { offset, len, generation } naming a block of the kernel's loan pool
  * instead of its bytes. Before its handler runs, the block loop (gyre/block.h) resolves
- * the handle here: checked against the pool and the block's state word, then held busy
- * (kernel -> busy, by compare-and-swap) while the handler works on the bytes in place, and
- * given back (busy -> kernel, release) before the reply is published.
+ * the handle here, against the pool and the block's state word, and the handler then works
+ * on the bytes in place.
+ *
+ * The kernel only *reads* state words. The host binds a block to the request slot that
+ * carries it: it writes the word (owner kernel, generation = the low 32 bits of the slot's
+ * ring index, GYRE_LOAN_SLOT_TAG) before it publishes that slot, and moves it away only
+ * after the slot's reply is published or the kernel has stopped. A handle resolves only in
+ * the slot its word names, so no other request (a duplicate, a forged or stale handle)
+ * can reach the block, and the host never touches it while this request's handler runs.
+ * Nothing here needs an atomic that is atomic with the host's: the protocol holds where
+ * the device reads host memory over PCIe (a CUDA GPU without hostNativeAtomicSupported).
  *
  * The host's side of the same protocol is crates/gyre-core/src/loan/arena.rs
  * (LoanArena::resolve is the Rust twin of gyre_loan_resolve, used where the handler is
  * host code: the CPU backend's Rust closures); the word layout and owner values are
  * gyre/abi.h (GYRE_LOAN_*). Both resolvers are checked against each other on arbitrary
  * handles (crates/gyre-cpu/src/loan_probe.rs).
- *
- * Needs from the port header, besides ring.h's: GYRE_CAS_U64(p, expected, desired), a
- * compare-and-swap with acq_rel order at the scope the host shares (1 when done). Where
- * the host's compare-and-swap on the same word is not atomic with the device's (mapped
- * host memory over PCIe without hostNativeAtomicSupported), the two-owner guarantee does
- * not hold: the runtime only places loan pools where it does (docs/loans.md).
  */
 #ifndef GYRE_LOAN_H
 #define GYRE_LOAN_H
 
-#ifndef GYRE_CAS_U64
-#error "include a gyre port header (it defines GYRE_CAS_U64) before gyre/loan.h"
+#ifndef GYRE_LOAD_ACQUIRE_U64
+#error "include a gyre port header (it defines GYRE_LOAD_ACQUIRE_U64) before gyre/loan.h"
 #endif
 
 #include "abi.h"
@@ -71,54 +73,41 @@ static inline GYRE_DEVICE_FN void gyre_loan_write(GYRE_GLOBAL unsigned char *pay
     *(GYRE_GLOBAL uint32_t *)(payload + 12) = h->generation;
 }
 
-/** Resolves `h`: when its offset is a unit start inside the pool, the block there is
- *  kernel-owned under h->generation, and h->len fits the block, moves the block to busy
- *  (compare-and-swap, so a claim or release racing with it loses, or wins and this
- *  fails) and sets *cap to the block's bytes: returns GYRE_ERR_NONE, and the handler may
- *  use [base + offset, base + offset + cap) until gyre_loan_unhold. Otherwise returns
- *  GYRE_ERR_BAD_LOAN and never writes the word. */
+/** The generation a handle carried by request slot `idx` must have: the low 32 bits of the
+ *  slot's ring index (the host writes the same into the block's word before publishing it). */
+#define GYRE_LOAN_SLOT_TAG(idx) ((uint32_t)(idx))
+
+/** Resolves `h`, read from request slot `idx`: when its offset is a unit start inside the
+ *  pool, the block there is kernel-owned and bound to this slot (its generation is
+ *  GYRE_LOAN_SLOT_TAG(idx), and so is h->generation), and h->len fits the block, sets *cap
+ *  to the block's bytes and returns GYRE_ERR_NONE: the handler may use
+ *  [base + offset, base + offset + cap) until this request's reply is published. Otherwise
+ *  returns GYRE_ERR_BAD_LOAN. Reads the word only. */
 static inline GYRE_DEVICE_FN uint32_t gyre_loan_resolve(const gyre_loan_pool *p,
-                                                       const gyre_loan_handle *h,
+                                                       const gyre_loan_handle *h, uint64_t idx,
                                                        uint64_t *cap) {
     const uint64_t unit_mask = ((uint64_t)1 << p->min_shift) - 1u;
-    GYRE_GLOBAL uint64_t *w;
     uint64_t cur;
-    uint64_t busy;
     uint64_t bytes;
     uint32_t order;
-    if (p->bytes == 0u || h->offset >= p->bytes || (h->offset & unit_mask) != 0u) {
+    if (p->bytes == 0u || h->offset >= p->bytes || (h->offset & unit_mask) != 0u ||
+        h->generation != GYRE_LOAN_SLOT_TAG(idx)) {
         return GYRE_ERR_BAD_LOAN;
     }
-    w = gyre_loan_word(p, h->offset);
-    cur = GYRE_LOAD_ACQUIRE_U64(w);
+    /* Acquire: the host's writes to the block before it bound it (the slot's own acquire
+     * orders them too; this one makes the word's check self-contained). */
+    cur = GYRE_LOAD_ACQUIRE_U64(gyre_loan_word(p, h->offset));
     if (((cur >> GYRE_LOAN_OWNER_SHIFT) & 3u) != GYRE_LOAN_OWNER_KERNEL ||
         (uint32_t)cur != h->generation) {
-        return GYRE_ERR_BAD_LOAN;
+        return GYRE_ERR_BAD_LOAN; /* not bound to this slot: free, host-owned, another slot */
     }
-    /* Every check on the word the compare-and-swap then confirms: a handle that fails
-     * never moves the word, not even for a moment, so it cannot make the request that
-     * really holds the block be refused, or its bytes be left uncopied by a bridge. */
     order = (uint32_t)((cur >> GYRE_LOAN_ORDER_SHIFT) & 0x3fu);
     bytes = (order < 32u) ? ((uint64_t)1 << order) << p->min_shift : p->bytes + 1u;
     if ((uint64_t)h->len > bytes || h->offset + bytes > p->bytes) {
         return GYRE_ERR_BAD_LOAN;
     }
-    busy = cur | ((uint64_t)GYRE_LOAN_OWNER_BUSY << GYRE_LOAN_OWNER_SHIFT);
-    if (!GYRE_CAS_U64(w, cur, busy)) {
-        return GYRE_ERR_BAD_LOAN; /* claimed, released or sent again meanwhile */
-    }
     *cap = bytes;
     return GYRE_ERR_NONE;
-}
-
-/** Gives back a block gyre_loan_resolve held (busy -> kernel, release: the handler's writes
- *  before it, so before the reply's publication and the host's claim). Only the holder
- *  moves a busy word, so a store does what a compare-and-swap would. */
-static inline GYRE_DEVICE_FN void gyre_loan_unhold(const gyre_loan_pool *p, uint64_t offset) {
-    GYRE_GLOBAL uint64_t *w = gyre_loan_word(p, offset);
-    const uint64_t cur = GYRE_LOAD_RELAXED_U64(w);
-    GYRE_STORE_RELEASE_U64(w, (cur & ~((uint64_t)3u << GYRE_LOAN_OWNER_SHIFT)) |
-                                  ((uint64_t)GYRE_LOAN_OWNER_KERNEL << GYRE_LOAN_OWNER_SHIFT));
 }
 
 #endif /* GYRE_LOAN_H */

@@ -425,7 +425,7 @@ impl RingBufferBridge {
                     // SAFETY: request `i` is below the mirror's published head: its
                     // producer is done, and the slot is not reused before the kernel
                     // answered it (module docs).
-                    unsafe { loan_of(&slot) }
+                    unsafe { loan_of(&slot) }.map(|h| (i, h))
                 });
                 let moved = m.down(&mut handles, self.stream())?;
                 self.count_loans(moved, true);
@@ -509,7 +509,7 @@ impl RingBufferBridge {
                     let at = ST_RING + (i & g.mask()) as usize * g.slot_size() as usize;
                     // SAFETY: staging slot `at` was filled by the completed copy above,
                     // under the pull lock; `at + slot_size` is inside staging.
-                    unsafe { staged_loan(self.staging_ptr(at), g.payload()) }
+                    unsafe { staged_loan(self.staging_ptr(at), g.payload()) }.map(|h| (i, h))
                 });
                 let moved = m.up(&mut handles, self.stream())?;
                 self.sync_stream()?;

@@ -343,7 +343,18 @@ impl Channel {
         msg_type: u32,
         msgs: &[B],
     ) -> Result<u64, PublishError> {
-        self.publish_n(kind, msg_type, msgs.len(), |k| msgs[k].as_ref())
+        self.publish_n(
+            kind,
+            msg_type,
+            msgs.len(),
+            |k| msgs[k].as_ref().len(),
+            |k, _, dst| {
+                // An `AsRef` that shrank since its length was taken copies what it has.
+                let m = msgs[k].as_ref();
+                let n = m.len().min(dst.len());
+                dst[..n].copy_from_slice(&m[..n]);
+            },
+        )
     }
 
     /// Publishes `bytes.len() / size` requests of `size` bytes each, cut from `bytes`,
@@ -356,15 +367,60 @@ impl Channel {
         size: usize,
     ) -> Result<u64, PublishError> {
         let n = bytes.len().checked_div(size).unwrap_or(0);
-        self.publish_n(kind, msg_type, n, |k| &bytes[k * size..(k + 1) * size])
+        self.publish_n(
+            kind,
+            msg_type,
+            n,
+            |_| size,
+            |k, _, dst| dst.copy_from_slice(&bytes[k * size..(k + 1) * size]),
+        )
     }
 
-    fn publish_n<'m>(
+    /// Publishes `count` consecutive requests of `len` bytes each with one claim and one
+    /// head store, each payload written by `write(k, index, payload)` once its slot
+    /// `index` is claimed and before it is published: for payloads that depend on their
+    /// slot, such as a loan's handle ([`crate::loan::Loan::send`]). All or nothing:
+    /// `write` is called for every request, in order, or (on error) for none.
+    ///
+    /// # Errors
+    ///
+    /// As [`Channel::try_publish_batch`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use gyre_core::channel::{Channel, Kind};
+    /// use gyre_core::region::SharedRegion;
+    /// use gyre_core::ring::Geometry;
+    /// let region = Arc::new(SharedRegion::new_host(Geometry::new(8, 128, 1)?, 0)?);
+    /// let ch = Channel::new(region, "doc");
+    /// let first = ch
+    ///     .try_publish_with(Kind::Send, 0, 2, 8, |k, index, payload| {
+    ///         payload.copy_from_slice(&(index * 10 + k as u64).to_le_bytes())
+    ///     })
+    ///     .map_err(|e| format!("{e:?}"))?;
+    /// assert_eq!(first, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_publish_with(
         &self,
         kind: Kind,
         msg_type: u32,
         count: usize,
-        msg: impl Fn(usize) -> &'m [u8],
+        len: usize,
+        write: impl FnMut(usize, u64, &mut [u8]),
+    ) -> Result<u64, PublishError> {
+        self.publish_n(kind, msg_type, count, |_| len, write)
+    }
+
+    fn publish_n(
+        &self,
+        kind: Kind,
+        msg_type: u32,
+        count: usize,
+        len_of: impl Fn(usize) -> usize,
+        mut write: impl FnMut(usize, u64, &mut [u8]),
     ) -> Result<u64, PublishError> {
         let n = count as u64;
         if n == 0 {
@@ -376,7 +432,7 @@ impl Channel {
                 capacity: self.capacity,
             });
         }
-        if let Some(len) = (0..count).map(|k| msg(k).len()).find(|&l| l > self.payload) {
+        if let Some(len) = (0..count).map(&len_of).find(|&l| l > self.payload) {
             return Err(PublishError::TooLarge {
                 len,
                 payload: self.payload,
@@ -407,31 +463,33 @@ impl Channel {
         };
         for k in 0..count {
             let idx = first + k as u64;
-            let m = msg(k);
-            if m.len() > self.payload {
+            let len = len_of(k);
+            if len > self.payload {
                 // An `AsRef` that grew since the size check: never copy past the slot.
                 // The armed guard publishes this claim with tombstones (claim.rs).
                 return Err(PublishError::TooLarge {
-                    len: m.len(),
+                    len,
                     payload: self.payload,
                 });
             }
             self.cell(idx).word.store(word(idx, kind, ST_IDLE), Release);
             // P2: write header and payload.
             let slot = self.region.slot(RingId::Request, idx);
-            // SAFETY: we claimed `idx` and have not published it, so we own the slot;
-            // m.len() <= payload was checked just above.
-            unsafe {
+            // SAFETY: we claimed `idx` and have not published it, so we own the slot, and
+            // nothing else reaches its payload until P3; len <= payload was checked just
+            // above, and the payload is initialised memory of the region.
+            let dst = unsafe {
                 slot.write_meta(&SlotMeta {
                     correlation_id: idx,
                     enqueue_ns: now,
                     msg_type,
-                    len: m.len() as u32,
+                    len: len as u32,
                     flags: fl,
                     status: 0,
                 });
-                core::ptr::copy_nonoverlapping(m.as_ptr(), slot.payload_ptr(), m.len());
-            }
+                core::slice::from_raw_parts_mut(slot.payload_ptr(), len)
+            };
+            write(k, idx, dst);
             // P3: the sequence is the last thing written, with release.
             slot.sequence().store(idx + 1, Release);
             guard.written = k as u64 + 1;

@@ -26,6 +26,8 @@ pub enum Probe {
 /// A published reply, borrowed from its slot while the consumer owns it.
 #[derive(Debug)]
 pub struct ReplyView<'a> {
+    /// The request's (and reply's) ring index.
+    pub index: u64,
     /// Header fields of the reply.
     pub meta: SlotMeta,
     /// The reply payload (`meta.len` bytes).
@@ -151,6 +153,7 @@ impl Channel {
                 req.len as usize <= self.payload
             };
             f(ReplyView {
+                index,
                 meta,
                 payload,
                 reply_overflow,

@@ -5,12 +5,12 @@
 //! The ownership protocol is described in the [`loan`](super) module documentation.
 
 use core::ptr::NonNull;
-use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 #[cfg(not(gyre_loom))]
-use core::sync::atomic::{AtomicU64, AtomicUsize};
+use core::sync::atomic::AtomicUsize;
+use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use core::task::{Context, Poll, Waker};
 #[cfg(gyre_loom)]
-use loom::sync::atomic::{AtomicU64, AtomicUsize};
+use loom::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -41,175 +41,10 @@ impl<T> Mutex<T> {
 }
 
 use super::buddy::Buddy;
-use super::{Loan, LoanConfig, LoanHandle, LoanStats};
+use super::words::{alloc_host, owner, Word, Words};
+use super::{slot_tag, Loan, LoanConfig, LoanHandle, LoanStats};
 use crate::memory::{MemoryKind, RawAllocator, RawBlock};
 use crate::{Error, Result};
-
-/// Owner values of a state word (bits 32..34): `gyre_abi::loan::OWNER_*`, which the
-/// kernel's resolver (`cuda/include/gyre/loan.h`) reads too.
-pub(crate) mod owner {
-    pub(crate) const FREE: u64 = gyre_abi::loan::OWNER_FREE;
-    pub(crate) const HOST: u64 = gyre_abi::loan::OWNER_HOST;
-    pub(crate) const KERNEL: u64 = gyre_abi::loan::OWNER_KERNEL;
-    pub(crate) const BUSY: u64 = gyre_abi::loan::OWNER_BUSY;
-}
-
-const OWNER_SHIFT: u32 = gyre_abi::loan::OWNER_SHIFT;
-const ORDER_SHIFT: u32 = gyre_abi::loan::ORDER_SHIFT;
-/// Bytes from one state word to the next: one cache line each (the loom build keeps its
-/// words in a boxed slice instead).
-#[cfg_attr(gyre_loom, allow(dead_code))]
-const WORD_STRIDE: usize = gyre_abi::loan::WORD_STRIDE as usize;
-
-/// A state word: generation (bits 0..32), owner (32..34), order (40..46)
-/// (`gyre_abi::loan`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Word {
-    pub(crate) generation: u32,
-    pub(crate) owner: u64,
-    pub(crate) order: u8,
-}
-
-impl Word {
-    fn pack(self) -> u64 {
-        u64::from(self.generation)
-            | (self.owner << OWNER_SHIFT)
-            | (u64::from(self.order) << ORDER_SHIFT)
-    }
-    /// The same block under a new owner; the generation plus one when `bump`.
-    fn moved(self, owner: u64, bump: bool) -> Self {
-        Self {
-            generation: if bump {
-                self.generation.wrapping_add(1)
-            } else {
-                self.generation
-            },
-            owner,
-            order: self.order,
-        }
-    }
-
-    fn unpack(w: u64) -> Self {
-        Self {
-            generation: w as u32,
-            owner: (w >> OWNER_SHIFT) & 3,
-            order: ((w >> ORDER_SHIFT) & 0x3f) as u8,
-        }
-    }
-}
-
-/// A state word alone on its cache line (the loom build's words: loom's atomics cannot
-/// live in raw memory).
-#[cfg(gyre_loom)]
-#[repr(align(64))]
-struct Line(AtomicU64);
-
-/// The state words, one per unit, [`WORD_STRIDE`] bytes apart: in memory of the pool's
-/// kind, from its allocator, because a device kernel compare-and-swaps them too
-/// (`cuda/include/gyre/loan.h`). One cache line each: the kernel and the host work on
-/// neighbouring blocks at once, and words sharing a line would bounce it between them on
-/// every transition.
-struct Words {
-    /// `units * WORD_STRIDE` bytes from the arena's allocator, zeroed at creation; `None`
-    /// only while dropping.
-    #[cfg(not(gyre_loom))]
-    block: Option<RawBlock>,
-    #[cfg(not(gyre_loom))]
-    base: NonNull<u8>,
-    #[cfg(gyre_loom)]
-    lines: Box<[Line]>,
-    units: usize,
-}
-
-impl Words {
-    #[cfg(not(gyre_loom))]
-    fn new(alloc: &dyn RawAllocator, units: usize) -> Result<Self> {
-        let bytes = units * WORD_STRIDE;
-        let (block, base) = alloc_host(alloc, bytes, WORD_STRIDE)?;
-        if base.as_ptr() as usize % WORD_STRIDE != 0 {
-            // SAFETY: `block` came from `alloc` just now and nothing uses it.
-            unsafe { alloc.free(block) };
-            return Err(Error::Alloc {
-                size: bytes,
-                align: WORD_STRIDE,
-            });
-        }
-        // SAFETY: `bytes` host-writable bytes just allocated, not shared yet.
-        unsafe { core::ptr::write_bytes(base.as_ptr(), 0, bytes) };
-        Ok(Self {
-            block: Some(block),
-            base,
-            units,
-        })
-    }
-
-    #[cfg(gyre_loom)]
-    fn new(_alloc: &dyn RawAllocator, units: usize) -> Result<Self> {
-        Ok(Self {
-            lines: (0..units).map(|_| Line(AtomicU64::new(0))).collect(),
-            units,
-        })
-    }
-
-    /// The word of `unit`, if it is one of the pool's.
-    fn get(&self, unit: usize) -> Option<&AtomicU64> {
-        if unit >= self.units {
-            return None;
-        }
-        #[cfg(not(gyre_loom))]
-        // SAFETY: unit < units, so the word lies inside the block (units * WORD_STRIDE
-        // bytes), WORD_STRIDE-aligned (checked in `new`), initialised (zeroed), and it lives
-        // as long as `self`. `AtomicU64` has u64's size and alignment; every access to the
-        // word, the host's and the kernel's, is atomic.
-        return Some(unsafe {
-            &*self
-                .base
-                .as_ptr()
-                .add(unit * WORD_STRIDE)
-                .cast::<AtomicU64>()
-        });
-        #[cfg(gyre_loom)]
-        return Some(&self.lines[unit].0);
-    }
-
-    /// The word of a unit the arena produced itself (a buddy block, a checked handle).
-    fn at(&self, unit: u32) -> &AtomicU64 {
-        match self.get(unit as usize) {
-            Some(w) => w,
-            None => panic!("loan unit {unit} outside a pool of {} units", self.units),
-        }
-    }
-
-    /// Host address of the first word.
-    fn addr(&self) -> u64 {
-        #[cfg(not(gyre_loom))]
-        return self.base.as_ptr() as u64;
-        #[cfg(gyre_loom)]
-        return self.lines.as_ptr() as u64;
-    }
-}
-
-/// `bytes` from `alloc` and their host address (every memory kind a loan pool uses has
-/// one); a block without one is given back and refused.
-fn alloc_host(
-    alloc: &dyn RawAllocator,
-    bytes: usize,
-    align: usize,
-) -> Result<(RawBlock, NonNull<u8>)> {
-    let block = alloc.alloc(bytes, align)?;
-    match block.host_ptr() {
-        Some(base) => Ok((block, base)),
-        None => {
-            // SAFETY: `block` came from `alloc` just now and nothing uses it.
-            unsafe { alloc.free(block) };
-            Err(Error::InvalidArgument {
-                name: "loan pool memory",
-                value: alloc.kind().name().into(),
-                reason: "the allocator returned no host pointer",
-            })
-        }
-    }
-}
 
 /// A loan pool as a device resolver needs it (`gyre_loan_pool` of
 /// `cuda/include/gyre/loan.h`): addresses in the kernel's address space.
@@ -652,10 +487,20 @@ impl LoanArena {
         u32::try_from(off >> self.min_shift).ok()
     }
 
-    /// Host -> kernel (generation + 1): the handle a slot carries. Called with the block
-    /// host-owned by the [`Loan`] being sent.
-    pub(crate) fn send(&self, unit: u32, len: usize) -> LoanHandle {
-        let new = self.store_from(unit, owner::HOST, owner::KERNEL, true);
+    /// Host -> kernel, bound to request slot `index`: the word's generation becomes the
+    /// slot's tag ([`slot_tag`]) and the handle that slot carries is returned. Called by
+    /// the [`Loan`] being sent, with the block host-owned by it and slot `index` claimed
+    /// but not yet published, so this release store is ordered before the publication.
+    pub(crate) fn send_at(&self, unit: u32, len: usize, index: u64) -> LoanHandle {
+        let w = self.words.at(unit);
+        let old = Word::unpack(w.load(Relaxed));
+        debug_assert_eq!(old.owner, owner::HOST, "only the owner sends a block");
+        let new = Word {
+            generation: slot_tag(index),
+            owner: owner::KERNEL,
+            order: old.order,
+        };
+        w.store(new.pack(), Release);
         LoanHandle {
             offset: u64::from(unit) << self.min_shift,
             len: len as u32,
@@ -663,9 +508,9 @@ impl LoanArena {
         }
     }
 
-    /// A transition only the current owner can make (host-owned by one [`Loan`], busy
-    /// under one [`KernelBlock`]): no other party moves the word away from `from`, so a
-    /// plain release store does what a compare-and-swap would.
+    /// A transition only the current owner can make (busy under one [`KernelBlock`]): no
+    /// other party moves the word away from `from`, so a plain release store does what a
+    /// compare-and-swap would.
     fn store_from(&self, unit: u32, from: u64, to: u64, bump: bool) -> Word {
         let w = &self.words.at(unit);
         let old = Word::unpack(w.load(Acquire));
@@ -675,17 +520,20 @@ impl LoanArena {
         new
     }
 
-    /// The kernel's view of a request's handle: the block's bytes (its whole capacity),
-    /// held busy until the returned guard drops, if the block is kernel-owned with the
-    /// handle's generation and the length fits; otherwise why not (answered `BAD_LOAN`).
+    /// The kernel's view of the handle carried by request slot `index`: the block's bytes
+    /// (its whole capacity), held busy until the returned guard drops, if the block is
+    /// kernel-owned and bound to that slot (the handle's generation and the word's are
+    /// [`slot_tag`]`(index)`) and the length fits; otherwise why not (answered
+    /// `BAD_LOAN`). The device kernels' twin, `gyre_loan_resolve`, makes the same checks
+    /// but only reads the word.
     ///
     /// # Errors
     ///
-    /// A short reason: `offset outside the pool or not at a block start`, `no block sent
-    /// under this generation` (free, host-owned, busy, or another generation), `length
-    /// beyond the block`.
-    pub fn resolve(&self, h: &LoanHandle) -> Result<KernelBlock<'_>, &'static str> {
-        let (unit, cap) = self.hold(h)?;
+    /// A short reason: `offset outside the pool or not at a block start`, `not sent in
+    /// this slot` (free, host-owned, held, or bound to another slot), `length beyond the
+    /// block`.
+    pub fn resolve(&self, h: &LoanHandle, index: u64) -> Result<KernelBlock<'_>, &'static str> {
+        let (unit, cap) = self.hold(h, index)?;
         let off = (unit as usize) << self.min_shift;
         debug_assert!(off + cap <= self.bytes);
         // SAFETY: the block [off, off + cap) lies inside the arena (buddy blocks never
@@ -704,14 +552,19 @@ impl LoanArena {
     }
 
     /// The host takes a reply's block back as a [`Loan`] of `reply.len` bytes: `reply`
-    /// must name the block `request` was sent in (same offset and generation), still
-    /// kernel-owned, with a length that fits it.
+    /// must name the block `request` was sent in (same offset and generation) by request
+    /// slot `index`, still kernel-owned and bound to that slot, with a length that fits.
     ///
     /// # Errors
     ///
     /// [`Error::BadLoan`] (the request's block stays kernel-owned; the channel's release
     /// of the request frees it).
-    pub fn claim(self: &Arc<Self>, reply: &LoanHandle, request: &LoanHandle) -> Result<Loan> {
+    pub fn claim(
+        self: &Arc<Self>,
+        reply: &LoanHandle,
+        request: &LoanHandle,
+        index: u64,
+    ) -> Result<Loan> {
         let bad = |why| Error::BadLoan {
             side: "from the kernel",
             offset: reply.offset,
@@ -721,6 +574,9 @@ impl LoanArena {
         };
         if reply.offset != request.offset || reply.generation != request.generation {
             return Err(bad("not the block of its request"));
+        }
+        if request.generation != slot_tag(index) {
+            return Err(bad("its request was not sent in this slot"));
         }
         let unit = self
             .unit_of(reply)
@@ -739,14 +595,18 @@ impl LoanArena {
         );
         match taken {
             Some(w) => Ok(Loan::new(self.clone(), unit, w.order, reply.len as usize)),
-            None => Err(bad("no block sent under this generation")),
+            None => Err(bad("no block sent in this slot")),
         }
     }
 
-    /// The kernel is done with the request that carried `h` and nobody claimed its
-    /// block: kernel -> free. `false` if the handle names no kernel-owned block of its
-    /// generation (claimed already, or not a loan at all).
-    pub fn release_sent(&self, h: &LoanHandle) -> bool {
+    /// The kernel is done with request slot `index`, which carried `h`, and nobody
+    /// claimed its block: kernel -> free. `false` if `h` names no kernel-owned block
+    /// bound to that slot (claimed already, a handle the slot's sender did not bind, or
+    /// not a loan at all).
+    pub fn release_sent(&self, h: &LoanHandle, index: u64) -> bool {
+        if h.generation != slot_tag(index) {
+            return false;
+        }
         let Some(unit) = self.unit_of(h) else {
             return false;
         };
@@ -759,19 +619,16 @@ impl LoanArena {
         }
     }
 
-    /// Host-owns again a block whose send was never published (the ring refused it, or
-    /// the publication is retried later): kernel -> host, if the block is kernel-owned
-    /// under `h`'s generation and not busy.
-    pub fn take_back(self: &Arc<Self>, h: &LoanHandle) -> Option<Loan> {
-        let unit = self.unit_of(h)?;
-        let w = self.transition(unit, owner::KERNEL, Some(h.generation), owner::HOST, false)?;
-        Some(Loan::new(self.clone(), unit, w.order, h.len as usize))
-    }
-
-    /// Host-owned -> free: a [`Loan`] dropped.
+    /// Host-owned -> free: a [`Loan`] dropped. A compare-and-swap, not a store: a loan
+    /// whose send moved its block (a batch interrupted by a panic between the send and
+    /// the loan's release) finds it kernel-owned and leaves it to the slot's release.
     pub(crate) fn drop_loan(&self, unit: u32, order: u8) {
-        self.store_from(unit, owner::HOST, owner::FREE, false);
-        self.put_block(unit, order);
+        if self
+            .transition(unit, owner::HOST, None, owner::FREE, false)
+            .is_some()
+        {
+            self.put_block(unit, order);
+        }
     }
 
     /// The bytes of a host-owned block.
@@ -787,43 +644,43 @@ impl LoanArena {
         unsafe { self.base.as_ptr().add(off) }
     }
 
-    /// Holds the block `h` names busy for a mirror's copy, if it is kernel-owned under
-    /// `h`'s generation and `h.len` fits it: its unit and capacity. Nobody else touches
-    /// it until [`LoanArena::unhold`] (not the kernel, which refuses a busy block, nor a
-    /// claim or a release); a second hold of the same block fails.
-    pub(crate) fn hold_sent(&self, h: &LoanHandle) -> Option<(u32, usize)> {
-        self.hold(h).ok()
+    /// Holds the block that request slot `index`'s handle `h` names busy for a mirror's
+    /// copy, if it is kernel-owned, bound to that slot, and `h.len` fits it: its unit and
+    /// capacity. Nobody else touches it until [`LoanArena::unhold`] (not a CPU kernel,
+    /// which refuses a held block, nor a claim or a release; a device kernel reads only
+    /// the word, and never reaches a block outside its request's run, which the bridge's
+    /// copies come before or after); a second hold of the same block fails.
+    pub(crate) fn hold_sent(&self, h: &LoanHandle, index: u64) -> Option<(u32, usize)> {
+        self.hold(h, index).ok()
     }
 
-    /// Kernel -> busy for the block `h` names, if it is kernel-owned under `h`'s
-    /// generation and `h.len` fits it: its unit and capacity. Every check is made on the
-    /// word the compare-and-swap then confirms, so a handle that fails never moves the
-    /// word, not even for a moment: a refused handle naming a live block (a length
-    /// beyond it) cannot make the kernel refuse, or a mirror skip copying, the request
-    /// that really holds it.
-    fn hold(&self, h: &LoanHandle) -> Result<(u32, usize), &'static str> {
+    /// Kernel -> busy for the block `h` names, if slot `index` carries it: the checks of
+    /// [`LoanArena::resolve`], all made on the word the compare-and-swap then confirms,
+    /// so a handle that fails never moves the word, not even for a moment.
+    fn hold(&self, h: &LoanHandle, index: u64) -> Result<(u32, usize), &'static str> {
+        const NOT_SENT: &str = "not sent in this slot";
         let unit = self
             .unit_of(h)
             .ok_or("offset outside the pool or not at a block start")?;
-        let w = self
-            .words
-            .get(unit as usize)
-            .ok_or("offset outside the pool or not at a block start")?;
+        if h.generation != slot_tag(index) {
+            return Err(NOT_SENT);
+        }
+        let w = self.words.at(unit);
         let cur = w.load(Acquire);
         let old = Word::unpack(cur);
         if old.owner != owner::KERNEL || old.generation != h.generation {
-            return Err("no block sent under this generation");
+            return Err(NOT_SENT);
         }
         let cap = self.block_bytes(old.order);
         if h.len as usize > cap {
             return Err("length beyond the block");
         }
         w.compare_exchange(cur, old.moved(owner::BUSY, false).pack(), AcqRel, Acquire)
-            .map_err(|_| "no block sent under this generation")?;
+            .map_err(|_| NOT_SENT)?;
         Ok((unit, cap))
     }
 
-    /// Ends a [`LoanArena::hold_sent`]: busy -> kernel.
+    /// Busy -> kernel: the end of a [`LoanArena::hold_sent`].
     pub(crate) fn unhold(&self, unit: u32) {
         self.store_from(unit, owner::BUSY, owner::KERNEL, false);
     }

@@ -76,14 +76,21 @@ impl Loan {
         &self.arena
     }
 
-    /// Sends the loan: the block becomes the kernel's under a new generation, and the
-    /// handle a slot carries is returned. The block is no longer reachable from the host
-    /// until a reply claims it ([`LoanArena::claim`]) or the channel releases it
-    /// ([`LoanArena::release_sent`]); if the handle is never published, take it back
-    /// with [`LoanArena::take_back`].
-    pub fn into_handle(self) -> LoanHandle {
+    /// Sends the loan in request slot `index`: the block becomes the kernel's, bound to
+    /// that slot ([`slot_tag`](super::slot_tag)), and the handle the slot must carry is
+    /// returned. Call it with slot `index` claimed and not yet published (the word's
+    /// store is ordered before the publication), then publish the handle there. The block
+    /// is no longer reachable from the host until that slot's reply claims it
+    /// ([`LoanArena::claim`]) or the channel releases the slot
+    /// ([`LoanArena::release_sent`]); a handle published in any other slot is refused.
+    pub fn send(self, index: u64) -> LoanHandle {
         let me = core::mem::ManuallyDrop::new(self);
-        me.arena.send(me.unit, me.len)
+        let h = me.arena.send_at(me.unit, me.len, index);
+        // SAFETY: `me` is never used or dropped again; this moves its one owned field that
+        // needs dropping (the other fields are Copy), so the Arc's count is released
+        // exactly once.
+        drop(unsafe { core::ptr::read(&me.arena) });
+        h
     }
 }
 

@@ -43,16 +43,17 @@ impl core::fmt::Debug for LoanMirror {
 /// Byte ranges `(offset, len)` of the arena to move, with the blocks held busy for the
 /// copy (their units): each handle's bytes rounded up to 8 (copy engines move words; a
 /// block is at least 64 bytes and 64-aligned, so the rounding stays inside it), sorted,
-/// adjacent ranges merged. A handle whose block is not kernel-owned under its generation
-/// (or is held already: a duplicate) is skipped.
+/// adjacent ranges merged. Each handle comes with the index of the slot that carries it;
+/// one whose block is not kernel-owned and bound to that slot (or is held already) is
+/// skipped.
 fn coalesce(
     arena: &LoanArena,
-    handles: &mut dyn Iterator<Item = LoanHandle>,
+    handles: &mut dyn Iterator<Item = (u64, LoanHandle)>,
 ) -> (Vec<u32>, Vec<(usize, usize)>) {
     let mut held = Vec::new();
     let mut r: Vec<(usize, usize)> = handles
-        .filter_map(|h| {
-            let (unit, cap) = arena.hold_sent(&h)?;
+        .filter_map(|(index, h)| {
+            let (unit, cap) = arena.hold_sent(&h, index)?;
             held.push(unit);
             let len = (h.len as usize).div_ceil(8) * 8;
             (len > 0).then_some((h.offset as usize, len.min(cap)))
@@ -93,17 +94,17 @@ impl LoanMirror {
     }
 
     /// Copies the bytes of published requests' loans down, before the doorbell that
-    /// lets the kernel read them. Each block is held busy for its copy (and the copies
-    /// synchronised before it is let go), so nothing else touches it meanwhile; a handle
-    /// whose block is not kernel-owned under its generation, or a second handle of a
-    /// block already held, is skipped: the kernel refuses it.
+    /// lets the kernel read them: `(index, handle)` of each request slot. Each block is
+    /// held busy for its copy (and the copies synchronised before it is let go), so
+    /// nothing else touches it meanwhile; a handle whose block is not kernel-owned and
+    /// bound to its slot is skipped: the kernel refuses it.
     ///
     /// # Errors
     ///
     /// The engine's error (the blocks are let go first).
     pub fn down(
         &self,
-        handles: &mut dyn Iterator<Item = LoanHandle>,
+        handles: &mut dyn Iterator<Item = (u64, LoanHandle)>,
         stream: bool,
     ) -> Result<Moved> {
         self.copy(handles, stream, true)
@@ -116,13 +117,17 @@ impl LoanMirror {
     /// # Errors
     ///
     /// The engine's error (the blocks are let go first).
-    pub fn up(&self, handles: &mut dyn Iterator<Item = LoanHandle>, stream: bool) -> Result<Moved> {
+    pub fn up(
+        &self,
+        handles: &mut dyn Iterator<Item = (u64, LoanHandle)>,
+        stream: bool,
+    ) -> Result<Moved> {
         self.copy(handles, stream, false)
     }
 
     fn copy(
         &self,
-        handles: &mut dyn Iterator<Item = LoanHandle>,
+        handles: &mut dyn Iterator<Item = (u64, LoanHandle)>,
         stream: bool,
         down: bool,
     ) -> Result<Moved> {

@@ -15,29 +15,39 @@
 //! # Ownership
 //!
 //! Each block start has one atomic *state word* on its own cache line: its owner (free,
-//! the host, the kernel, busy), its generation and its order. Ownership moves by
-//! compare-and-swap, or by a plain store where only the current owner can move it (a
-//! `Loan` sending or dropping its block, a `KernelBlock` ending its handler's run), so
-//! two parties can never both take a block:
+//! the host, the kernel, busy), its generation and its order. A sent block is **bound to
+//! the request slot that carries it**: [`Loan::send`] runs once that slot is claimed and
+//! before it is published, and sets the generation to the slot's [`slot_tag`] (the low 32
+//! bits of its ring index). Every later step checks the slot too:
 //!
 //! ```text
-//!   free --loan--> host --send (generation + 1)--> kernel --reply claimed--> host
-//!                   |                              |    ^
-//!                   +--drop--> free <--released----+    | handler done
-//!                                                  v    |
-//!                                                  busy-+   (kernel, in its handler)
+//!   free --loan--> host --send in slot i (generation = tag(i))--> kernel --reply i claimed--> host
+//!                   |                                              |    ^
+//!                   +--drop--> free <--slot i released-------------+    | handler done
+//!                                                                  v    |
+//!                                                  busy (host-side holds only)
 //! ```
 //!
-//! The kernel touches a block only while it holds it *busy*: [`LoanArena::resolve`]
-//! moves it kernel -> busy by compare-and-swap when the handle's generation is the
-//! block's, and the returned [`KernelBlock`] moves it back when the handler is done. The
-//! host touches a block only while it is host-owned, through the one [`Loan`] that owns
-//! it. Host-owned and busy are two values of one word, so the two never overlap: no
-//! handle, however forged or stale, gives two parties the same bytes. A wrong handle
-//! costs at most a refused request or a block kept out until the kernel's end, never a
-//! read or write outside its owner. The send's store of the state word happens before the
-//! slot's publication, and the handler's release before the reply's, so each side sees
-//! the other's transition.
+//! * The kernel resolves a handle read from slot `i` only if the handle's generation and
+//!   the word's are `tag(i)`, the block is kernel-owned and the length fits. A handle in
+//!   any other slot (a duplicate, a replay, a forged copy) is refused without touching
+//!   the block, and the host moves the word again only after slot `i`'s reply is
+//!   published (claim, release) or the kernel has stopped. So the request of slot `i`
+//!   is the only one that reaches the block while the kernel holds it, and **a device
+//!   kernel needs only to read the word** (`cuda/include/gyre/loan.h`): nothing the
+//!   device does must be atomic with the host's atomics, which a GPU over PCIe cannot
+//!   promise.
+//! * Host-side parties that can run while the kernel's request is in flight — the CPU
+//!   backend's Rust handlers ([`LoanArena::resolve`] and its [`KernelBlock`]) and the
+//!   bridge's copies ([`LoanMirror`]) — also hold the block *busy* by compare-and-swap
+//!   while they touch it, so no safe call, however misused, gives two of them the bytes.
+//! * The host touches a block only while it is host-owned, through the one [`Loan`] that
+//!   owns it, and frees a sent block only from kernel-owned and bound to the slot being
+//!   released.
+//!
+//! A wrong handle costs at most a refused request, never a read or write outside its
+//! owner, and never a leak: the release of a slot frees exactly the block bound to it,
+//! whatever the reply's status.
 //!
 //! `docs/loans.md` describes the protocol, the checks and the memory kinds for users.
 
@@ -48,9 +58,11 @@ mod handle;
 mod mirror;
 #[cfg(test)]
 mod tests;
+mod words;
 
 pub use arena::{KernelBlock, LoanArena, LoanPoolView};
 pub use block::Loan;
+pub use gyre_abi::loan::slot_tag;
 pub use handle::LoanHandle;
 pub use mirror::{LoanMirror, Moved};
 

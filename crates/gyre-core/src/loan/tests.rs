@@ -3,7 +3,7 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 
-use super::arena::owner;
+use super::words::owner;
 use super::*;
 use crate::memory::HostAllocator;
 
@@ -17,25 +17,24 @@ fn a_loan_goes_host_kernel_host_and_back_to_the_pool() {
     let mut l = a.try_loan(1500).unwrap();
     assert_eq!(l.capacity(), 2048);
     l.fill(7);
-    let h = l.into_handle();
-    assert_eq!((h.offset, h.len), (0, 1500));
+    let h = l.send(5);
+    assert_eq!((h.offset, h.len, h.generation), (0, 1500, slot_tag(5)));
     assert_eq!(a.word(0).owner, owner::KERNEL);
-    // The kernel's view: the whole block, the bytes the host wrote.
-    let mut bytes = a.resolve(&h).unwrap();
+    // The kernel's view from slot 5: the whole block, the bytes the host wrote.
+    let mut bytes = a.resolve(&h, 5).unwrap();
     assert_eq!(bytes.len(), 2048);
     assert!(bytes[..1500].iter().all(|&b| b == 7));
     bytes[0] = 9;
-    // Busy: nobody else gets it, not a second resolve, not a claim, not a take-back.
-    assert!(a.resolve(&h).is_err());
-    assert!(a.claim(&h, &h).is_err());
-    assert!(a.take_back(&h).is_none());
-    assert!(!a.release_sent(&h));
+    // Busy: nobody else gets it, not a second resolve, not a claim, not a release.
+    assert!(a.resolve(&h, 5).is_err());
+    assert!(a.claim(&h, &h, 5).is_err());
+    assert!(!a.release_sent(&h, 5));
     drop(bytes);
     let reply = LoanHandle { len: 10, ..h };
-    let back = a.claim(&reply, &h).unwrap();
+    let back = a.claim(&reply, &h, 5).unwrap();
     assert_eq!((back.len(), back[0]), (10, 9));
     // Claimed: the release of the request's slot finds nothing to free.
-    assert!(!a.release_sent(&h));
+    assert!(!a.release_sent(&h, 5));
     assert_eq!(a.stats().in_use_blocks, 1);
     drop(back);
     let s = a.stats();
@@ -43,11 +42,47 @@ fn a_loan_goes_host_kernel_host_and_back_to_the_pool() {
 }
 
 #[test]
+fn sent_and_claimed_loans_keep_no_reference_to_the_arena() {
+    let a = arena(1 << 12, 1024);
+    let h = a.try_loan(8).unwrap().send(0);
+    assert_eq!(Arc::strong_count(&a), 1, "a sent loan released its Arc");
+    let back = a.claim(&h, &h, 0).unwrap();
+    assert_eq!(Arc::strong_count(&a), 2);
+    drop(back);
+    assert_eq!(Arc::strong_count(&a), 1);
+}
+
+#[test]
+fn a_handle_resolves_only_in_the_slot_it_was_sent_in() {
+    let a = arena(1 << 16, 1024);
+    let h = a.try_loan(100).unwrap().send(40);
+    // The same bytes in another slot (a duplicate, a replay, a forged copy): refused, and
+    // nothing changes, so the real request still resolves.
+    for other in [39, 41, 40 + (1 << 32) + 1] {
+        assert_eq!(a.resolve(&h, other).unwrap_err(), "not sent in this slot");
+        assert!(
+            !a.release_sent(&h, other),
+            "the other slot's release frees nothing"
+        );
+        assert!(a.claim(&h, &h, other).is_err());
+    }
+    // Even with the generation rewritten to the other slot's tag.
+    let forged = LoanHandle {
+        generation: slot_tag(41),
+        ..h
+    };
+    assert!(a.resolve(&forged, 41).is_err());
+    assert!(!a.release_sent(&forged, 41));
+    assert!(a.resolve(&h, 40).is_ok());
+    assert!(a.release_sent(&h, 40));
+}
+
+#[test]
 fn stale_foreign_and_oversized_handles_are_refused() {
     let a = arena(1 << 16, 1024);
     let l = a.try_loan(100).unwrap();
-    let h = l.into_handle();
-    let resolve = |h: LoanHandle| a.resolve(&h).map(|b| b.len());
+    let h = l.send(7);
+    let resolve = |h: LoanHandle| a.resolve(&h, 7).map(|b| b.len());
     assert!(resolve(h).is_ok());
     for (bad, why) in [
         (
@@ -55,14 +90,14 @@ fn stale_foreign_and_oversized_handles_are_refused() {
                 generation: h.generation + 1,
                 ..h
             },
-            "generation",
+            "slot",
         ),
         (
             LoanHandle {
                 generation: h.generation - 1,
                 ..h
             },
-            "generation",
+            "slot",
         ),
         (
             LoanHandle {
@@ -79,43 +114,43 @@ fn stale_foreign_and_oversized_handles_are_refused() {
             "outside",
         ),
         (LoanHandle { offset: 512, ..h }, "block start"),
-        (LoanHandle { offset: 1024, ..h }, "generation"), // a free unit
+        (LoanHandle { offset: 1024, ..h }, "slot"), // a free unit
         (LoanHandle { len: 1025, ..h }, "beyond"),
         (LoanHandle { len: u32::MAX, ..h }, "beyond"),
     ] {
         let e = resolve(bad).unwrap_err();
         assert!(e.contains(why), "{bad:?}: {e}");
         assert!(
-            a.claim(&bad, &h).is_err() || bad.len as usize > 1024,
+            a.claim(&bad, &h, 7).is_err() || bad.len as usize > 1024,
             "{bad:?}"
         );
     }
     // A reply naming another block than its request's is refused, and changes nothing.
-    let other = a.try_loan(10).unwrap().into_handle();
-    let e = a.claim(&other, &h).unwrap_err();
+    let other = a.try_loan(10).unwrap().send(8);
+    let e = a.claim(&other, &h, 7).unwrap_err();
     assert!(
         e.to_string().contains("not the block of its request"),
         "{e}"
     );
-    assert!(a.release_sent(&h) && a.release_sent(&other));
-    assert!(!a.release_sent(&h), "released once");
+    assert!(a.release_sent(&h, 7) && a.release_sent(&other, 8));
+    assert!(!a.release_sent(&h, 7), "released once");
     // Once released, the old handle is stale for the kernel too.
     assert!(resolve(h).is_err());
     assert_eq!(a.stats().in_use_blocks, 0);
 }
 
 #[test]
-fn each_send_is_a_new_generation() {
+fn each_send_binds_the_block_to_its_new_slot() {
     let a = arena(1 << 12, 1024);
-    let h1 = a.try_loan(8).unwrap().into_handle();
-    let l = a.claim(&h1, &h1).unwrap();
-    let h2 = l.into_handle();
+    let h1 = a.try_loan(8).unwrap().send(1);
+    let l = a.claim(&h1, &h1, 1).unwrap();
+    let h2 = l.send(2);
     assert_eq!(h1.offset, h2.offset);
     assert_ne!(h1.generation, h2.generation);
     // A stale copy of the first send (a slot from an earlier lap) frees nothing.
-    assert!(!a.release_sent(&h1));
-    let back = a.take_back(&h2).unwrap();
-    assert_eq!(back.len(), 8);
+    assert!(!a.release_sent(&h1, 1));
+    assert!(a.resolve(&h1, 1).is_err());
+    assert!(a.release_sent(&h2, 2));
 }
 
 #[test]
@@ -179,8 +214,9 @@ fn concurrent_loans_never_share_a_block() {
                     std::thread::yield_now();
                     assert!(l.iter().all(|&b| b == t), "another thread wrote my block");
                     if i % 3 == 0 {
-                        let h = l.into_handle();
-                        assert!(a.release_sent(&h));
+                        let slot = (u64::from(t) << 40) + i as u64;
+                        let h = l.send(slot);
+                        assert!(a.release_sent(&h, slot));
                     }
                 }
             })
@@ -198,25 +234,25 @@ fn concurrent_loans_never_share_a_block() {
 }
 
 proptest! {
-    /// Handle decoding and resolution are total: any 16 bytes either name the one block
-    /// sent under that generation, within the pool, or are refused; nothing panics and no
-    /// resolved range leaves the pool.
+    /// Handle decoding and resolution are total: any 16 bytes in any slot either name
+    /// the one block sent in that slot, within the pool, or are refused; nothing panics
+    /// and no resolved range leaves the pool.
     #[test]
-    fn any_handle_bytes_resolve_safely(bytes in proptest::collection::vec(any::<u8>(), 0..40), sends in 0usize..6) {
+    fn any_handle_bytes_resolve_safely(bytes in proptest::collection::vec(any::<u8>(), 0..40), sends in 0usize..6, slot in 0u64..8) {
         let a = arena(1 << 14, 256);
-        let sent: Vec<LoanHandle> = (0..sends).map(|i| a.try_loan(100 * (i + 1)).unwrap().into_handle()).collect();
+        let sent: Vec<LoanHandle> = (0..sends).map(|i| a.try_loan(100 * (i + 1)).unwrap().send(i as u64)).collect();
         let Some(h) = LoanHandle::decode(&bytes) else {
             prop_assert!(bytes.len() < 16);
             return Ok(());
         };
-        if let Ok(block) = a.resolve(&h) {
-            let s = sent.iter().find(|s| s.offset == h.offset && s.generation == h.generation);
-            prop_assert!(s.is_some(), "resolved a block never sent: {h:?}");
+        if let Ok(block) = a.resolve(&h, slot) {
+            let s = sent.get(slot as usize);
+            prop_assert!(s.is_some_and(|s| s.offset == h.offset && s.generation == h.generation), "resolved a block not sent in slot {slot}: {h:?}");
             prop_assert!(h.offset as usize + block.len() <= 1 << 14);
             prop_assert!(h.len as usize <= block.len());
         }
         let base = sent.first().copied().unwrap_or(h);
-        let _ = a.claim(&h, &base);
+        let _ = a.claim(&h, &base, slot);
     }
 
     /// Mutated copies of a real handle resolve only when they equal it in offset and
@@ -224,13 +260,13 @@ proptest! {
     #[test]
     fn mutated_handles_are_refused(off_delta in any::<i64>(), gen_delta in any::<i32>(), len in any::<u32>()) {
         let a = arena(1 << 14, 256);
-        let h = a.try_loan(700).unwrap().into_handle();
+        let h = a.try_loan(700).unwrap().send(3);
         let m = LoanHandle {
             offset: h.offset.wrapping_add(off_delta as u64),
             generation: h.generation.wrapping_add(gen_delta as u32),
             len,
         };
-        let ok = a.resolve(&m).is_ok();
+        let ok = a.resolve(&m, 3).is_ok();
         prop_assert_eq!(ok, off_delta == 0 && gen_delta == 0 && len <= 1024);
     }
 }
@@ -246,33 +282,41 @@ fn a_mirror_moves_adjacent_blocks_in_one_copy_and_skips_what_it_may_not_touch() 
     for i in 0..3u8 {
         let mut l = a.try_loan(1024).unwrap();
         l.fill(i + 1);
-        sent.push(l.into_handle());
+        sent.push((u64::from(i), l.send(u64::from(i))));
     }
     // Host-owned (the lowest free block: offset 3072): never copied.
     let held = a.try_loan(10).unwrap();
     let held_h = LoanHandle {
         offset: 3072,
         len: 10,
-        generation: 1,
+        generation: 9,
     };
     let stale = LoanHandle {
         generation: 99,
-        ..sent[0]
+        ..sent[0].1
     };
-    // A duplicate of a handle is skipped: its block is held by the first.
-    let mut hs = sent.iter().copied().chain([stale, held_h, sent[1]]);
+    // A handle in a slot other than its own (a duplicate) is skipped.
+    let mut hs = sent
+        .iter()
+        .copied()
+        .chain([(99, stale), (9, held_h), (5, sent[1].1)]);
     let moved = m.down(&mut hs, false).unwrap();
     assert_eq!((moved.loans, moved.copies, moved.bytes), (3, 1, 3072));
     // Let go after the copy: the kernel can take them.
-    assert!(sent.iter().all(|h| a.sent_capacity_for_tests(h)));
+    assert!(sent.iter().all(|(_, h)| a.sent_capacity_for_tests(h)));
     // The kernel sees the bytes on its side, and answers in place.
-    for (i, h) in sent.iter().enumerate() {
-        let mut b = a.resolve(h).unwrap();
+    for (i, (slot, h)) in sent.iter().enumerate() {
+        let mut b = a.resolve(h, *slot).unwrap();
         assert!(b[..1024].iter().all(|&x| x == i as u8 + 1));
         b[0] = 0xAA;
     }
     let moved = m
-        .up(&mut sent.iter().map(|h| LoanHandle { len: 1, ..*h }), false)
+        .up(
+            &mut sent
+                .iter()
+                .map(|(slot, h)| (*slot, LoanHandle { len: 1, ..*h })),
+            false,
+        )
         .unwrap();
     assert_eq!(
         (moved.copies, moved.bytes),
@@ -280,7 +324,14 @@ fn a_mirror_moves_adjacent_blocks_in_one_copy_and_skips_what_it_may_not_touch() 
         "1 byte rounds up to a word; gaps split"
     );
     let back = a
-        .claim(&LoanHandle { len: 1, ..sent[1] }, &sent[1])
+        .claim(
+            &LoanHandle {
+                len: 1,
+                ..sent[1].1
+            },
+            &sent[1].1,
+            1,
+        )
         .unwrap();
     assert_eq!(&back[..], &[0xAA]);
     assert!(dev.len() >= a.pool_bytes());
