@@ -28,9 +28,12 @@
  *   arguments: the device address of the shared region (control block at 0, 128-byte
  *   aligned), the device address of a second telemetry line K8 also writes (the telemetry
  *   export file, registered with cuMemHostRegister, so the GPU writes it directly) or 0,
- *   and a pipeline stage's link (gyre/ring.h's gyre_link): the device address of the next
+ *   a pipeline stage's link (gyre/ring.h's gyre_link): the device address of the next
  *   stage's region or 0 (not chained), the GYRE_LINK_* flags and the next stage's message
- *   type. The
+ *   type; and a loan kernel's pool (gyre/loan.h's gyre_loan_pool): the device addresses
+ *   of its bytes (mapped pinned memory under zero copy, device memory under a copy
+ *   strategy) and of its state words (mapped pinned memory, which the kernel only reads),
+ *   its size in bytes (0: not a loan kernel) and log2 of its smallest block. The
  *   kernel returns when its state is final: TERMINATED (drained after Terminate, or the
  *   host heartbeat went stale) or FAULTED (bad control block at K0); it never traps.
  *
@@ -67,18 +70,20 @@ static __device__ __forceinline__ uint32_t gyre_user_phase(uint32_t phase, const
 /* __launch_bounds__(GYRE_MAX_LANES, 1): see GYRE_MAX_LANES in gyre/port_cuda.h. */
 extern "C" __global__ void __launch_bounds__(GYRE_MAX_LANES, 1)
     gyre_ring_kernel(unsigned char *region, gyre_telemetry_buffer *export_tel,
-                     unsigned char *next, unsigned int link_flags, unsigned int next_type) {
+                     unsigned char *next, unsigned int link_flags, unsigned int next_type,
+                     unsigned char *loan_base, unsigned char *loan_words,
+                     unsigned long long loan_bytes, unsigned int loan_shift) {
     __shared__ gyre_block_shared sh;
     gyre_ring r; /* thread 0's */
-    gyre_loan_pool pool; /* no loans on CUDA yet (docs/loans.md) */
+    gyre_loan_pool pool; /* a loan kernel's (bytes 0: not one) */
     gyre_link link;      /* a pipeline stage's replies go to `next` (0: not chained) */
     if (blockIdx.x != 0u || blockIdx.y != 0u || blockIdx.z != 0u) {
         return; /* one block runs the loop */
     }
-    pool.base = 0;
-    pool.words = 0;
-    pool.bytes = 0u;
-    pool.min_shift = 0u;
+    pool.base = loan_base;
+    pool.words = loan_words;
+    pool.bytes = (uint64_t)loan_bytes;
+    pool.min_shift = loan_shift;
     pool.pad = 0u;
     link.next = next;
     link.flags = link_flags;

@@ -182,6 +182,9 @@ step faults-1 120 "$BIN/faults_cuda" --test-threads=1
 step portable 150 "$BIN/portable_handlers" --exact portable_handlers_on_cuda_match_rust --nocapture
 # A chain of three stages on the GPU, each writing the next stage's ring (tests/pipeline_cuda.rs).
 step pipeline 90 "$BIN/pipeline_cuda" --test-threads=1 --nocapture
+# Loan kernels on the GPU: zero copy (mapped pinned pool) and sync (device-memory pool the
+# bridge fills), every loan case (tests/loans_cuda.rs).
+step loans 120 "$BIN/loans_cuda" --test-threads=1
 
 # The two suites at once, as two processes: two contexts, two sets of ring kernels.
 both() {

@@ -741,14 +741,15 @@ impl Runtime {
     }
 
     /// Where loan kernel `spec` runs: its backend, strategy and backend implementation.
-    /// CUDA does not take loans yet, so under [`Backend::Auto`] a spec that would go to
-    /// CUDA runs its Rust closure on the CPU backend instead.
+    /// CUDA runs a loan kernel's device handler; under [`Backend::Auto`] a spec with no
+    /// CUDA source that would go to CUDA runs its Rust closure on the CPU backend instead.
     pub(crate) fn loan_target<Req, Resp>(
         &self,
         spec: &KernelSpec<Req, Resp>,
     ) -> Result<(Backend, TransferStrategy, Arc<dyn gyre_core::Backend>)> {
         let mut t = self.target_for(spec)?;
-        if matches!(t.backend, Backend::Cuda { .. }) {
+        // CUDA runs a loan kernel's device handler; a closure alone runs on the host.
+        if matches!(t.backend, Backend::Cuda { .. }) && spec.cuda_source.is_none() {
             if let Some(host) = &self.host {
                 t = host;
             }

@@ -17,9 +17,7 @@ use std::sync::Arc;
 
 use gyre_abi::error;
 use gyre_core::channel::{Kind, PublishError, ReleaseHook, ReplyView};
-use gyre_core::copy::HostDeviceArena;
 use gyre_core::loan::{LoanArena, LoanConfig, LoanHandle, LoanMirror, LoanStats};
-use gyre_core::memory::HostAllocator;
 use gyre_core::{Channel, Error, Result};
 
 pub use buf::LoanBuf;
@@ -307,27 +305,33 @@ impl Runtime {
                              loaned bytes, in place: docs/loans.md), or launch it on Backend::Cpu",
                 });
             }
+            Backend::Cuda { .. } if spec.cuda_source.is_some() => {}
             _ => {
                 return Err(Error::HandlerUnsupported {
                     kernel: spec.name().to_owned(),
                     backend: backend.name(),
-                    handler: "a loan kernel (KernelSpec::loans)",
-                    remedy: "loans on CUDA are not built yet (docs/loans.md): launch it on \
-                             Backend::Cpu, Backend::OpenCl or Backend::Auto",
+                    handler: "a loan kernel's Rust closure (KernelSpec::loans) with no CUDA \
+                              source",
+                    remedy: "add KernelSpec::cuda_handler or device_handler (a handler over the \
+                             loaned bytes, in place: docs/loans.md), or launch it on Backend::Cpu \
+                             or Backend::Auto",
                 });
             }
         }
         // Zero copy: the kernel reads the pool where the backend put it (host memory on
-        // the CPU backend, fine-grained SVM on OpenCL). A copy strategy (CPU backend): the
-        // kernel works on emulated device memory, and the bridge moves each loan's bytes
-        // with its slot (a `LoanMirror`).
+        // the CPU backend, fine-grained SVM on OpenCL, mapped pinned memory on CUDA). A
+        // copy strategy: the kernel works on the backend's device side (emulated device
+        // memory on the CPU backend, device memory on CUDA), the host on the pool's host
+        // side (the staging the bridge copies from), and the bridge moves each loan's
+        // bytes with its slot (a `LoanMirror`). The state words are always in the
+        // backend's loan memory, where the kernel reads them.
         let device = if strategy.copies() {
-            Some(Arc::new(HostDeviceArena::new(setup.config.pool_bytes)?))
+            Some(imp.loan_device(setup.config.pool_bytes)?)
         } else {
             None
         };
         let arena = match &device {
-            Some(d) => LoanArena::new_split(HostAllocator, setup.config, d.clone())?,
+            Some(d) => d.arena(imp.loan_allocator()?, setup.config)?,
             None => LoanArena::new(imp.loan_allocator()?, setup.config)?,
         };
         let mut launch = spec;
@@ -348,7 +352,7 @@ impl Runtime {
         let _ = inner.loans.set(arena.clone());
         if let (Some(d), Some(t)) = (device, &inner.transfer) {
             t.bridge()
-                .set_loans(Arc::new(LoanMirror::new(arena.clone(), d)?));
+                .set_loans(Arc::new(LoanMirror::new(arena.clone(), d.engine())?));
         }
         tracing::info!(
             kernel = %kernel.name(),

@@ -23,6 +23,9 @@ pub enum Target {
     Cpu(TransferStrategy),
     /// An OpenCL device (platform, device): zero copy, the pool in fine-grained SVM.
     OpenCl(usize, usize),
+    /// CUDA device 0 under a transfer strategy: `unified` (zero copy, the pool in mapped
+    /// pinned memory) or a copy strategy (the pool's bytes in device memory).
+    Cuda(TransferStrategy),
 }
 
 impl Target {
@@ -37,17 +40,23 @@ impl Target {
                 .backend(Backend::OpenCl { platform, device })
                 .build()
                 .expect("runtime"),
+            Target::Cuda(strategy) => Runtime::builder()
+                .backend(Backend::Cuda { device: 0 })
+                .transfer_strategy(strategy)
+                .build()
+                .expect("runtime"),
         }
     }
 
     fn copies(self) -> bool {
-        matches!(self, Target::Cpu(s) if s.copies())
+        matches!(self, Target::Cpu(s) | Target::Cuda(s) if s.copies())
     }
 
     fn backend(self) -> Backend {
         match self {
             Target::Cpu(_) => Backend::Cpu,
             Target::OpenCl(platform, device) => Backend::OpenCl { platform, device },
+            Target::Cuda(_) => Backend::Cuda { device: 0 },
         }
     }
 }

@@ -216,16 +216,36 @@ pub trait Backend: Send + Sync {
         spec: &LaunchSpec,
     ) -> Result<Box<dyn KernelInstance>>;
 
-    /// The memory a loan pool of this backend's kernels lives in (its bytes and its
-    /// state words, which host and kernel both compare-and-swap): host memory by default
-    /// (the CPU backend); a device backend gives memory its kernels address like the host
-    /// and whose atomics are atomic with the host's, or refuses.
+    /// The memory a loan pool of this backend's kernels lives in (its bytes under zero
+    /// copy, the host side under a copy strategy, and always the state words, which the
+    /// host writes and a device kernel reads): host memory by default (the CPU backend);
+    /// a device backend gives memory its kernels read where the host writes it
+    /// (fine-grained SVM, mapped pinned memory), or refuses.
     ///
     /// # Errors
     ///
     /// [`Error::StrategyUnsupported`] when the backend cannot hold loans, naming why.
     fn loan_allocator(&self) -> Result<Arc<dyn crate::memory::RawAllocator>> {
         Ok(Arc::new(crate::memory::HostAllocator))
+    }
+
+    /// The kernel's side of a loan pool of `bytes` under a copy strategy: where the
+    /// kernel reads loaned bytes, which the bridge fills from the pool's host side
+    /// ([`crate::loan::LoanMirror`]). The state words stay in
+    /// [`Backend::loan_allocator`]'s memory, where the kernel reads them.
+    ///
+    /// The default refuses, as [`Backend::alloc_resident`] does.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::StrategyUnsupported`], or the allocation's error.
+    fn loan_device(&self, bytes: usize) -> Result<crate::loan::LoanDevice> {
+        let _ = bytes;
+        Err(Error::StrategyUnsupported {
+            backend: self.name(),
+            strategy: "a copy strategy",
+            reason: "this backend keeps loan pools only where its kernels read host memory".into(),
+        })
     }
 
     /// Device-resident memory for a kernel of geometry `g` under a copy strategy

@@ -217,6 +217,14 @@ impl Backend for CpuBackend {
         }))
     }
 
+    /// A loan pool's "device" side: a separate host allocation the kernel's Rust handlers
+    /// work on in place, reached by the host only through the bridge's copies.
+    fn loan_device(&self, bytes: usize) -> Result<gyre_core::loan::LoanDevice> {
+        Ok(gyre_core::loan::LoanDevice::Emulated(Arc::new(
+            gyre_core::copy::HostDeviceArena::new(bytes)?,
+        )))
+    }
+
     /// "Device" memory that is a separate host allocation; the host reaches it only by
     /// the emulated copy engine's real copies ([`HostDeviceMemory`]).
     fn alloc_resident(&self, g: &Geometry, host_timeout_ms: u32) -> Result<Arc<dyn CopyEngine>> {

@@ -15,11 +15,14 @@
 use std::sync::Arc;
 
 use gyre_core::bridge::CopyEngine;
+use gyre_core::loan::{LoanDevice, LoanPoolView};
+use gyre_core::memory::{MemoryKind, RawAllocator};
 use gyre_core::region::RegionMemory;
 use gyre_core::ring::Geometry;
 use gyre_core::{KernelInstance, LaunchSpec, SharedRegion};
 use parking_lot::Mutex;
 
+use crate::alloc::CudaAllocator;
 use crate::cache::{CacheKey, KernelCache};
 use crate::context::Context;
 use crate::copy::CudaCopyEngine;
@@ -333,14 +336,27 @@ impl CudaBackend {
                 .ok()
         });
         let export_tel = export.as_ref().map_or(0, ExportRegistration::telemetry_ptr);
-        let keep: Keep = Box::new((keep, export));
+        // A loan kernel's pool: its view is in device addresses (the allocations' own:
+        // `loan_allocator`'s mapped pinned memory, `loan_device`'s device memory).
+        let loans = spec.loans.as_ref().map_or(
+            LoanPoolView {
+                base: 0,
+                words: 0,
+                bytes: 0,
+                min_shift: 0,
+            },
+            |a| a.view(),
+        );
+        let keep: Keep = Box::new((keep, export, spec.loans.clone()));
         // SAFETY: `region` is the device address of an initialised shared region (mapped
         // pinned memory or the copy engine's device buffer), `export_tel` a registered
-        // telemetry line or 0, `link.0` another initialised region's device address or 0;
-        // `keep` owns all of them until the kernel has finished.
+        // telemetry line or 0, `link.0` another initialised region's device address or 0,
+        // `loans` the device addresses of a loan pool's bytes and state words (or a size
+        // of 0); `keep` owns all of them until the kernel has finished.
         let k = unsafe {
             CudaKernel::launch(
-                ctx, &spec.name, module, stream, guard, LANES, region, export_tel, link, keep,
+                ctx, &spec.name, module, stream, guard, LANES, region, export_tel, link, loans,
+                keep,
             )?
         };
         tracing::info!(
@@ -399,6 +415,32 @@ impl gyre_core::Backend for CudaBackend {
                 device_pointer(host, "a pipeline's region")
             })
             .map_err(|e| to_core("(pipeline link)", e))
+    }
+
+    /// Mapped pinned memory (`cuMemHostAlloc(DEVICEMAP | PORTABLE)`, a [`CudaAllocator`]):
+    /// the kernel reads a zero-copy pool's bytes, and every pool's state words, where the
+    /// host writes them. A device kernel only reads state words (`docs/loans.md`), so no
+    /// atomic has to be shared with the host: any CUDA device, PCIe included.
+    fn loan_allocator(&self) -> gyre_core::Result<Arc<dyn RawAllocator>> {
+        let alloc = self
+            .context()
+            .and_then(|ctx| CudaAllocator::new(&ctx, MemoryKind::PinnedMapped))
+            .map_err(|e| to_core("(loan pool)", e))?;
+        Ok(Arc::new(alloc))
+    }
+
+    /// Device memory (`cuMemAlloc`) behind a [`CudaCopyEngine`] on a stream of its own:
+    /// the kernel's side of a loan pool under a copy strategy.
+    fn loan_device(&self, bytes: usize) -> gyre_core::Result<LoanDevice> {
+        let engine = self
+            .context()
+            .and_then(|ctx| CudaCopyEngine::new(&ctx, bytes))
+            .map_err(|e| to_core("(loan pool device memory)", e))?;
+        let addr = engine.device_ptr();
+        Ok(LoanDevice::Device {
+            engine: Arc::new(engine),
+            addr,
+        })
     }
 
     /// Device atomics on mapped pinned host memory are atomic with the CPU's only where

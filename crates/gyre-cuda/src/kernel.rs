@@ -14,6 +14,7 @@
 use std::sync::{Arc, OnceLock};
 
 use gyre_abi::error::KERNEL_GONE;
+use gyre_core::loan::LoanPoolView;
 use gyre_core::KernelInstance;
 use parking_lot::Mutex;
 
@@ -49,15 +50,18 @@ pub(crate) struct CudaKernel {
 
 impl CudaKernel {
     /// Launches `module`'s entry point, one block of `lanes` threads, on `stream`, with
-    /// the five arguments of the ring kernel's launch contract (`cuda/ring_kernel.cu`):
-    /// the region, the export file's telemetry line (or 0), and a pipeline stage's link
-    /// (`next`: the next stage's region or 0; its flags; the next stage's message type).
+    /// the nine arguments of the ring kernel's launch contract (`cuda/ring_kernel.cu`):
+    /// the region, the export file's telemetry line (or 0), a pipeline stage's link
+    /// (`next`: the next stage's region or 0; its flags; the next stage's message type)
+    /// and a loan kernel's pool (`gyre_core::loan::LoanPoolView`: bytes, state words, size
+    /// or 0, log2 of the smallest block).
     ///
     /// # Safety
     ///
     /// `region` addresses a shared region laid out and initialised as the contract says,
-    /// `export_tel` a telemetry line or 0, `next` another such region or 0; `keep` owns
-    /// the memory behind all three.
+    /// `export_tel` a telemetry line or 0, `next` another such region or 0, `loans` a
+    /// loan pool's device addresses (or a size of 0); `keep` owns the memory behind all
+    /// of them.
     #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn launch(
         ctx: &Arc<Context>,
@@ -69,19 +73,28 @@ impl CudaKernel {
         mut region: u64,
         mut export_tel: u64,
         (mut next, mut link_flags, mut next_type): (u64, u32, u32),
+        loans: LoanPoolView,
         keep: Keep,
     ) -> Result<Self> {
+        let (mut loan_base, mut loan_words, mut loan_bytes, mut loan_shift) =
+            (loans.base, loans.words, loans.bytes, loans.min_shift);
         let mut params = [
             std::ptr::addr_of_mut!(region).cast::<std::ffi::c_void>(),
             std::ptr::addr_of_mut!(export_tel).cast::<std::ffi::c_void>(),
             std::ptr::addr_of_mut!(next).cast::<std::ffi::c_void>(),
             std::ptr::addr_of_mut!(link_flags).cast::<std::ffi::c_void>(),
             std::ptr::addr_of_mut!(next_type).cast::<std::ffi::c_void>(),
+            std::ptr::addr_of_mut!(loan_base).cast::<std::ffi::c_void>(),
+            std::ptr::addr_of_mut!(loan_words).cast::<std::ffi::c_void>(),
+            std::ptr::addr_of_mut!(loan_bytes).cast::<std::ffi::c_void>(),
+            std::ptr::addr_of_mut!(loan_shift).cast::<std::ffi::c_void>(),
         ];
         ctx.bind()?;
-        // SAFETY: the ring kernel's five parameters are three pointers and two 32-bit
-        // words, passed as the addresses of `region`, `export_tel`, `next`, `link_flags`
-        // and `next_type` (read by the driver during the call); `keep`, held until the
+        // SAFETY: the ring kernel's nine parameters are three pointers, two 32-bit words,
+        // two pointers, a 64-bit and a 32-bit word, passed as the addresses of `region`,
+        // `export_tel`, `next`, `link_flags`, `next_type`, `loan_base`, `loan_words`,
+        // `loan_bytes` and `loan_shift` (u64 for pointers and `unsigned long long`, u32 for
+        // `unsigned int`; read by the driver during the call); `keep`, held until the
         // kernel has finished, owns what they point to (the caller's contract); the
         // stream is live and held.
         unsafe {

@@ -106,11 +106,16 @@ pub struct LoanArena {
     block: Option<RawBlock>,
     /// Host address of the arena (every kind the loan pool supports has one).
     base: NonNull<u8>,
-    /// Where the kernel reads the arena: `base` under zero copy; the device side of a
-    /// [`LoanMirror`](super::LoanMirror) under a copy strategy.
-    kernel_base: NonNull<u8>,
+    /// The arena's bytes as the kernel addresses them: `block`'s device address under
+    /// zero copy; the device side of a [`LoanMirror`](super::LoanMirror) under a copy
+    /// strategy.
+    kernel_addr: u64,
+    /// The kernel's side as host code may touch it (the CPU backend's Rust handlers):
+    /// `base` under zero copy, the emulated device memory of a CPU copy strategy; `None`
+    /// when the kernel's side is device memory (only a device kernel resolves handles).
+    kernel_host: Option<NonNull<u8>>,
     /// Keeps the kernel's side alive when it is not `block`.
-    _kernel_mem: Option<Arc<crate::copy::HostDeviceArena>>,
+    _kernel_mem: Option<Arc<dyn crate::copy::CopyEngine>>,
     bytes: usize,
     min_shift: u32,
     book: Mutex<Book>,
@@ -168,7 +173,10 @@ impl LoanArena {
                 reason: "the loan pool needs host-addressable memory",
             });
         }
-        let (block, base) = alloc_host(&alloc, config.pool_bytes, config.min_block)?;
+        // Blocks are aligned to their size up to a page (what every allocator promises).
+        let align = config.min_block.min(4096);
+        let (block, base) = alloc_host(&alloc, config.pool_bytes, align)?;
+        let kernel_addr = block.device_addr();
         let min_shift = config.min_block.trailing_zeros();
         let max_order = (config.pool_bytes.trailing_zeros() - min_shift) as u8;
         let units = config.pool_bytes >> min_shift;
@@ -184,7 +192,8 @@ impl LoanArena {
             alloc: Box::new(alloc),
             block: Some(block),
             base,
-            kernel_base: base,
+            kernel_addr,
+            kernel_host: Some(base),
             _kernel_mem: None,
             bytes: config.pool_bytes,
             min_shift,
@@ -217,7 +226,37 @@ impl LoanArena {
         config: LoanConfig,
         device: Arc<crate::copy::HostDeviceArena>,
     ) -> Result<Arc<Self>> {
-        use crate::copy::CopyEngine;
+        let host = device.kernel_ptr();
+        Self::split(alloc, config, host.as_ptr() as u64, Some(host), device)
+    }
+
+    /// An arena whose host side comes from `alloc` (the staging side the host writes,
+    /// and the state words, which the kernel reads where the host wrote them: `alloc`
+    /// must give memory the kernel addresses, such as mapped pinned memory) and whose
+    /// bytes the kernel reads in `device` (device memory), at device address
+    /// `kernel_addr`. For a device kernel under a copy strategy: move bytes with a
+    /// [`LoanMirror`](super::LoanMirror) over `device`. Host code never resolves a handle
+    /// of such an arena ([`LoanArena::resolve`] refuses).
+    ///
+    /// # Errors
+    ///
+    /// As [`LoanArena::new_split`].
+    pub fn new_split_device(
+        alloc: impl RawAllocator + 'static,
+        config: LoanConfig,
+        device: Arc<dyn crate::copy::CopyEngine>,
+        kernel_addr: u64,
+    ) -> Result<Arc<Self>> {
+        Self::split(alloc, config, kernel_addr, None, device)
+    }
+
+    fn split(
+        alloc: impl RawAllocator + 'static,
+        config: LoanConfig,
+        kernel_addr: u64,
+        kernel_host: Option<NonNull<u8>>,
+        device: Arc<dyn crate::copy::CopyEngine>,
+    ) -> Result<Arc<Self>> {
         if device.len() < config.pool_bytes {
             return Err(Error::InvalidArgument {
                 name: "loan pool device memory",
@@ -231,7 +270,8 @@ impl LoanArena {
             value: "shared".into(),
             reason: "a new arena has one owner",
         })?;
-        arena.kernel_base = device.kernel_ptr();
+        arena.kernel_addr = kernel_addr;
+        arena.kernel_host = kernel_host;
         arena._kernel_mem = Some(device);
         Ok(Arc::new(arena))
     }
@@ -252,13 +292,14 @@ impl LoanArena {
     }
 
     /// The pool as a device resolver sees it (`gyre_loan_pool`, `cuda/include/gyre/loan.h`):
-    /// the kernel's side of the bytes and the state words, for memory the host and the
-    /// kernel address alike (host memory, fine-grained SVM). A backend passes it to its
+    /// the kernel's side of the bytes and the state words, at the device addresses
+    /// their allocations report (the host address for host memory and fine-grained SVM,
+    /// `cuMemHostGetDevicePointer` for mapped pinned memory). A backend passes it to its
     /// ring kernel.
     pub fn view(&self) -> LoanPoolView {
         LoanPoolView {
-            base: self.kernel_base.as_ptr() as u64,
-            words: self.words.addr(),
+            base: self.kernel_addr,
+            words: self.words.device_addr(),
             bytes: self.bytes as u64,
             min_shift: self.min_shift,
         }
@@ -533,17 +574,21 @@ impl LoanArena {
     /// this slot` (free, host-owned, held, or bound to another slot), `length beyond the
     /// block`.
     pub fn resolve(&self, h: &LoanHandle, index: u64) -> Result<KernelBlock<'_>, &'static str> {
+        let Some(kernel_host) = self.kernel_host else {
+            return Err("the pool's kernel side is device memory");
+        };
         let (unit, cap) = self.hold(h, index)?;
         let off = (unit as usize) << self.min_shift;
         debug_assert!(off + cap <= self.bytes);
         // SAFETY: the block [off, off + cap) lies inside the arena (buddy blocks never
-        // cross its end), on its kernel side, which is at least the pool's size; this
+        // cross its end), on its kernel side as host code reaches it (`kernel_host`: the
+        // arena itself, or emulated device memory of at least the pool's size that
+        // `_kernel_mem` keeps alive); this
         // call moved it to busy, which no other party can take (every other transition
         // starts from another owner; a mirror copies a block only while it holds it busy
         // itself), so the bytes are ours until the guard gives them back; both sides are
         // initialised (zeroed) memory.
-        let bytes =
-            unsafe { core::slice::from_raw_parts_mut(self.kernel_base.as_ptr().add(off), cap) };
+        let bytes = unsafe { core::slice::from_raw_parts_mut(kernel_host.as_ptr().add(off), cap) };
         Ok(KernelBlock {
             arena: self,
             unit,

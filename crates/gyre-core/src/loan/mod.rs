@@ -68,6 +68,66 @@ pub use mirror::{LoanMirror, Moved};
 
 use crate::{Error, Result};
 
+/// The kernel's side of a loan pool under a copy strategy ([`crate::Backend::loan_device`]).
+#[derive(Clone)]
+pub enum LoanDevice {
+    /// The CPU backend's emulated device memory: its kernel's Rust handlers work on it
+    /// in place ([`LoanArena::new_split`]).
+    Emulated(std::sync::Arc<crate::copy::HostDeviceArena>),
+    /// Device memory behind a copy engine, at device address `addr` (offset 0 of the
+    /// engine): only a device kernel reads it ([`LoanArena::new_split_device`]).
+    Device {
+        /// The engine the bridge copies through.
+        engine: std::sync::Arc<dyn crate::copy::CopyEngine>,
+        /// Where the kernel reads offset 0.
+        addr: u64,
+    },
+}
+
+impl core::fmt::Debug for LoanDevice {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            LoanDevice::Emulated(d) => f
+                .debug_tuple("Emulated")
+                .field(&crate::copy::CopyEngine::len(&**d))
+                .finish(),
+            LoanDevice::Device { engine, addr } => f
+                .debug_struct("Device")
+                .field("engine", &engine.name())
+                .field("addr", addr)
+                .finish(),
+        }
+    }
+}
+
+impl LoanDevice {
+    /// The engine the bridge copies loan bytes through.
+    pub fn engine(&self) -> std::sync::Arc<dyn crate::copy::CopyEngine> {
+        match self {
+            LoanDevice::Emulated(d) => d.clone(),
+            LoanDevice::Device { engine, .. } => engine.clone(),
+        }
+    }
+
+    /// The arena over this kernel side, with host side and state words from `alloc`.
+    ///
+    /// # Errors
+    ///
+    /// As [`LoanArena::new_split`].
+    pub fn arena(
+        &self,
+        alloc: impl crate::memory::RawAllocator + 'static,
+        config: LoanConfig,
+    ) -> Result<std::sync::Arc<LoanArena>> {
+        match self {
+            LoanDevice::Emulated(d) => LoanArena::new_split(alloc, config, d.clone()),
+            LoanDevice::Device { engine, addr } => {
+                LoanArena::new_split_device(alloc, config, engine.clone(), *addr)
+            }
+        }
+    }
+}
+
 /// The shape of a loan pool: its size and smallest block (both powers of two).
 ///
 /// # Examples

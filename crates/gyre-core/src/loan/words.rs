@@ -147,10 +147,13 @@ impl Words {
         }
     }
 
-    /// Host address of the first word.
-    pub(super) fn addr(&self) -> u64 {
+    /// Address of the first word as a kernel reads it (the allocation's device address).
+    pub(super) fn device_addr(&self) -> u64 {
         #[cfg(not(gyre_loom))]
-        return self.base.as_ptr() as u64;
+        return self
+            .block
+            .as_ref()
+            .map_or(self.base.as_ptr() as u64, RawBlock::device_addr);
         #[cfg(gyre_loom)]
         return self.lines.as_ptr() as u64;
     }
