@@ -46,4 +46,5 @@ strategies!(
     batches_of_loans_go_and_come_back_in_order,
     the_export_file_shows_the_pool,
     a_handle_sent_twice_never_gives_its_block_two_writers,
+    a_loan_of_another_pool_is_refused_and_returns_to_it,
 );

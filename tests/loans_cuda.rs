@@ -71,11 +71,13 @@ fn loan_handlers_compile_with_nvrtc() {
                 .compile_ring_kernel(&handler, &CompileOptions::new(Arch::Ptx(arch)))
                 .unwrap_or_else(|e| panic!("{name} sm_{arch}: {e}"));
             let ptx = compiled.ptx().unwrap_or_default();
-            // The kernel takes the loan pool: nine parameters, the last four the pool's.
-            let params = ptx.matches(&format!("{RING_KERNEL_ENTRY}_param_")).count();
+            // The kernel takes the loan pool: nine parameters (_param_0.._param_8), the
+            // last four the pool's. (Counting `_param_` matches would pass with five: the
+            // entry declares each and loads each at least once.)
+            let param = |i: u32| format!("{RING_KERNEL_ENTRY}_param_{i}");
             assert!(
-                params >= 9,
-                "{name} sm_{arch}: {params} parameter uses in the PTX"
+                ptx.contains(&param(8)) && !ptx.contains(&param(9)),
+                "{name} sm_{arch}: the ring kernel does not take exactly nine parameters"
             );
             let Some(ptxas) = toolchain.ptxas.as_ref() else {
                 assert!(!required, "GYRE_REQUIRE_NVRTC=1 but no ptxas");
@@ -144,6 +146,7 @@ cuda_cases!(
     batches_of_loans_go_and_come_back_in_order,
     the_export_file_shows_the_pool,
     a_handle_sent_twice_never_gives_its_block_two_writers,
+    a_loan_of_another_pool_is_refused_and_returns_to_it,
 );
 
 /// A loan kernel with a Rust closure and no CUDA source is refused on CUDA, naming what

@@ -81,6 +81,7 @@ opencl_cases!(
     batches_of_loans_go_and_come_back_in_order,
     the_export_file_shows_the_pool,
     a_handle_sent_twice_never_gives_its_block_two_writers,
+    a_loan_of_another_pool_is_refused_and_returns_to_it,
 );
 
 /// A loan kernel with a Rust closure and no OpenCL C source is refused on OpenCL, naming

@@ -6,7 +6,7 @@ use gyre_core::channel::{Kind, PublishError};
 use gyre_core::loan::LoanHandle;
 use gyre_core::{Error, Result};
 
-use super::{claim, write_handle, Loan, LoanKernel};
+use super::{check_pool, claim, write_handle, Loan, LoanKernel};
 use crate::decode::refused;
 
 impl LoanKernel {
@@ -18,7 +18,8 @@ impl LoanKernel {
     /// # Errors
     ///
     /// [`Error::Closed`] (nothing was sent; `loans` is unchanged), and
-    /// [`Error::InvalidArgument`] for a batch longer than the ring.
+    /// [`Error::InvalidArgument`] for a batch longer than the ring or a loan of another
+    /// kernel's pool.
     ///
     /// # Examples
     ///
@@ -38,6 +39,9 @@ impl LoanKernel {
     pub fn try_send_loans(&self, loans: &mut Vec<Loan>) -> Result<bool> {
         if loans.is_empty() {
             return Ok(true);
+        }
+        for l in loans.iter() {
+            check_pool(&self.arena, l)?;
         }
         let inner = self.kernel.inner();
         // Each loan is taken (bound to its slot) only once the batch's slots are claimed:

@@ -10,7 +10,7 @@ use gyre_core::channel::Kind;
 use gyre_core::loan::{Loan, LoanArena};
 use gyre_core::{Error, Result};
 
-use super::{claim, try_publish_loan, LoanKernel};
+use super::{check_pool, claim, try_publish_loan, LoanKernel};
 use crate::future::poll_publish_by;
 use crate::inner::Inner;
 use crate::keep_alive::KeepAlive;
@@ -66,8 +66,15 @@ impl Outgoing {
     /// it and registers to be woken when the ring has space. A refusal returns the block
     /// to the pool.
     fn poll_publish(&mut self, kind: Kind, cx: &mut Context<'_>) -> Poll<Result<u64>> {
-        if self.loan.is_none() {
-            return Poll::Ready(Err(polled_after_completion()));
+        match &self.loan {
+            None => return Poll::Ready(Err(polled_after_completion())),
+            Some(l) => {
+                if let Err(e) = check_pool(&self.arena, l) {
+                    // Refused: the loan goes back to its own pool.
+                    self.loan = None;
+                    return Poll::Ready(Err(e));
+                }
+            }
         }
         let inner = &self.keep.inner;
         let loan = &mut self.loan;

@@ -16,7 +16,7 @@ mod future;
 use std::sync::Arc;
 
 use gyre_abi::error;
-use gyre_core::channel::{Kind, PublishError, ReleaseHook, ReplyView};
+use gyre_core::channel::{Kind, PublishError, ReplyView};
 use gyre_core::loan::{LoanArena, LoanConfig, LoanHandle, LoanMirror, LoanStats};
 use gyre_core::{Channel, Error, Result};
 
@@ -49,9 +49,11 @@ impl KernelSpec<LoanHandle, LoanHandle> {
     /// moves each loan's bytes with its slot); OpenCL when the spec also has device code
     /// ([`KernelSpec::device_handler`] or [`KernelSpec::opencl_handler`]: a handler over
     /// the block in place, `req == reply`, see `docs/loans.md`), with the pool in
-    /// fine-grained SVM and each handle resolved by the ring kernel. CUDA does not take
-    /// loans yet ([`Error::HandlerUnsupported`]; [`Backend::Auto`] runs the closure on the
-    /// CPU backend instead).
+    /// fine-grained SVM and each handle resolved by the ring kernel; CUDA likewise with
+    /// device code ([`KernelSpec::cuda_handler`] or [`KernelSpec::device_handler`]), the
+    /// pool in mapped pinned memory (zero copy) or device memory the bridge fills (copy
+    /// strategies). The closure alone is [`Error::HandlerUnsupported`] on a device;
+    /// [`Backend::Auto`] runs it on the CPU backend instead.
     ///
     /// # Examples
     ///
@@ -153,24 +155,23 @@ impl gyre_core::Handler for Adapter {
     }
 }
 
-/// Frees the block of a request nobody claimed, when the host releases its reply slot.
-struct Release(Arc<LoanArena>);
-
-impl ReleaseHook for Release {
-    fn released(&self, _ch: &Channel, index: u64, request: &[u8], _status: u32) {
-        // Whatever the status: `release_sent` frees only a block bound to this slot and
-        // still kernel-owned (not claimed, not held), and the kernel is done with the
-        // slot. A handle the slot's sender did not bind (forged, stale, duplicated)
-        // frees nothing.
-        if let Some(h) = LoanHandle::decode(request) {
-            self.0.release_sent(&h, index);
-        }
+/// Refuses a loan from another pool than `arena` (another kernel's): its block would be
+/// bound to a slot of a ring its pool never sees, and never return.
+pub(crate) fn check_pool(arena: &Arc<LoanArena>, loan: &Loan) -> Result<()> {
+    if Arc::ptr_eq(loan.arena(), arena) {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument {
+            name: "loan",
+            value: format!("a loan of {:?}", loan.arena()),
+            reason: "a loan is sent to the kernel whose pool lent it",
+        })
     }
 }
 
 /// Publishes `loan` as one request: the loan is taken (its block bound to the claimed
 /// slot, [`Loan::send`]) only once the slot is claimed, so on any error it is still in
-/// `loan`, unsent.
+/// `loan`, unsent. The caller has checked its pool ([`check_pool`]).
 pub(crate) fn try_publish_loan(
     ch: &Channel,
     kind: Kind,
@@ -195,7 +196,6 @@ pub(crate) fn write_handle(loan: Option<Loan>, index: u64, dst: &mut [u8]) {
 /// Turns a loan kernel's reply into the caller's [`Loan`]: the reply's handle must name
 /// its request's block.
 pub(crate) fn claim(arena: &Arc<LoanArena>, ch: &Channel, v: ReplyView<'_>) -> Result<Loan> {
-    let index = v.index;
     let request = LoanHandle::decode(v.request());
     if v.meta.status == error::BAD_LOAN {
         let h = request.unwrap_or(LoanHandle {
@@ -211,16 +211,20 @@ pub(crate) fn claim(arena: &Arc<LoanArena>, ch: &Channel, v: ReplyView<'_>) -> R
             why: "the kernel holds no block under this handle",
         });
     }
-    // Error statuses, and the reply's size, as for any typed kernel.
-    let reply: LoanHandle = decode(ch, v)?;
-    let request = request.ok_or(Error::BadLoan {
-        side: "from the kernel",
-        offset: reply.offset,
-        len: reply.len,
-        generation: reply.generation,
-        why: "its request carried no loan",
-    })?;
-    arena.claim(&reply, &request, index)
+    if v.meta.status != error::NONE || v.payload.len() != LoanHandle::SIZE {
+        // Error statuses, and a reply of the wrong size, as for any typed kernel.
+        return match decode::<LoanHandle>(ch, v) {
+            Err(e) => Err(e),
+            Ok(h) => Err(Error::BadLoan {
+                side: "from the kernel",
+                offset: h.offset,
+                len: h.len,
+                generation: h.generation,
+                why: "a reply the channel could not check",
+            }),
+        };
+    }
+    arena.claim(&v)
 }
 
 /// A kernel whose messages are [`Loan`]s (see [`KernelSpec::loans`]): messages of up to
@@ -334,6 +338,11 @@ impl Runtime {
             Some(d) => d.arena(imp.loan_allocator()?, setup.config)?,
             None => LoanArena::new(imp.loan_allocator()?, setup.config)?,
         };
+        if backend != Backend::Cpu {
+            // A device kernel resolves handles by reading the words only: host code must
+            // not resolve them too (no one else holds the arena yet).
+            arena.serve_on_device();
+        }
         let mut launch = spec;
         launch.loan = None;
         launch.loan_arena = Some(arena.clone());
@@ -348,7 +357,7 @@ impl Runtime {
         });
         let kernel = self.launch(launch)?;
         let inner = kernel.inner();
-        inner.ch.set_release_hook(Arc::new(Release(arena.clone())));
+        arena.install_release_hook(&inner.ch);
         let _ = inner.loans.set(arena.clone());
         if let (Some(d), Some(t)) = (device, &inner.transfer) {
             t.bridge()
@@ -416,11 +425,19 @@ impl LoanKernel {
 
     /// Sends `loan` and waits for its reply, which comes back as a loan of the same
     /// block. See [`LoanCallFuture`] for cancel safety.
+    ///
+    /// # Errors
+    ///
+    /// As [`LoanKernel::call_loan_blocking`].
     pub fn call_loan(&self, loan: Loan) -> LoanCallFuture {
         LoanCallFuture::new(self, loan)
     }
 
     /// Sends `loan`; its reply goes to [`recv_loan`](Self::recv_loan), in order.
+    ///
+    /// # Errors
+    ///
+    /// As [`LoanKernel::send_loan_blocking`].
     pub fn send_loan(&self, loan: Loan) -> LoanSendFuture {
         LoanSendFuture::new(self, loan)
     }
@@ -457,11 +474,13 @@ impl LoanKernel {
     ///
     /// # Errors
     ///
-    /// Refused (nothing was sent; the loan is returned to the pool): [`Error::Closed`].
+    /// Refused (nothing was sent; the loan is returned to the pool): [`Error::Closed`],
+    /// and [`Error::InvalidArgument`] for a loan of another kernel's pool.
     /// Accepted: [`Error::Handler`] (the handler's status), [`Error::BadLoan`],
     /// [`Error::Protocol`], or the kernel's end ([`Error::KernelFaulted`], ...), as for
     /// [`Kernel::call_blocking`]. The block returns to the pool in every error case.
     pub fn call_loan_blocking(&self, loan: Loan) -> Result<Loan> {
+        check_pool(&self.arena, &loan)?;
         let inner = self.kernel.inner();
         let ch = &inner.ch;
         let mut loan = Some(loan);
@@ -478,8 +497,10 @@ impl LoanKernel {
     ///
     /// # Errors
     ///
-    /// [`Error::Closed`]: nothing was sent; the loan is returned to the pool.
+    /// Nothing was sent, and the loan is returned to its pool: [`Error::Closed`], and
+    /// [`Error::InvalidArgument`] for a loan of another kernel's pool.
     pub fn send_loan_blocking(&self, loan: Loan) -> Result<()> {
+        check_pool(&self.arena, &loan)?;
         let inner = self.kernel.inner();
         let mut loan = Some(loan);
         // Refused: the loan was never sent, and drops back into the pool.
@@ -555,6 +576,10 @@ impl LoanKernel {
     /// refused; the block returns when the slot it is bound to is released.
     #[doc(hidden)]
     pub fn bind_loan_for_tests(&self, loan: Loan, ahead: u64) -> LoanHandle {
+        debug_assert!(
+            Arc::ptr_eq(loan.arena(), &self.arena),
+            "a loan of another pool"
+        );
         loan.send(self.kernel.inner().ch.claimed() + ahead)
     }
 
@@ -583,17 +608,17 @@ impl LoanKernel {
         r
     }
 
+    /// Returns the blocks of the requests the kernel never answered, after a shutdown.
+    #[allow(unsafe_code)] // the one call below; its contract is checked here
     fn reclaim(&self, r: &Result<()>) {
         let ch = &self.kernel.inner().ch;
         if matches!(r, Err(Error::Unresponsive { .. })) || ch.unresponsive().is_some() {
             return;
         }
-        let mut n = 0;
-        ch.for_each_unanswered(|index, req| {
-            if LoanHandle::decode(req).is_some_and(|h| self.arena.release_sent(&h, index)) {
-                n += 1;
-            }
-        });
+        // SAFETY: the shutdown returned, and not as unresponsive: the kernel's last
+        // execution has ended and been joined, and after a shutdown no restart, epoch or
+        // reload launches a successor on its region, so no kernel touches a slot again.
+        let n = unsafe { self.arena.release_unanswered(ch) };
         if n > 0 {
             tracing::info!(kernel = %self.name(), blocks = n, "loan blocks of unanswered requests returned to the pool");
         }

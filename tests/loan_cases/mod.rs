@@ -621,3 +621,37 @@ pub fn a_handle_sent_twice_never_gives_its_block_two_writers(t: Target) {
     k.shutdown_blocking().unwrap();
     assert_eq!(k.pool_stats().in_use_blocks, 0);
 }
+
+pub fn a_loan_of_another_pool_is_refused_and_returns_to_it(t: Target) {
+    let rt = t.rt();
+    let (a, b) = (
+        bump_kernel(&rt, LoanConfig::new(1 << 14, 1024)),
+        bump_kernel(&rt, LoanConfig::new(1 << 14, 1024)),
+    );
+    let from_b = || b.loan_blocking(100).unwrap();
+    let tokio = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut batch = vec![from_b()];
+    for r in [
+        a.call_loan_blocking(from_b()).map(drop),
+        a.send_loan_blocking(from_b()),
+        tokio.block_on(a.call_loan(from_b())).map(drop),
+        tokio.block_on(a.send_loan(from_b())),
+        a.try_send_loans(&mut batch).map(drop),
+    ] {
+        assert!(
+            matches!(r, Err(Error::InvalidArgument { name: "loan", .. })),
+            "{r:?}"
+        );
+    }
+    assert_eq!(batch.len(), 1, "a refused batch keeps its loans");
+    drop(batch);
+    // Nothing was bound to a's ring: b's blocks are all back, and both kernels serve.
+    assert_eq!(b.pool_stats().in_use_blocks, 0);
+    assert_eq!(&a.call_bytes_blocking(&[1]).unwrap()[..], &[2]);
+    assert_eq!(&b.call_bytes_blocking(&[2]).unwrap()[..], &[3]);
+    a.shutdown_blocking().unwrap();
+    b.shutdown_blocking().unwrap();
+}

@@ -36,6 +36,29 @@ use loom::sync::atomic::AtomicBool;
 use loom::sync::Arc;
 use loom::thread;
 
+/// [`LoanArena::claim_handles`] as the model's host calls it: the claims below that race
+/// a Rust kernel thread are forged early ones, which the busy hold must refuse (the
+/// contract is the runtime's; the model checks what breaking it can and cannot do to a
+/// host-side kernel, whose resolver holds the block).
+fn claim(
+    a: &std::sync::Arc<LoanArena>,
+    reply: &LoanHandle,
+    request: &LoanHandle,
+    index: u64,
+) -> gyre_core::Result<gyre_core::loan::Loan> {
+    // SAFETY: broken on purpose where a model claims while its kernel thread may still
+    // resolve: the kernels here are Rust resolvers, which hold a block busy while they
+    // use it, and the model checks that an early claim then fails instead of sharing the
+    // bytes (no device kernel, which holds nothing, takes part).
+    unsafe { a.claim_handles(reply, request, index) }
+}
+
+/// [`LoanArena::release_sent`], as [`claim`].
+fn release(a: &LoanArena, h: &LoanHandle, index: u64) -> bool {
+    // SAFETY: as in `claim`.
+    unsafe { a.release_sent(h, index) }
+}
+
 /// The request slot every model's loan is sent in.
 const SLOT: u64 = 5;
 
@@ -61,7 +84,7 @@ fn the_kernel_hold_and_the_host_claim_never_overlap() {
             })
         };
         // The host claims (a forged early reply) while the kernel may be in its handler.
-        let claimed = a.claim(&h, &h, SLOT);
+        let claimed = claim(&a, &h, &h, SLOT);
         if let Ok(l) = &claimed {
             assert!(
                 !kernel_inside.load(SeqCst),
@@ -70,7 +93,7 @@ fn the_kernel_hold_and_the_host_claim_never_overlap() {
             assert_eq!(l.len(), 8);
         }
         k.join().expect("kernel");
-        let released = a.release_sent(&h, SLOT);
+        let released = release(&a, &h, SLOT);
         assert!(!(claimed.is_ok() && released), "freed and claimed");
         drop(claimed);
         assert_eq!(a.stats().in_use_blocks, 0);
@@ -93,7 +116,7 @@ fn a_handle_in_another_slot_never_reaches_the_block() {
                 // while the live request's kernel holds the block.
                 let reached =
                     a.resolve(&h, SLOT + 1).is_ok() || a.resolve(&forged, SLOT + 1).is_ok();
-                reached || a.release_sent(&h, SLOT + 1) || a.release_sent(&forged, SLOT + 1)
+                reached || release(&a, &h, SLOT + 1) || release(&a, &forged, SLOT + 1)
             })
         };
         let held = a.resolve(&h, SLOT).map(|mut b| b[0] = 1).is_ok();
@@ -102,7 +125,7 @@ fn a_handle_in_another_slot_never_reaches_the_block() {
             "another slot reached the block"
         );
         assert!(held, "the live request was refused");
-        let back = a.claim(&h, &h, SLOT).expect("the live reply's claim");
+        let back = claim(&a, &h, &h, SLOT).expect("the live reply's claim");
         assert_eq!(back[0], 1);
         drop(back);
         assert_eq!(a.stats().in_use_blocks, 0);
@@ -116,9 +139,9 @@ fn a_claim_and_a_release_of_one_send_exclude_each_other() {
         let h = a.try_loan(8).expect("loan").send(SLOT);
         let r = {
             let a = a.clone();
-            thread::spawn(move || a.release_sent(&h, SLOT))
+            thread::spawn(move || release(&a, &h, SLOT))
         };
-        let claimed = a.claim(&h, &h, SLOT).ok();
+        let claimed = claim(&a, &h, &h, SLOT).ok();
         let released = r.join().expect("release");
         assert!(claimed.is_some() != released, "exactly one takes the block");
         drop(claimed);

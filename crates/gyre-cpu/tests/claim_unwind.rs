@@ -120,3 +120,47 @@ fn message_growing_after_the_size_check_is_too_large_and_never_copied() {
     );
     check(&ch, &region, &mut k);
 }
+
+/// A message whose bytes change on its third read: the batch reads each message once
+/// after the size check, so what is published is one read's bytes at that read's length
+/// (never a length from one read over the bytes of another, with stale slot bytes past
+/// a shorter one, nor a longer one cut to fit).
+struct Drifting {
+    reads: Cell<u32>,
+    early: &'static [u8],
+    late: &'static [u8],
+}
+
+impl AsRef<[u8]> for Drifting {
+    fn as_ref(&self) -> &[u8] {
+        self.reads.set(self.reads.get() + 1);
+        if self.reads.get() >= 3 {
+            self.late
+        } else {
+            self.early
+        }
+    }
+}
+
+#[test]
+fn a_message_is_published_from_one_read_at_its_own_length() {
+    for late in [&b"xy"[..], &BIG[..60]] {
+        let region =
+            Arc::new(SharedRegion::new_host(Geometry::new(8, 128, 8).unwrap(), 0).unwrap());
+        let h = gyre_core::kernels::echo;
+        let mut k = Stepper::new(&region, &h).unwrap();
+        let ch = Channel::new(region.clone(), "t");
+        let msgs = [Drifting {
+            reads: Cell::new(0),
+            early: b"abcdefgh",
+            late,
+        }];
+        assert_eq!(ch.try_publish_batch(Kind::Send, 1, &msgs), Ok(0));
+        assert_eq!(k.step(), Some(1));
+        let got = ch.try_recv(|r| Ok(r.payload.to_vec())).unwrap().unwrap();
+        assert!(
+            got == b"abcdefgh" || got == late,
+            "published {got:?}: neither read of the message"
+        );
+    }
+}

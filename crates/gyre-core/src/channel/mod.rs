@@ -349,10 +349,13 @@ impl Channel {
             msgs.len(),
             |k| msgs[k].as_ref().len(),
             |k, _, dst| {
-                // An `AsRef` that shrank since its length was taken copies what it has.
+                // One read per message after the size check, whose length is the one
+                // published: an `AsRef` that grew since is TooLarge, never truncated; one
+                // that shrank is published at its new length, never with stale bytes.
                 let m = msgs[k].as_ref();
-                let n = m.len().min(dst.len());
-                dst[..n].copy_from_slice(&m[..n]);
+                let to = dst.get_mut(..m.len()).ok_or(m.len())?;
+                to.copy_from_slice(m);
+                Ok(m.len())
             },
         )
     }
@@ -372,7 +375,10 @@ impl Channel {
             msg_type,
             n,
             |_| size,
-            |k, _, dst| dst.copy_from_slice(&bytes[k * size..(k + 1) * size]),
+            |k, _, dst| {
+                dst[..size].copy_from_slice(&bytes[k * size..(k + 1) * size]);
+                Ok(size)
+            },
         )
     }
 
@@ -409,18 +415,31 @@ impl Channel {
         msg_type: u32,
         count: usize,
         len: usize,
-        write: impl FnMut(usize, u64, &mut [u8]),
+        mut write: impl FnMut(usize, u64, &mut [u8]),
     ) -> Result<u64, PublishError> {
-        self.publish_n(kind, msg_type, count, |_| len, write)
+        self.publish_n(
+            kind,
+            msg_type,
+            count,
+            |_| len,
+            |k, index, dst| {
+                write(k, index, &mut dst[..len]);
+                Ok(len)
+            },
+        )
     }
 
+    /// `len_of(k)`: message `k`'s length for the all-or-nothing size check before the
+    /// claim; `write(k, index, payload)`: writes message `k` into the whole payload of
+    /// its claimed slot `index` and returns its length (the one published), or
+    /// `Err(len)` when it no longer fits (the claim is then published with tombstones).
     fn publish_n(
         &self,
         kind: Kind,
         msg_type: u32,
         count: usize,
         len_of: impl Fn(usize) -> usize,
-        mut write: impl FnMut(usize, u64, &mut [u8]),
+        mut write: impl FnMut(usize, u64, &mut [u8]) -> Result<usize, usize>,
     ) -> Result<u64, PublishError> {
         let n = count as u64;
         if n == 0 {
@@ -452,7 +471,7 @@ impl Channel {
             0
         };
         let fl = if kind == Kind::Call { flags::CALL } else { 0 };
-        // Unwind safety: a panic below (in `msg`) still publishes the claim (claim.rs).
+        // Unwind safety: a panic below (in `write`) still publishes the claim (claim.rs).
         let mut guard = claim::ClaimGuard {
             ch: self,
             first,
@@ -463,22 +482,27 @@ impl Channel {
         };
         for k in 0..count {
             let idx = first + k as u64;
-            let len = len_of(k);
-            if len > self.payload {
-                // An `AsRef` that grew since the size check: never copy past the slot.
-                // The armed guard publishes this claim with tombstones (claim.rs).
-                return Err(PublishError::TooLarge {
-                    len,
-                    payload: self.payload,
-                });
-            }
             self.cell(idx).word.store(word(idx, kind, ST_IDLE), Release);
-            // P2: write header and payload.
+            // P2: write payload and header.
             let slot = self.region.slot(RingId::Request, idx);
             // SAFETY: we claimed `idx` and have not published it, so we own the slot, and
-            // nothing else reaches its payload until P3; len <= payload was checked just
-            // above, and the payload is initialised memory of the region.
-            let dst = unsafe {
+            // nothing else reaches its payload until P3; the payload is `payload` bytes of
+            // initialised memory of the region.
+            let dst = unsafe { core::slice::from_raw_parts_mut(slot.payload_ptr(), self.payload) };
+            let len = match write(k, idx, dst) {
+                Ok(len) => len,
+                Err(len) => {
+                    // An `AsRef` that grew since the size check: nothing was copied. The
+                    // armed guard publishes this claim with tombstones (claim.rs).
+                    return Err(PublishError::TooLarge {
+                        len,
+                        payload: self.payload,
+                    });
+                }
+            };
+            debug_assert!(len <= self.payload);
+            // SAFETY: as above.
+            unsafe {
                 slot.write_meta(&SlotMeta {
                     correlation_id: idx,
                     enqueue_ns: now,
@@ -487,9 +511,7 @@ impl Channel {
                     flags: fl,
                     status: 0,
                 });
-                core::slice::from_raw_parts_mut(slot.payload_ptr(), len)
-            };
-            write(k, idx, dst);
+            }
             // P3: the sequence is the last thing written, with release.
             slot.sequence().store(idx + 1, Release);
             guard.written = k as u64 + 1;

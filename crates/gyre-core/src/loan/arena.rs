@@ -116,6 +116,10 @@ pub struct LoanArena {
     kernel_host: Option<NonNull<u8>>,
     /// Keeps the kernel's side alive when it is not `block`.
     _kernel_mem: Option<Arc<dyn crate::copy::CopyEngine>>,
+    /// Set (once, never cleared) when a device kernel serves the pool: it resolves
+    /// handles by reading the words only, without holding blocks busy, so host code must
+    /// not resolve them ([`LoanArena::serve_on_device`]).
+    device_kernel: core::sync::atomic::AtomicBool,
     bytes: usize,
     min_shift: u32,
     book: Mutex<Book>,
@@ -195,6 +199,7 @@ impl LoanArena {
             kernel_addr,
             kernel_host: Some(base),
             _kernel_mem: None,
+            device_kernel: core::sync::atomic::AtomicBool::new(false),
             bytes: config.pool_bytes,
             min_shift,
             book: Mutex::new(Book {
@@ -274,6 +279,32 @@ impl LoanArena {
         arena.kernel_host = kernel_host;
         arena._kernel_mem = Some(device);
         Ok(Arc::new(arena))
+    }
+
+    /// Marks the pool as served by a device kernel, before that kernel is launched: a
+    /// device resolver only reads state words and never holds a block busy, so from now
+    /// on [`LoanArena::resolve`] refuses every handle (host code would otherwise reach
+    /// bytes the device is working on). Never undone.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gyre_core::loan::{LoanArena, LoanConfig};
+    /// use gyre_core::memory::HostAllocator;
+    /// let arena = LoanArena::new(HostAllocator, LoanConfig::default())?;
+    /// let h = arena.try_loan(10)?.send(0);
+    /// arena.serve_on_device();
+    /// assert!(arena.resolve(&h, 0).is_err());
+    /// # Ok::<(), gyre_core::Error>(())
+    /// ```
+    pub fn serve_on_device(&self) {
+        self.device_kernel.store(true, Release);
+    }
+
+    /// Whether the kernel works on a side of its own that a mirror keeps in step
+    /// ([`LoanArena::new_split`], [`LoanArena::new_split_device`]).
+    pub fn is_split(&self) -> bool {
+        self._kernel_mem.is_some()
     }
 
     /// The memory kind of the arena.
@@ -577,6 +608,9 @@ impl LoanArena {
         let Some(kernel_host) = self.kernel_host else {
             return Err("the pool's kernel side is device memory");
         };
+        if self.device_kernel.load(Acquire) {
+            return Err("a device kernel resolves this pool's handles");
+        }
         let (unit, cap) = self.hold(h, index)?;
         let off = (unit as usize) << self.min_shift;
         debug_assert!(off + cap <= self.bytes);
@@ -599,12 +633,19 @@ impl LoanArena {
     /// The host takes a reply's block back as a [`Loan`] of `reply.len` bytes: `reply`
     /// must name the block `request` was sent in (same offset and generation) by request
     /// slot `index`, still kernel-owned and bound to that slot, with a length that fits.
+    /// [`LoanArena::claim`] is the safe form, for a reply the channel delivered.
     ///
     /// # Errors
     ///
     /// [`Error::BadLoan`] (the request's block stays kernel-owned; the channel's release
     /// of the request frees it).
-    pub fn claim(
+    ///
+    /// # Safety
+    ///
+    /// The kernel is done with slot `index`: its reply has been published, or the kernel
+    /// has stopped for good. (A device kernel does not hold the block while it works on
+    /// it, so nothing else keeps a claim from taking bytes it is still writing.)
+    pub unsafe fn claim_handles(
         self: &Arc<Self>,
         reply: &LoanHandle,
         request: &LoanHandle,
@@ -647,8 +688,14 @@ impl LoanArena {
     /// The kernel is done with request slot `index`, which carried `h`, and nobody
     /// claimed its block: kernel -> free. `false` if `h` names no kernel-owned block
     /// bound to that slot (claimed already, a handle the slot's sender did not bind, or
-    /// not a loan at all).
-    pub fn release_sent(&self, h: &LoanHandle, index: u64) -> bool {
+    /// not a loan at all). The runtime calls it through the channel's release hook
+    /// ([`LoanArena::install_release_hook`]) and
+    /// [`LoanArena::release_unanswered`].
+    ///
+    /// # Safety
+    ///
+    /// As [`LoanArena::claim_handles`]: the kernel is done with slot `index`.
+    pub unsafe fn release_sent(&self, h: &LoanHandle, index: u64) -> bool {
         if h.generation != slot_tag(index) {
             return false;
         }

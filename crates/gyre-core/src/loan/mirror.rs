@@ -71,13 +71,23 @@ fn coalesce(
 }
 
 impl LoanMirror {
-    /// A mirror of `arena` (the host side) on `device`, which must be at least the
-    /// arena's size.
+    /// A mirror of `arena` (the host side of a split arena: [`LoanArena::new_split`],
+    /// [`LoanArena::new_split_device`]) on `device`, its kernel side, which must be at
+    /// least the arena's size.
     ///
     /// # Errors
     ///
-    /// [`crate::Error::InvalidArgument`] when the device side is smaller than the pool.
+    /// [`crate::Error::InvalidArgument`] when the arena is not split or the device side
+    /// is smaller than the pool.
     pub fn new(arena: Arc<LoanArena>, device: Arc<dyn CopyEngine>) -> Result<Self> {
+        if !arena.is_split() {
+            // Its kernel works on the host side itself: a copy would overwrite live bytes.
+            return Err(crate::Error::InvalidArgument {
+                name: "loan mirror arena",
+                value: format!("{arena:?}"),
+                reason: "not split: its kernel reads the host side in place",
+            });
+        }
         if device.len() < arena.pool_bytes() {
             return Err(crate::Error::InvalidArgument {
                 name: "loan pool device memory",

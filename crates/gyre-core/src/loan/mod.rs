@@ -43,7 +43,14 @@
 //!   while they touch it, so no safe call, however misused, gives two of them the bytes.
 //! * The host touches a block only while it is host-owned, through the one [`Loan`] that
 //!   owns it, and frees a sent block only from kernel-owned and bound to the slot being
-//!   released.
+//!   released. Because a device kernel holds nothing, each of the host's moves of a
+//!   kernel-owned block comes with proof that the kernel is done with its slot
+//!   ([`LoanArena::claim`] takes the channel's view of the published reply; the release
+//!   hook is installed on the channel, which calls it for published replies only), or is
+//!   an `unsafe fn` with that contract ([`LoanArena::claim_handles`],
+//!   [`LoanArena::release_sent`], [`LoanArena::release_unanswered`]); and host code
+//!   cannot resolve the handles of a pool a device kernel serves
+//!   ([`LoanArena::serve_on_device`]).
 //!
 //! A wrong handle costs at most a refused request, never a read or write outside its
 //! owner, and never a leak: the release of a slot frees exactly the block bound to it,
@@ -56,6 +63,7 @@ mod block;
 mod buddy;
 mod handle;
 mod mirror;
+mod serve;
 #[cfg(test)]
 mod tests;
 mod words;

@@ -7,6 +7,23 @@ use super::words::owner;
 use super::*;
 use crate::memory::HostAllocator;
 
+/// [`LoanArena::claim_handles`]: no kernel runs in these tests, so every slot is done.
+fn claim(
+    a: &Arc<LoanArena>,
+    reply: &LoanHandle,
+    request: &LoanHandle,
+    index: u64,
+) -> crate::Result<Loan> {
+    // SAFETY: no kernel runs in these tests: nothing works on any slot.
+    unsafe { a.claim_handles(reply, request, index) }
+}
+
+/// [`LoanArena::release_sent`], as [`claim`].
+fn release(a: &LoanArena, h: &LoanHandle, index: u64) -> bool {
+    // SAFETY: as in `claim`.
+    unsafe { a.release_sent(h, index) }
+}
+
 fn arena(pool: usize, min: usize) -> Arc<LoanArena> {
     LoanArena::new(HostAllocator, LoanConfig::new(pool, min)).expect("arena")
 }
@@ -27,14 +44,14 @@ fn a_loan_goes_host_kernel_host_and_back_to_the_pool() {
     bytes[0] = 9;
     // Busy: nobody else gets it, not a second resolve, not a claim, not a release.
     assert!(a.resolve(&h, 5).is_err());
-    assert!(a.claim(&h, &h, 5).is_err());
-    assert!(!a.release_sent(&h, 5));
+    assert!(claim(&a, &h, &h, 5).is_err());
+    assert!(!release(&a, &h, 5));
     drop(bytes);
     let reply = LoanHandle { len: 10, ..h };
-    let back = a.claim(&reply, &h, 5).unwrap();
+    let back = claim(&a, &reply, &h, 5).unwrap();
     assert_eq!((back.len(), back[0]), (10, 9));
     // Claimed: the release of the request's slot finds nothing to free.
-    assert!(!a.release_sent(&h, 5));
+    assert!(!release(&a, &h, 5));
     assert_eq!(a.stats().in_use_blocks, 1);
     drop(back);
     let s = a.stats();
@@ -46,7 +63,7 @@ fn sent_and_claimed_loans_keep_no_reference_to_the_arena() {
     let a = arena(1 << 12, 1024);
     let h = a.try_loan(8).unwrap().send(0);
     assert_eq!(Arc::strong_count(&a), 1, "a sent loan released its Arc");
-    let back = a.claim(&h, &h, 0).unwrap();
+    let back = claim(&a, &h, &h, 0).unwrap();
     assert_eq!(Arc::strong_count(&a), 2);
     drop(back);
     assert_eq!(Arc::strong_count(&a), 1);
@@ -61,10 +78,10 @@ fn a_handle_resolves_only_in_the_slot_it_was_sent_in() {
     for other in [39, 41, 40 + (1 << 32) + 1] {
         assert_eq!(a.resolve(&h, other).unwrap_err(), "not sent in this slot");
         assert!(
-            !a.release_sent(&h, other),
+            !release(&a, &h, other),
             "the other slot's release frees nothing"
         );
-        assert!(a.claim(&h, &h, other).is_err());
+        assert!(claim(&a, &h, &h, other).is_err());
     }
     // Even with the generation rewritten to the other slot's tag.
     let forged = LoanHandle {
@@ -72,9 +89,9 @@ fn a_handle_resolves_only_in_the_slot_it_was_sent_in() {
         ..h
     };
     assert!(a.resolve(&forged, 41).is_err());
-    assert!(!a.release_sent(&forged, 41));
+    assert!(!release(&a, &forged, 41));
     assert!(a.resolve(&h, 40).is_ok());
-    assert!(a.release_sent(&h, 40));
+    assert!(release(&a, &h, 40));
 }
 
 #[test]
@@ -121,19 +138,19 @@ fn stale_foreign_and_oversized_handles_are_refused() {
         let e = resolve(bad).unwrap_err();
         assert!(e.contains(why), "{bad:?}: {e}");
         assert!(
-            a.claim(&bad, &h, 7).is_err() || bad.len as usize > 1024,
+            claim(&a, &bad, &h, 7).is_err() || bad.len as usize > 1024,
             "{bad:?}"
         );
     }
     // A reply naming another block than its request's is refused, and changes nothing.
     let other = a.try_loan(10).unwrap().send(8);
-    let e = a.claim(&other, &h, 7).unwrap_err();
+    let e = claim(&a, &other, &h, 7).unwrap_err();
     assert!(
         e.to_string().contains("not the block of its request"),
         "{e}"
     );
-    assert!(a.release_sent(&h, 7) && a.release_sent(&other, 8));
-    assert!(!a.release_sent(&h, 7), "released once");
+    assert!(release(&a, &h, 7) && release(&a, &other, 8));
+    assert!(!release(&a, &h, 7), "released once");
     // Once released, the old handle is stale for the kernel too.
     assert!(resolve(h).is_err());
     assert_eq!(a.stats().in_use_blocks, 0);
@@ -143,14 +160,14 @@ fn stale_foreign_and_oversized_handles_are_refused() {
 fn each_send_binds_the_block_to_its_new_slot() {
     let a = arena(1 << 12, 1024);
     let h1 = a.try_loan(8).unwrap().send(1);
-    let l = a.claim(&h1, &h1, 1).unwrap();
+    let l = claim(&a, &h1, &h1, 1).unwrap();
     let h2 = l.send(2);
     assert_eq!(h1.offset, h2.offset);
     assert_ne!(h1.generation, h2.generation);
     // A stale copy of the first send (a slot from an earlier lap) frees nothing.
-    assert!(!a.release_sent(&h1, 1));
+    assert!(!release(&a, &h1, 1));
     assert!(a.resolve(&h1, 1).is_err());
-    assert!(a.release_sent(&h2, 2));
+    assert!(release(&a, &h2, 2));
 }
 
 #[test]
@@ -216,7 +233,7 @@ fn concurrent_loans_never_share_a_block() {
                     if i % 3 == 0 {
                         let slot = (u64::from(t) << 40) + i as u64;
                         let h = l.send(slot);
-                        assert!(a.release_sent(&h, slot));
+                        assert!(release(&a, &h, slot));
                     }
                 }
             })
@@ -252,7 +269,7 @@ proptest! {
             prop_assert!(h.len as usize <= block.len());
         }
         let base = sent.first().copied().unwrap_or(h);
-        let _ = a.claim(&h, &base, slot);
+        let _ = claim(&a, &h, &base, slot);
     }
 
     /// Mutated copies of a real handle resolve only when they equal it in offset and
@@ -323,17 +340,33 @@ fn a_mirror_moves_adjacent_blocks_in_one_copy_and_skips_what_it_may_not_touch() 
         (3, 24),
         "1 byte rounds up to a word; gaps split"
     );
-    let back = a
-        .claim(
-            &LoanHandle {
-                len: 1,
-                ..sent[1].1
-            },
-            &sent[1].1,
-            1,
-        )
-        .unwrap();
+    let back = claim(
+        &a,
+        &LoanHandle {
+            len: 1,
+            ..sent[1].1
+        },
+        &sent[1].1,
+        1,
+    )
+    .unwrap();
     assert_eq!(&back[..], &[0xAA]);
     assert!(dev.len() >= a.pool_bytes());
     drop((back, held));
+}
+
+#[test]
+fn a_mirror_needs_a_split_arena_and_a_device_pool_refuses_host_resolves() {
+    use crate::copy::HostDeviceArena;
+    let a = arena(1 << 14, 1024);
+    let dev = Arc::new(HostDeviceArena::new(1 << 14).unwrap());
+    // The kernel reads this arena in place: a mirror would copy over live bytes.
+    assert!(LoanMirror::new(a.clone(), dev).is_err());
+    let h = a.try_loan(10).unwrap().send(3);
+    a.serve_on_device();
+    assert_eq!(
+        a.resolve(&h, 3).unwrap_err(),
+        "a device kernel resolves this pool's handles"
+    );
+    assert!(release(&a, &h, 3));
 }

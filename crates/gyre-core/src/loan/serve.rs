@@ -1,0 +1,102 @@
+//! Where a loan pool meets its kernel's [`Channel`]: a reply claimed back as a [`Loan`]
+//! (from a [`ReplyView`], the channel's proof that the kernel is done with the slot), the
+//! release hook that frees the block of a request nobody claimed, and the return of the
+//! blocks of unanswered requests once the kernel has stopped for good.
+//!
+//! These are the host's only moves of a kernel-owned block. Each needs the kernel to be
+//! done with the block's slot, which a device kernel does not show on the state word (it
+//! only reads it): the proof is the published reply (the view, the hook) or the caller's
+//! promise ([`LoanArena::release_unanswered`] is `unsafe`).
+
+use std::sync::Arc;
+
+use super::{Loan, LoanArena, LoanHandle};
+use crate::channel::{Channel, ReleaseHook, ReplyView};
+use crate::{Error, Result};
+
+impl LoanArena {
+    /// Claims the block of a loan kernel's reply as a [`Loan`] of the reply's length: the
+    /// reply (a successful one, carrying a handle) must name the block its request was
+    /// sent in, still kernel-owned and bound to its slot, with a length that fits. The
+    /// view is the proof that the kernel is done with the slot: the channel gives one
+    /// only for a published reply.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::BadLoan`]: the reply carries no handle, its request carried none, or the
+    /// handles do not name one block sent in this slot (the block, if any, stays
+    /// kernel-owned; the release of the slot frees it).
+    pub fn claim(self: &Arc<Self>, view: &ReplyView<'_>) -> Result<Loan> {
+        let bad = |h: Option<LoanHandle>, why| {
+            let h = h.unwrap_or(LoanHandle {
+                offset: 0,
+                len: 0,
+                generation: 0,
+            });
+            Error::BadLoan {
+                side: "from the kernel",
+                offset: h.offset,
+                len: h.len,
+                generation: h.generation,
+                why,
+            }
+        };
+        let reply = (view.payload.len() == LoanHandle::SIZE)
+            .then(|| LoanHandle::decode(view.payload))
+            .flatten()
+            .ok_or_else(|| bad(None, "the reply carries no handle"))?;
+        let request = LoanHandle::decode(view.request())
+            .ok_or_else(|| bad(Some(reply), "its request carried no loan"))?;
+        // SAFETY: the channel makes a ReplyView only for a published reply of slot
+        // `view.index` (and the view borrows the channel's reply slot, which is not
+        // released meanwhile), so the kernel is done with that slot.
+        unsafe { self.claim_handles(&reply, &request, view.index) }
+    }
+
+    /// Installs on `ch` (the loan kernel's channel) the hook that frees the block of each
+    /// request nobody claimed (an error reply, a dropped call, a protocol error) when the
+    /// host releases its reply slot. `false` if `ch` has a hook already. The channel
+    /// calls it only for slots whose reply was published; the hook itself is not handed
+    /// out, so nothing else can call it.
+    pub fn install_release_hook(self: &Arc<Self>, ch: &Channel) -> bool {
+        ch.set_release_hook(Arc::new(FreeUnclaimed(self.clone())))
+    }
+
+    /// Returns to the pool the blocks of the requests `ch`'s kernel never answered (the
+    /// slots between the last reply and the last request), once that kernel has stopped
+    /// for good. Returns how many blocks it freed.
+    ///
+    /// # Safety
+    ///
+    /// No execution of the kernel serving `ch` is running, and none will be launched on
+    /// its region (a shutdown has joined it; no restart or successor follows).
+    pub unsafe fn release_unanswered(&self, ch: &Channel) -> usize {
+        let mut n = 0;
+        ch.for_each_unanswered(|index, req| {
+            if let Some(h) = LoanHandle::decode(req) {
+                // SAFETY: the caller's contract: no kernel will touch slot `index` again.
+                if unsafe { self.release_sent(&h, index) } {
+                    n += 1;
+                }
+            }
+        });
+        n
+    }
+}
+
+/// The release hook of [`LoanArena::install_release_hook`].
+struct FreeUnclaimed(Arc<LoanArena>);
+
+impl ReleaseHook for FreeUnclaimed {
+    fn released(&self, _ch: &Channel, index: u64, request: &[u8], _status: u32) {
+        // Whatever the status: `release_sent` frees only a block bound to this slot and
+        // still kernel-owned (not claimed, not held). A handle the slot's sender did not
+        // bind (forged, stale, duplicated) frees nothing.
+        if let Some(h) = LoanHandle::decode(request) {
+            // SAFETY: the channel calls its release hook only for a reply slot whose
+            // reply is published (`Channel::free_run`), so the kernel is done with slot
+            // `index`; nobody else holds this hook.
+            unsafe { self.0.release_sent(&h, index) };
+        }
+    }
+}
