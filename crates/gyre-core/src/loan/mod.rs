@@ -66,6 +66,7 @@ mod mirror;
 mod serve;
 #[cfg(test)]
 mod tests;
+mod wait;
 mod words;
 
 pub use arena::{KernelBlock, LoanArena, LoanPoolView};
