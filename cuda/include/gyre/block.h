@@ -155,6 +155,9 @@ static inline GYRE_DEVICE_FN uint32_t gyre_block_answer(GYRE_GLOBAL unsigned cha
     gyre_loan_handle lh; /* lane 0's: the request's loan */
     uint32_t k;
     GYRE_LANE_STATE_DECL;
+    lh.offset = 0u; /* only a resolved loan's is used; set so no compiler sees it unset */
+    lh.len = 0u;
+    lh.generation = 0u;
     for (k = 0u; k < n; ++k) {
         const uint64_t idx = first + k;
         /* K4: check the slot (lane 0). */

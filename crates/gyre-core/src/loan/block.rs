@@ -12,9 +12,22 @@ use crate::{Error, Result};
 /// returns its block to the pool.
 ///
 /// Its bytes are initialised but not cleared: a recycled block holds what its last user
-/// left (zeros the first time).
+/// left (zeros the first time). They start at least 64-byte aligned (a block is aligned
+/// to its size up to a page), so a message of any `bytemuck::Pod` type can be written
+/// and read in place, e.g. with `bytemuck::cast_slice_mut`.
 ///
 /// # Examples
+///
+/// ```
+/// use gyre_core::loan::{LoanArena, LoanConfig};
+/// use gyre_core::memory::HostAllocator;
+/// let arena = LoanArena::new(HostAllocator, LoanConfig::default())?;
+/// let mut loan = arena.try_loan(4 * 1000)?; // a feature vector of 1000 f32
+/// let v: &mut [f32] = bytemuck::cast_slice_mut(&mut loan[..]);
+/// v.fill(0.5);
+/// assert_eq!(bytemuck::cast_slice::<u8, f32>(&loan[..])[999], 0.5);
+/// # Ok::<(), gyre_core::Error>(())
+/// ```
 ///
 /// ```
 /// use gyre_core::loan::{LoanArena, LoanConfig};
