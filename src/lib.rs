@@ -79,7 +79,9 @@ pub use pool::{
     AcquireDevice, DeviceGuard, DevicePool, KernelPool, MemberFailure, PoolCallFuture, PoolOptions,
     PoolStats,
 };
-pub use portable::{Bytes, DeviceType, Lane, Portable, PortableLanes, PortableLoan};
+pub use portable::{
+    Bytes, DeviceType, Lane, Portable, PortableLanes, PortableLoan, PortableLoanLanes,
+};
 pub use runtime::{
     backends, prepare_cuda_environment, Backend, BackendInfo, Runtime, RuntimeBuilder,
 };

@@ -36,6 +36,20 @@ fn upper(b: gyre::Bytes) -> u32 {
     b.len()
 }
 
+/// [`upper`], lane-parallel.
+#[gyre::handler(loan)]
+fn upper_lanes(b: gyre::Bytes, lane: gyre::Lane) -> u32 {
+    let mut i: u32 = lane.id();
+    while i < b.len() {
+        let c: u8 = b.get(i);
+        if c >= 97 && c <= 122 {
+            b.set(i, c - 32);
+        }
+        i += lane.count();
+    }
+    b.len()
+}
+
 #[test]
 fn loan_handlers_compile_with_nvrtc() {
     let required = std::env::var("GYRE_REQUIRE_NVRTC").is_ok_and(|v| v == "1");
@@ -59,11 +73,13 @@ fn loan_handlers_compile_with_nvrtc() {
         .collect();
     assert!(!picked.is_empty(), "NVRTC offers no architecture");
     let portable = upper.c_source();
+    let lanes = upper_lanes.c_source();
     for (name, src) in [
         ("bump.h", sources::BUMP),
         ("resize.h", sources::RESIZE),
         ("guard.h", sources::GUARD),
         ("upper.rs.h", portable.as_str()),
+        ("upper_lanes.rs.h", lanes.as_str()),
     ] {
         for &arch in &picked {
             let handler = Handler::Custom { name, source: src };
@@ -101,7 +117,7 @@ fn loan_handlers_compile_with_nvrtc() {
         }
     }
     eprintln!(
-        "loan handlers under NVRTC {}: 4 handlers x sm {picked:?}, no spills",
+        "loan handlers under NVRTC {}: 5 handlers x sm {picked:?}, no spills",
         nvrtc.version_string()
     );
 }

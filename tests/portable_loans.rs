@@ -11,7 +11,8 @@
 #[path = "support/opencl.rs"]
 mod support;
 
-use gyre::{codes, Bytes, Error, KernelSpec, LoanConfig, PortableLoan, Runtime};
+use gyre::portable::PortableLoanHandler;
+use gyre::{codes, Bytes, Error, KernelSpec, Lane, LoanConfig, Runtime};
 
 /// ASCII letters to upper case, in place.
 #[gyre::handler(loan)]
@@ -58,6 +59,46 @@ fn mirror(b: Bytes) -> u32 {
     2 * n
 }
 
+/// [`upper`], lane-parallel: each lane takes every `count()`-th byte from its own.
+#[gyre::handler(loan)]
+fn upper_lanes(b: Bytes, lane: Lane) -> u32 {
+    let mut i: u32 = lane.id();
+    while i < b.len() {
+        let c: u8 = b.get(i);
+        if c >= 97 && c <= 122 {
+            b.set(i, c - 32);
+        }
+        i += lane.count();
+    }
+    b.len()
+}
+
+/// [`mirror`], lane-parallel: lanes read the request's bytes and write only the second
+/// half, so no byte one lane writes is another's to read; too long a reply is refused.
+#[gyre::handler(loan)]
+fn mirror_lanes(b: Bytes, lane: Lane) -> u32 {
+    let n: u32 = b.len();
+    if 2 * n > b.capacity() {
+        return 2 * n;
+    }
+    let mut i: u32 = lane.id();
+    while i < n {
+        b.set(2 * n - 1 - i, b.get(i));
+        i += lane.count();
+    }
+    2 * n
+}
+
+/// The last lane reads one byte past the block when the request starts with 0xFF: a
+/// panic on one lane only fails the request.
+#[gyre::handler(loan)]
+fn past_the_end_lanes(b: Bytes, lane: Lane) -> u32 {
+    if b.len() > 0 && b.get(0) == 255 && lane.id() + 1 == lane.count() {
+        return b.get(b.capacity()) as u32;
+    }
+    b.len()
+}
+
 /// Reads one byte past the block when the request starts with 0xFF: a panic.
 #[gyre::handler(loan)]
 fn past_the_end(b: Bytes) -> u32 {
@@ -99,20 +140,33 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 
 /// What the Rust function answers for `req`: `Some(reply)`, or `None` when its length
 /// does not fit the block (`HANDLER_REJECTED`).
-fn expected(h: PortableLoan, req: &[u8]) -> Option<Vec<u8>> {
+fn expected(h: impl PortableLoanHandler, req: &[u8]) -> Option<Vec<u8>> {
     let mut block = vec![0u8; capacity(req.len())];
     block[..req.len()].copy_from_slice(req);
-    let n = h(Bytes::new(&mut block, req.len())) as usize;
+    let n = h.run(Bytes::new(&mut block, req.len())) as usize;
     (n <= block.len()).then(|| block[..n].to_vec())
 }
 
 /// Every handler on `rt`, over lengths around the block sizes, compared with the Rust
-/// function; then the panic.
+/// function; then the panics.
 fn serve_like_rust(rt: &Runtime) {
     for h in [upper, checksum, mirror] {
+        serve_one(rt, h);
+    }
+    for h in [upper_lanes, mirror_lanes] {
+        serve_one(rt, h);
+    }
+    panic_fails_the_request(rt, past_the_end);
+    panic_fails_the_request(rt, past_the_end_lanes);
+    panics_write_nothing(rt);
+}
+
+/// `h` on `rt` against its Rust function (lane 0 of one), lengths around block sizes.
+fn serve_one(rt: &Runtime, h: impl PortableLoanHandler + Send + Sync + 'static) {
+    {
         let k = rt
             .launch_loans(KernelSpec::portable_loans(h).loan_pool(pool()))
-            .unwrap_or_else(|e| panic!("{}: {e}", h.name()));
+            .unwrap_or_else(|e| panic!("{}: {e}", h.handler_name()));
         assert_eq!(
             k.kernel().backend(),
             rt.backend(),
@@ -128,22 +182,33 @@ fn serve_like_rust(rt: &Runtime) {
             }
             match (k.call_bytes_blocking(&req), expected(h, &req)) {
                 (Ok(reply), Some(want)) => {
-                    assert_eq!(&reply[..], &want[..], "{} of {len} bytes", h.name())
+                    assert_eq!(&reply[..], &want[..], "{} of {len} bytes", h.handler_name())
                 }
                 (Err(Error::Handler { status, .. }), None) => {
-                    assert_eq!(status, codes::HANDLER_REJECTED, "{} of {len}", h.name())
+                    assert_eq!(
+                        status,
+                        codes::HANDLER_REJECTED,
+                        "{} of {len}",
+                        h.handler_name()
+                    )
                 }
-                (got, want) => panic!("{} of {len} bytes: {got:?}, want {want:?}", h.name()),
+                (got, want) => panic!(
+                    "{} of {len} bytes: {got:?}, want {want:?}",
+                    h.handler_name()
+                ),
             }
         }
-        assert_eq!(k.pool_stats().in_use_blocks, 0, "{}", h.name());
+        assert_eq!(k.pool_stats().in_use_blocks, 0, "{}", h.handler_name());
         k.shutdown_blocking().expect("shutdown");
     }
-    // A read past the block panics: that request fails with HANDLER_PANIC, the kernel
-    // faults, and shutdown returns every block.
+}
+
+/// A read past the block panics: that request fails with HANDLER_PANIC, the kernel
+/// faults, and shutdown returns every block.
+fn panic_fails_the_request(rt: &Runtime, h: impl PortableLoanHandler + Send + Sync + 'static) {
     let k = rt
-        .launch_loans(KernelSpec::portable_loans(past_the_end).loan_pool(pool()))
-        .expect("past_the_end");
+        .launch_loans(KernelSpec::portable_loans(h).loan_pool(pool()))
+        .expect("a panicking handler");
     assert_eq!(
         &k.call_bytes_blocking(&[1, 2, 3]).expect("call")[..],
         &[1, 2, 3]
@@ -154,7 +219,6 @@ fn serve_like_rust(rt: &Runtime) {
     }
     let _ = k.shutdown_blocking();
     assert_eq!(k.pool_stats().in_use_blocks, 0);
-    panics_write_nothing(rt);
 }
 
 /// [`wild_set`]'s panics leave the block and its neighbour as they were. A request's
@@ -271,6 +335,15 @@ mod opencl {
         let Some(rt) = runtime("portable_loans_compile_in_child") else {
             return;
         };
+        let once = |spec: gyre::KernelSpec<gyre::LoanHandle, gyre::LoanHandle>| {
+            let name = spec.name().to_owned();
+            let k = rt
+                .launch_loans(spec.loan_pool(super::pool()))
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(k.call_bytes_blocking(&[1; 10]).is_ok(), "{name}");
+            k.shutdown_blocking()
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+        };
         for h in [
             super::upper,
             super::checksum,
@@ -278,12 +351,77 @@ mod opencl {
             super::past_the_end,
             super::wild_set,
         ] {
-            let k = rt
-                .launch_loans(gyre::KernelSpec::portable_loans(h).loan_pool(super::pool()))
-                .unwrap_or_else(|e| panic!("{}: {e}", h.name()));
-            assert!(k.call_bytes_blocking(&[1; 10]).is_ok(), "{}", h.name());
-            k.shutdown_blocking()
-                .unwrap_or_else(|e| panic!("{}: {e}", h.name()));
+            once(gyre::KernelSpec::portable_loans(h));
+        }
+        for h in [
+            super::upper_lanes,
+            super::mirror_lanes,
+            super::past_the_end_lanes,
+        ] {
+            once(gyre::KernelSpec::portable_loans(h));
+        }
+    }
+
+    /// The lane-parallel loan handlers' generated C over OpenCL work-groups of 1, 7 and
+    /// 32 work-items, in place as the block loop passes a loan
+    /// (`gyre_opencl::phase_check::run_loans`): every lane's part, the panic vote, lane
+    /// 0's length. PoCL runs the ring kernel itself with one work-item, so this is where
+    /// the multi-lane path runs in CI.
+    #[test]
+    fn lane_parallel_loans_over_opencl_work_groups() {
+        use gyre::portable::PortableLoanHandler;
+        let _g = guard();
+        let Some((platform, device)) =
+            support::device_or_skip("lane_parallel_loans_over_opencl_work_groups")
+        else {
+            return;
+        };
+        let b = gyre_opencl::OpenClBackend::new(platform, device).expect("OpenCL backend");
+        fn check(
+            b: &gyre_opencl::OpenClBackend,
+            h: impl PortableLoanHandler + std::panic::RefUnwindSafe,
+            lanes: u32,
+        ) {
+            let src = h.device_source();
+            let handler = gyre_opencl::Handler::Custom {
+                name: h.handler_name(),
+                source: &src,
+            };
+            for len in [1usize, 100, 600] {
+                let reqs: Vec<Vec<u8>> = (0..4u8)
+                    .map(|seed| {
+                        let mut r = super::pattern(len, seed);
+                        r.iter_mut().take(40).for_each(|c| *c = b'a' + *c % 26);
+                        if seed == 3 {
+                            r[0] = 255;
+                        }
+                        r
+                    })
+                    .collect();
+                let answers = gyre_opencl::phase_check::run_loans(b, handler, lanes, &reqs, 1024)
+                    .unwrap_or_else(|e| panic!("{} over {lanes}: {e}", h.handler_name()));
+                for (r, a) in reqs.iter().zip(answers) {
+                    let rust = std::panic::catch_unwind(|| super::expected(h, r));
+                    match rust {
+                        Err(_) => assert!(a.panicked, "{}: {a:?}", h.handler_name()),
+                        Ok(Some(want)) => assert!(
+                            !a.panicked && a.status == 0 && a.reply == want,
+                            "{} over {lanes}, {len} bytes: device {a:?}, rust {want:?}",
+                            h.handler_name()
+                        ),
+                        Ok(None) => assert!(
+                            !a.panicked && a.status == gyre::codes::HANDLER_REJECTED,
+                            "{} over {lanes}, {len} bytes: {a:?}",
+                            h.handler_name()
+                        ),
+                    }
+                }
+            }
+        }
+        for lanes in [1, 7, 32] {
+            check(&b, super::upper_lanes, lanes);
+            check(&b, super::mirror_lanes, lanes);
+            check(&b, super::past_the_end_lanes, lanes);
         }
     }
 

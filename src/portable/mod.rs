@@ -37,7 +37,7 @@ mod loan;
 pub mod ops;
 
 pub use lanes::{Lane, PortableLanes, Reduce, Reducible};
-pub use loan::{Bytes, PortableLoan};
+pub use loan::{Bytes, PortableLoan, PortableLoanHandler, PortableLoanLanes};
 
 /// A type a portable handler can use: scalars, arrays of them, and `#[repr(C)]` structs
 /// with `#[derive(gyre::DeviceType)]`. Implemented by the derive; not meant to be

@@ -659,6 +659,7 @@ pub fn all_sources() -> Vec<(&'static str, String)> {
     );
     v.push(("collide", shadowed_helper().c_source()));
     v.push((loan_rot13.name(), loan_rot13.c_source()));
+    v.push((loan_rot13_lanes.name(), loan_rot13_lanes.c_source()));
     v
 }
 
@@ -673,6 +674,20 @@ pub fn loan_rot13(b: gyre::Bytes) -> u32 {
             b.set(i, (c - 97 + 13) % 26 + 97);
         }
         i += 1;
+    }
+    b.len()
+}
+
+/// [`loan_rot13`], lane-parallel (`fn f(b: Bytes, lane: Lane) -> u32`).
+#[gyre::handler(loan)]
+pub fn loan_rot13_lanes(b: gyre::Bytes, lane: gyre::Lane) -> u32 {
+    let mut i: u32 = lane.id();
+    while i < b.len() {
+        let c: u8 = b.get(i);
+        if c >= 97 && c <= 122 {
+            b.set(i, (c - 97 + 13) % 26 + 97);
+        }
+        i += lane.count();
     }
     b.len()
 }

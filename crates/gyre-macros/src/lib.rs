@@ -105,16 +105,18 @@ fn expand(attr: TokenStream2, mut f: ItemFn, kind: Kind) -> syn::Result<TokenStr
     if kind == Kind::Loan {
         let returns_u32 = matches!(&f.sig.output,
             syn::ReturnType::Type(_, t) if matches!(&**t, syn::Type::Path(tp) if tp.path.is_ident("u32")));
-        if f.sig.inputs.len() != 1 || !returns_u32 {
-            let at = if f.sig.inputs.len() != 1 {
+        let arity = matches!(f.sig.inputs.len(), 1 | 2);
+        if !arity || !returns_u32 {
+            let at = if !arity {
                 f.sig.inputs.span()
             } else {
                 f.sig.output.span()
             };
             return Err(syn::Error::new(
                 at,
-                "a loan handler takes its block and returns the reply's length: \
-                 `fn f(b: gyre::Bytes) -> u32`",
+                "a loan handler takes its block (and, lane-parallel, its lane) and returns \
+                 the reply's length: `fn f(b: gyre::Bytes) -> u32` or \
+                 `fn f(b: gyre::Bytes, lane: gyre::Lane) -> u32`",
             ));
         }
     }
@@ -195,6 +197,10 @@ fn expand(attr: TokenStream2, mut f: ItemFn, kind: Kind) -> syn::Result<TokenStr
             let block = &f.block;
             let (req, resp) = (req, resp);
             let (ty, ctor) = match (kind, tr.reduce) {
+                (Kind::Loan, _) if f.sig.inputs.len() == 2 => (
+                    quote!(::gyre::portable::PortableLoanLanes),
+                    quote!(::gyre::portable::PortableLoanLanes::__new(#imp, #source)),
+                ),
                 (Kind::Loan, _) => (
                     quote!(::gyre::portable::PortableLoan),
                     quote!(::gyre::portable::PortableLoan::__new(#imp, #source)),

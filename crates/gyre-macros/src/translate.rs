@@ -254,7 +254,7 @@ impl Translator {
             if pi.by_ref.is_some() || pi.subpat.is_some() {
                 return err(pt.pat.span(), "a handler parameter is a plain name");
             }
-            if kind == crate::Kind::Lanes && k == 1 {
+            if matches!(kind, crate::Kind::Lanes | crate::Kind::Loan) && k == 1 {
                 let is_lane = matches!(&*pt.ty, Type::Path(tp) if tp.path.segments.last().is_some_and(|s| s.ident == "Lane"));
                 if !is_lane {
                     return err(

@@ -24,7 +24,7 @@ pub const ENTRY: &str = "gyre_phase_check";
 const KERNEL: &str = r#"
 __kernel void gyre_phase_check(__global const unsigned char *reqs, __global unsigned char *replies,
                                __global uint *out, uint n, uint req_len, uint reply_cap,
-                               uint msg_type) {
+                               uint msg_type, uint in_place) {
     __local gyre_hblock hb;
     gyre_hlane l;
     uint r;
@@ -42,8 +42,9 @@ __kernel void gyre_phase_check(__global const unsigned char *reqs, __global unsi
         while (phase != GYRE_PHASE_DONE) {
             gyre_hcall c;
             uint next;
-            c.req = reqs + (ulong)r * req_len;
             c.reply = replies + (ulong)r * reply_cap;
+            /* A loan kernel's request is its reply block (the host copied it there). */
+            c.req = in_place != 0u ? c.reply : reqs + (ulong)r * req_len;
             c.msg_type = msg_type;
             c.req_len = req_len;
             c.reply_cap = reply_cap;
@@ -93,6 +94,37 @@ pub fn run(
     requests: &[Vec<u8>],
     reply_cap: u32,
 ) -> Result<Vec<Answer>> {
+    run_with(
+        backend, handler, lanes, msg_type, requests, reply_cap, false,
+    )
+}
+
+/// [`run`] for a loan kernel's handler: each request is copied to the start of a block
+/// of `block` bytes, which the handler gets as both its request and its reply (in place,
+/// as the block loop passes a loan), and the answer's bytes are the block's.
+///
+/// # Errors
+///
+/// As [`run`].
+pub fn run_loans(
+    backend: &OpenClBackend,
+    handler: Handler<'_>,
+    lanes: u32,
+    requests: &[Vec<u8>],
+    block: u32,
+) -> Result<Vec<Answer>> {
+    run_with(backend, handler, lanes, 0, requests, block, true)
+}
+
+fn run_with(
+    backend: &OpenClBackend,
+    handler: Handler<'_>,
+    lanes: u32,
+    msg_type: u32,
+    requests: &[Vec<u8>],
+    reply_cap: u32,
+    in_place: bool,
+) -> Result<Vec<Answer>> {
     let (ctx, registry, info, options) = backend.parts();
     let req_len = requests.first().map_or(0, Vec::len);
     let source = program::expand_source(
@@ -126,11 +158,28 @@ pub fn run(
                 req_len.min(r.len()),
             );
         }
+        if in_place {
+            // SAFETY: `replies` holds n * reply_cap bytes, no kernel runs yet; at most
+            // reply_cap of r's bytes are copied to the start of block k.
+            unsafe {
+                core::ptr::copy_nonoverlapping(
+                    r.as_ptr(),
+                    replies.base().as_ptr().add(k * reply_cap as usize),
+                    r.len().min(reply_cap as usize),
+                );
+            }
+        }
     }
     let group = [lanes as usize];
-    let scalars = [n as u32, req_len as u32, reply_cap, msg_type];
+    let scalars = [
+        n as u32,
+        req_len as u32,
+        reply_cap,
+        msg_type,
+        u32::from(in_place),
+    ];
     // SAFETY: three SVM pointers of this context, each large enough for what the kernel
-    // touches (n requests, n replies, 3 words per request); four uint scalars; they
+    // touches (n requests, n replies, 3 words per request); five uint scalars; they
     // outlive the command (clFinish below).
     unsafe {
         for (i, buf) in [&reqs, &replies, &out].into_iter().enumerate() {
