@@ -370,3 +370,119 @@ fn a_mirror_needs_a_split_arena_and_a_device_pool_refuses_host_resolves() {
     );
     assert!(release(&a, &h, 3));
 }
+
+/// One step of [`the_arena_follows_a_model_of_owners`].
+#[derive(Debug, Clone)]
+enum Op {
+    /// Take a loan of this many bytes (host-owned).
+    Take(usize),
+    /// Send the `i`-th host loan in the next slot (kernel-owned, bound to it).
+    Send(usize),
+    /// Resolve the `i`-th sent handle in its slot, or (`true`) in the next slot.
+    Resolve(usize, bool),
+    /// Claim the `i`-th sent handle's reply (of this length) in its slot, or in another.
+    Claim(usize, u32, bool),
+    /// Release the `i`-th sent handle's slot, or another slot with its handle.
+    Release(usize, bool),
+    /// Drop the `i`-th host loan.
+    Drop(usize),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (1usize..5000).prop_map(Op::Take),
+        (0usize..8).prop_map(Op::Send),
+        (0usize..8, any::<bool>()).prop_map(|(i, o)| Op::Resolve(i, o)),
+        (0usize..8, 0u32..5000, any::<bool>()).prop_map(|(i, n, o)| Op::Claim(i, n, o)),
+        (0usize..8, any::<bool>()).prop_map(|(i, o)| Op::Release(i, o)),
+        (0usize..8).prop_map(Op::Drop),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// The protocol against a model: every block is free, one host loan's, or bound to
+    /// exactly one slot. A handle resolves, is claimed or is released only in the slot
+    /// it is bound to, claims and releases move it exactly once, nothing leaks, and no
+    /// two live loans share a byte.
+    #[test]
+    fn the_arena_follows_a_model_of_owners(ops in proptest::collection::vec(op(), 1..60)) {
+        let a = arena(1 << 15, 1024);
+        let mut host: Vec<Loan> = Vec::new();
+        // (slot, handle) of each block the kernel holds.
+        let mut sent: Vec<(u64, LoanHandle)> = Vec::new();
+        let mut next_slot = 100u64;
+        for op in ops {
+            match op {
+                Op::Take(len) => {
+                    if let Ok(l) = a.try_loan(len) {
+                        prop_assert!(l.len() == len && l.capacity() >= len);
+                        host.push(l);
+                    }
+                }
+                Op::Send(i) if i < host.len() => {
+                    let h = host.remove(i).send(next_slot);
+                    prop_assert_eq!(h.generation, slot_tag(next_slot));
+                    sent.push((next_slot, h));
+                    next_slot += 1;
+                }
+                Op::Resolve(i, other) if i < sent.len() => {
+                    let (slot, h) = sent[i];
+                    let at = if other { next_slot } else { slot };
+                    let r = a.resolve(&h, at).map(|b| b.len());
+                    prop_assert_eq!(r.is_ok(), !other, "{:?} in {}", h, at);
+                }
+                Op::Claim(i, n, other) if i < sent.len() => {
+                    let (slot, h) = sent[i];
+                    let at = if other { slot + 1 } else { slot };
+                    let reply = LoanHandle { len: n, ..h };
+                    let fits = (n as usize) <= a.block_bytes(a.word((h.offset >> 10) as u32).order);
+                    match claim(&a, &reply, &h, at) {
+                        Ok(l) => {
+                            prop_assert!(!other && fits);
+                            prop_assert_eq!(l.len(), n as usize);
+                            sent.remove(i);
+                            host.push(l);
+                        }
+                        Err(_) => prop_assert!(other || !fits),
+                    }
+                }
+                Op::Release(i, other) if i < sent.len() => {
+                    let (slot, h) = sent[i];
+                    let at = if other { slot + 1 } else { slot };
+                    prop_assert_eq!(release(&a, &h, at), !other);
+                    if !other {
+                        sent.remove(i);
+                    }
+                }
+                Op::Drop(i) if i < host.len() => drop(host.remove(i)),
+                _ => {}
+            }
+            let st = a.stats();
+            prop_assert_eq!(st.in_use_blocks as usize, host.len() + sent.len());
+            // No two live loans (host-owned or sent) share a byte.
+            let mut ranges: Vec<(usize, usize)> = host
+                .iter()
+                .map(|l| (l.as_ptr() as usize - a.view().base as usize, l.capacity()))
+                .chain(sent.iter().map(|(_, h)| {
+                    let unit = (h.offset >> 10) as u32;
+                    (h.offset as usize, a.block_bytes(a.word(unit).order))
+                }))
+                .collect();
+            ranges.sort_unstable();
+            for w in ranges.windows(2) {
+                prop_assert!(w[0].0 + w[0].1 <= w[1].0, "overlap: {:?}", w);
+            }
+            let used: usize = ranges.iter().map(|r| r.1).sum();
+            prop_assert_eq!(used as u64 + st.free_bytes, 1 << 15);
+        }
+        // Everything back: the sent blocks by their slots' releases, the loans by drops.
+        for (slot, h) in sent.drain(..) {
+            prop_assert!(release(&a, &h, slot));
+        }
+        host.clear();
+        let st = a.stats();
+        prop_assert_eq!((st.in_use_blocks, st.free_bytes, st.largest_free_bytes), (0, 1 << 15, 1 << 15));
+    }
+}
