@@ -82,6 +82,8 @@ opencl_cases!(
     the_export_file_shows_the_pool,
     a_handle_sent_twice_never_gives_its_block_two_writers,
     a_loan_of_another_pool_is_refused_and_returns_to_it,
+    a_reloaded_loan_kernel_serves_the_same_pool,
+    host_code_resolves_no_handle_of_a_device_kernels_pool,
 );
 
 /// A loan kernel with a Rust closure and no OpenCL C source is refused on OpenCL, naming

@@ -163,6 +163,37 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
             running,
             reload,
         };
+        // A loan kernel's successor serves the same pool (its blocks are in flight), with
+        // the new handler over it; a loan spec reloads only a loan kernel, and the reverse.
+        let loans = match (inner.loans.get(), &spec.loan) {
+            (Some(arena), Some(setup)) => {
+                let have = (arena.pool_bytes(), arena.min_block());
+                let want = (setup.config().pool_bytes, setup.config().min_block);
+                if have != want {
+                    return Err(mismatch(
+                        "loan pool",
+                        format!("{} bytes in blocks of {} and up", have.0, have.1),
+                        format!("{} bytes in blocks of {} and up", want.0, want.1),
+                    ));
+                }
+                Some((arena.clone(), crate::loan::adapter(arena.clone(), setup)))
+            }
+            (Some(_), None) => {
+                return Err(mismatch(
+                    "loans",
+                    "a loan kernel".into(),
+                    "no loan pool".into(),
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(mismatch(
+                    "loans",
+                    "no loan pool".into(),
+                    "a loan kernel".into(),
+                ))
+            }
+            (None, None) => None,
+        };
         let g = spec.geometry()?;
         let have = *inner.ch.region().geometry();
         for (field, running, reload) in [
@@ -179,6 +210,15 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
         spec.idle.validate()?;
         let running = inner.life.launched();
         let mut next = spec.launch_spec();
+        if let Some((arena, handler)) = loans {
+            next.loans = Some(arena);
+            next.handler = handler;
+            if inner.backend == crate::Backend::Cpu {
+                // Its Rust closure runs, as at the launch.
+                next.cuda_source = None;
+                next.opencl_source = None;
+            }
+        }
         next.name = running.name;
         next.export = running.export;
         next.doorbell = running.doorbell;

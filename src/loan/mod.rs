@@ -37,6 +37,22 @@ pub(crate) struct LoanSetup {
     handler: Arc<LoanFn>,
 }
 
+impl LoanSetup {
+    /// The pool's shape.
+    pub(crate) fn config(&self) -> LoanConfig {
+        self.config
+    }
+}
+
+/// The CPU backend's handler of a loan kernel whose pool is `arena`: [`Adapter`] over the
+/// spec's closure (the launch, and a reload's successor).
+pub(crate) fn adapter(arena: Arc<LoanArena>, setup: &LoanSetup) -> Arc<dyn gyre_core::Handler> {
+    Arc::new(Adapter {
+        arena,
+        user: setup.handler.clone(),
+    })
+}
+
 impl KernelSpec<LoanHandle, LoanHandle> {
     /// A loan kernel: each request is a [`Loan`] of up to the pool's size, which
     /// `handler` reads and answers in place (see [`LoanBuf`]); launch it with
@@ -351,10 +367,7 @@ impl Runtime {
             launch.cuda_source = None;
             launch.opencl_source = None;
         }
-        launch.handler = Arc::new(Adapter {
-            arena: arena.clone(),
-            user: setup.handler,
-        });
+        launch.handler = adapter(arena.clone(), &setup);
         let kernel = self.launch(launch)?;
         let inner = kernel.inner();
         arena.install_release_hook(&inner.ch);
@@ -574,13 +587,14 @@ impl LoanKernel {
     /// raw handles through [`LoanKernel::kernel`] from one thread (the slot is theirs only
     /// if no one else publishes meanwhile). A handle published in any other slot is
     /// refused; the block returns when the slot it is bound to is released.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for a loan of another kernel's pool (nothing is bound).
     #[doc(hidden)]
-    pub fn bind_loan_for_tests(&self, loan: Loan, ahead: u64) -> LoanHandle {
-        debug_assert!(
-            Arc::ptr_eq(loan.arena(), &self.arena),
-            "a loan of another pool"
-        );
-        loan.send(self.kernel.inner().ch.claimed() + ahead)
+    pub fn bind_loan_for_tests(&self, loan: Loan, ahead: u64) -> Result<LoanHandle> {
+        check_pool(&self.arena, &loan)?;
+        Ok(loan.send(self.kernel.inner().ch.claimed() + ahead))
     }
 
     /// Shuts the kernel down ([`Kernel::shutdown_blocking`]), then returns to the pool

@@ -137,19 +137,20 @@ pub fn large_messages_round_trip_in_place(t: Target) {
     k.shutdown_blocking().unwrap();
 }
 
+/// A reply of `100 * first byte` bytes of 0xAB (the closure and [`sources::RESIZE`]).
+fn resize_spec() -> KernelSpec<LoanHandle, LoanHandle> {
+    KernelSpec::loans("resize", |b: &mut LoanBuf<'_>| {
+        let want = usize::from(b[0]) * 100;
+        b.set_len(want).map_err(|_| codes::HANDLER_REJECTED)?;
+        b.fill(0xAB);
+        Ok(())
+    })
+    .device_handler("resize.h", sources::RESIZE)
+}
+
 pub fn replies_may_shrink_or_grow_within_the_block(t: Target) {
     let rt = t.rt();
-    let k = rt
-        .launch_loans(
-            KernelSpec::loans("resize", |b: &mut LoanBuf<'_>| {
-                let want = usize::from(b[0]) * 100;
-                b.set_len(want).map_err(|_| codes::HANDLER_REJECTED)?;
-                b.fill(0xAB);
-                Ok(())
-            })
-            .device_handler("resize.h", sources::RESIZE),
-        )
-        .unwrap();
+    let k = rt.launch_loans(resize_spec()).unwrap();
     // 1 byte in a 1 KiB block: up to 1024 bytes back.
     let r = k.call_bytes_blocking(&[10]).unwrap();
     assert_eq!((r.len(), r.capacity()), (1000, 1024));
@@ -255,7 +256,7 @@ pub fn corrupt_handles_are_refused_without_touching_the_pool(t: Target) {
     let bind = |ahead: u64| {
         let mut l = k.loan_blocking(100).unwrap();
         l.fill(3);
-        k.bind_loan_for_tests(l, ahead)
+        k.bind_loan_for_tests(l, ahead).unwrap()
     };
     let first = bind(0);
     let real = bind(2);
@@ -602,7 +603,7 @@ pub fn a_handle_sent_twice_never_gives_its_block_two_writers(t: Target) {
     for round in 0..30u8 {
         let mut l = k.loan_blocking(4096).unwrap();
         l.fill(round);
-        let h = k.bind_loan_for_tests(l, 0);
+        let h = k.bind_loan_for_tests(l, 0).unwrap();
         // The same handle twice, through the raw kernel (one thread publishes, so the
         // first lands in the slot it is bound to).
         k.kernel().send_blocking(h).unwrap();
@@ -654,4 +655,83 @@ pub fn a_loan_of_another_pool_is_refused_and_returns_to_it(t: Target) {
     assert_eq!(&b.call_bytes_blocking(&[2]).unwrap()[..], &[3]);
     a.shutdown_blocking().unwrap();
     b.shutdown_blocking().unwrap();
+}
+
+/// Host code resolves a pool's handles only where a host-side kernel holds each block busy
+/// while it works (the CPU backend); a device kernel holds nothing, so once one serves the
+/// pool, `LoanArena::resolve` refuses every handle, even one bound to its slot.
+pub fn host_code_resolves_no_handle_of_a_device_kernels_pool(t: Target) {
+    let rt = t.rt();
+    let k = bump_kernel(&rt, LoanConfig::new(1 << 14, 1024));
+    let mut l = k.loan_blocking(3).unwrap();
+    l.copy_from_slice(&[1, 2, 3]);
+    let arena = l.arena().clone();
+    let index = k.kernel().raw_channel().claimed();
+    let h = k.bind_loan_for_tests(l, 0).unwrap();
+    let r = arena.resolve(&h, index).map(|b| b.len());
+    match t {
+        Target::Cpu(_) => assert_eq!(r, Ok(1024), "the CPU backend's pool resolves"),
+        _ => assert!(
+            r.is_err(),
+            "host code resolved a device kernel's handle: {r:?}"
+        ),
+    }
+    // The bound block goes in its slot and comes back answered.
+    assert_eq!(&k.call_handle_blocking(h).unwrap()[..], &[2, 3, 4]);
+    assert_eq!(k.pool_stats().in_use_blocks, 0);
+    k.shutdown_blocking().unwrap();
+}
+
+pub fn a_reloaded_loan_kernel_serves_the_same_pool(t: Target) {
+    let rt = t.rt();
+    let pool = LoanConfig::new(1 << 16, 1024);
+    let k = bump_kernel(&rt, pool);
+    assert_eq!(&k.call_bytes_blocking(&[1, 2, 3]).unwrap()[..], &[2, 3, 4]);
+    // A loan the host holds across the reload, and requests queued behind a pause.
+    let mut held = k.loan_blocking(1).unwrap();
+    held[0] = 3;
+    pause(&k);
+    for i in 0..4u8 {
+        k.send_bytes_blocking(&[i]).unwrap();
+    }
+    // Refused before anything is stopped: another pool's shape, or not a loan spec.
+    let e = k
+        .kernel()
+        .reload_blocking(resize_spec().loan_pool(LoanConfig::new(1 << 17, 1024)))
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::ReloadMismatch {
+                field: "loan pool",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    let e = k
+        .kernel()
+        .reload_blocking(KernelSpec::<LoanHandle, LoanHandle>::echo())
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::ReloadMismatch { field: "loans", .. }),
+        "{e:?}"
+    );
+    // The new handler over the same pool: the queued requests and the held loan are its.
+    k.kernel()
+        .reload_blocking(resize_spec().loan_pool(pool))
+        .unwrap();
+    k.kernel().resume();
+    for i in 0..4u8 {
+        let r = k.recv_loan_blocking().unwrap();
+        assert_eq!(r.len(), usize::from(i) * 100, "queued request {i}");
+        assert!(r.iter().all(|&b| b == 0xAB));
+    }
+    let r = k.call_loan_blocking(held).unwrap();
+    assert_eq!((r.len(), r[0]), (300, 0xAB));
+    drop(r);
+    assert_eq!(k.kernel().relaunches().reloads, 1);
+    assert_eq!(k.pool_stats().in_use_blocks, 0);
+    k.shutdown_blocking().unwrap();
+    assert_eq!(k.pool_stats().in_use_blocks, 0);
 }

@@ -250,7 +250,8 @@ pub enum Error {
     ReloadMismatch {
         /// Kernel name.
         kernel: String,
-        /// What differs: `capacity`, `slot_size`, `batch_size`, `message type`, `backend`.
+        /// What differs: `capacity`, `slot_size`, `batch_size`, `message type`, `backend`,
+        /// `loans` (a loan spec for a kernel without a pool, or the reverse), `loan pool`.
         field: &'static str,
         /// The running kernel's value.
         running: String,

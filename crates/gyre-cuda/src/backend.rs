@@ -336,6 +336,11 @@ impl CudaBackend {
                 .ok()
         });
         let export_tel = export.as_ref().map_or(0, ExportRegistration::telemetry_ptr);
+        if let Some(a) = &spec.loans {
+            // The ring kernel resolves handles by reading the words only: from now on
+            // host code must not resolve them (whoever launched it).
+            a.serve_on_device();
+        }
         // A loan kernel's pool: its view is in device addresses (the allocations' own:
         // `loan_allocator`'s mapped pinned memory, `loan_device`'s device memory).
         let loans = spec.loans.as_ref().map_or(

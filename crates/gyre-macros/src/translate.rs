@@ -101,6 +101,8 @@ pub(crate) struct Translator {
     tail_reduce: Option<usize>,
     /// The reduction the tail names: `Sum`, `Min` or `Max`.
     pub(crate) reduce: Option<&'static str>,
+    /// A loan handler (`#[gyre::handler(loan)]`): its `Lane`, if any, has no reductions.
+    loan: bool,
 }
 
 impl Translator {
@@ -116,6 +118,7 @@ impl Translator {
             bytes: None,
             tail_reduce: None,
             reduce: None,
+            loan: false,
         }
     }
 
@@ -232,6 +235,7 @@ impl Translator {
         kind: crate::Kind,
     ) -> Result<String> {
         let sig = &f.sig;
+        self.loan = kind == crate::Kind::Loan;
         if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
             return err(sig.generics.span(), "a handler cannot be generic");
         }
@@ -272,7 +276,8 @@ impl Translator {
                     return err(
                         pt.ty.span(),
                         "a loan handler takes its block, `fn f(b: gyre::Bytes) -> u32` \
-                         (the reply's length)",
+                         (the reply's length), or its block and its lane, \
+                         `fn f(b: gyre::Bytes, lane: gyre::Lane) -> u32`",
                     );
                 }
                 self.bytes = Some(pi.ident.to_string());
@@ -931,11 +936,21 @@ impl Translator {
                         let want = if matches!(want, Want::None) { Want::Ty(ret) } else { want };
                         self.expr(arg, want)?
                     }
+                    ("sum" | "min" | "max", _) if self.loan => {
+                        return err(
+                            m.span(),
+                            "a loan handler has no block reduction: each lane returns the \
+                             reply's length, and lane 0's is used",
+                        )
+                    }
                     ("sum" | "min" | "max", _) => {
                         return err(
                             m.span(),
                             "a block reduction is the handler's last expression, and only there",
                         )
+                    }
+                    _ if self.loan => {
+                        return err(m.method.span(), "a loan handler's `Lane` offers id() and count()")
                     }
                     _ => {
                         return err(

@@ -308,6 +308,27 @@ impl OpenClBackend {
             });
         }
         let loans = spec.loans.as_ref().map(|a| a.view());
+        if let Some(v) = loans {
+            // The kernel dereferences both: they must be SVM of this context (this
+            // backend's `loan_allocator`), not another context's or host memory.
+            if let Some(p) = [v.base, v.words]
+                .into_iter()
+                .find(|&p| !self.dev.registry.contains(p as usize))
+            {
+                return Err(Error::Unsupported {
+                    device: self.dev.info.name.clone(),
+                    reason: format!(
+                        "a loan pool at {p:#x} that is not SVM of this device's context \
+                         (allocate it with this backend's loan_allocator)"
+                    ),
+                });
+            }
+        }
+        if let Some(a) = &spec.loans {
+            // The ring kernel resolves handles by reading the words only: from now on
+            // host code must not resolve them (whoever launched it).
+            a.serve_on_device();
+        }
         let (loan_base, loan_words, loan_bytes, loan_shift) = match loans {
             Some(v) => (v.base as *mut u8, v.words as *mut u8, v.bytes, v.min_shift),
             None => (base, base, 0u64, 0u32),
@@ -414,7 +435,10 @@ impl gyre_core::Backend for OpenClBackend {
     /// Fine-grained SVM with atomics ([`SvmAllocator`]): the kernel reads loaned bytes in
     /// place and its compare-and-swaps of the state words are atomic with the host's.
     fn loan_allocator(&self) -> gyre_core::Result<Arc<dyn gyre_core::memory::RawAllocator>> {
-        Ok(Arc::new(SvmAllocator::new(&self.dev.ctx)))
+        Ok(Arc::new(SvmAllocator::new(
+            &self.dev.ctx,
+            &self.dev.registry,
+        )))
     }
 
     fn alloc_region(&self, bytes: usize) -> gyre_core::Result<Box<dyn RegionMemory>> {

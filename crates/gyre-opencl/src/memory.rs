@@ -160,14 +160,18 @@ unsafe impl gyre_core::region::RegionMemory for SvmRegion {
 #[derive(Debug)]
 pub struct SvmAllocator {
     ctx: Arc<Context>,
+    /// The context's live SVM: every block is registered while it lives, so a launch can
+    /// check that a loan pool is SVM of its device's context.
+    registry: Arc<SvmRegistry>,
     /// Over-aligned blocks: the address handed out -> the one clSVMAlloc returned.
     origins: Mutex<std::collections::HashMap<usize, usize>>,
 }
 
 impl SvmAllocator {
-    pub(crate) fn new(ctx: &Arc<Context>) -> Self {
+    pub(crate) fn new(ctx: &Arc<Context>, registry: &Arc<SvmRegistry>) -> Self {
         Self {
             ctx: ctx.clone(),
+            registry: registry.clone(),
             origins: Mutex::default(),
         }
     }
@@ -233,6 +237,7 @@ unsafe impl gyre_core::memory::RawAllocator for SvmAllocator {
         // SAFETY: fine-grained SVM is host-accessible; [start, start + bytes) lies inside
         // the `total` bytes just allocated (start - origin < align = extra).
         unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, bytes) };
+        self.registry.insert(start);
         Ok(gyre_core::memory::RawBlock::new(
             Some(ptr),
             ptr.as_ptr() as u64,
@@ -246,6 +251,7 @@ unsafe impl gyre_core::memory::RawAllocator for SvmAllocator {
             return;
         };
         let start = ptr.as_ptr() as usize;
+        self.registry.remove(start);
         let origin = self
             .origins
             .lock()

@@ -39,6 +39,12 @@ pub struct ReplyView<'a> {
     pub reply_overflow: bool,
     /// The request slot of the same index, as the host wrote it ([`ReplyView::request`]).
     request: SlotPtr<'a>,
+    /// The channel that made the view, and the index and payload it made it for: what a
+    /// loan pool's claim trusts (the public fields above may be rewritten by the holder
+    /// of the view; these cannot).
+    pub(crate) channel: &'a Channel,
+    pub(crate) published_index: u64,
+    pub(crate) published_payload: &'a [u8],
 }
 
 impl<'a> ReplyView<'a> {
@@ -158,6 +164,9 @@ impl Channel {
                 payload,
                 reply_overflow,
                 request: self.region.slot(RingId::Request, index),
+                channel: self,
+                published_index: index,
+                published_payload: payload,
             })
         }
     }

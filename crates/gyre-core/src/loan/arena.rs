@@ -65,6 +65,11 @@ pub struct LoanArena {
     /// handles by reading the words only, without holding blocks busy, so host code must
     /// not resolve them ([`LoanArena::serve_on_device`]).
     device_kernel: core::sync::atomic::AtomicBool,
+    /// The one channel whose kernel serves the pool, bound once by
+    /// [`LoanArena::install_release_hook`]: the only channel whose replies claim its
+    /// blocks and whose releases free them. Weak: the allocation (and so the address
+    /// compared) stays while the arena lives.
+    pub(super) channel: std::sync::OnceLock<std::sync::Weak<crate::channel::Channel>>,
     bytes: usize,
     min_shift: u32,
     book: Mutex<Book>,
@@ -145,6 +150,7 @@ impl LoanArena {
             kernel_host: Some(base),
             _kernel_mem: None,
             device_kernel: core::sync::atomic::AtomicBool::new(false),
+            channel: std::sync::OnceLock::new(),
             bytes: config.pool_bytes,
             min_shift,
             book: Mutex::new(Book {

@@ -41,24 +41,47 @@ impl LoanArena {
                 why,
             }
         };
-        let reply = (view.payload.len() == LoanHandle::SIZE)
-            .then(|| LoanHandle::decode(view.payload))
+        // The view's public fields are its holder's to rewrite: what the channel made it
+        // for (its channel, index and payload) is read from the fields only it sets.
+        if !self.serves(view.channel) {
+            return Err(bad(
+                None,
+                "a reply of another channel than the pool's kernel's",
+            ));
+        }
+        let (index, payload) = (view.published_index, view.published_payload);
+        let reply = (payload.len() == LoanHandle::SIZE)
+            .then(|| LoanHandle::decode(payload))
             .flatten()
             .ok_or_else(|| bad(None, "the reply carries no handle"))?;
         let request = LoanHandle::decode(view.request())
             .ok_or_else(|| bad(Some(reply), "its request carried no loan"))?;
         // SAFETY: the channel makes a ReplyView only for a published reply of slot
-        // `view.index` (and the view borrows the channel's reply slot, which is not
-        // released meanwhile), so the kernel is done with that slot.
-        unsafe { self.claim_handles(&reply, &request, view.index) }
+        // `index` (and the view borrows the channel's reply slot, which is not released
+        // meanwhile); that channel is the one whose kernel serves this pool (checked
+        // above), so the kernel is done with that slot.
+        unsafe { self.claim_handles(&reply, &request, index) }
     }
 
-    /// Installs on `ch` (the loan kernel's channel) the hook that frees the block of each
-    /// request nobody claimed (an error reply, a dropped call, a protocol error) when the
-    /// host releases its reply slot. `false` if `ch` has a hook already. The channel
-    /// calls it only for slots whose reply was published; the hook itself is not handed
-    /// out, so nothing else can call it.
-    pub fn install_release_hook(self: &Arc<Self>, ch: &Channel) -> bool {
+    /// Whether `ch` is the channel this pool is bound to
+    /// ([`LoanArena::install_release_hook`]).
+    fn serves(&self, ch: &Channel) -> bool {
+        self.channel
+            .get()
+            .is_some_and(|w| core::ptr::eq(w.as_ptr(), ch))
+    }
+
+    /// Binds the pool to `ch`, the channel of the kernel that serves it (once: only its
+    /// replies claim the pool's blocks, [`LoanArena::claim`]), and installs on it the
+    /// hook that frees the block of each request nobody claimed (an error reply, a
+    /// dropped call, a protocol error) when the host releases its reply slot. `false`,
+    /// and nothing installed, if the pool is bound already (to any channel) or `ch` has a
+    /// hook already. The channel calls the hook only for slots whose reply was
+    /// published; the hook itself is not handed out, so nothing else can call it.
+    pub fn install_release_hook(self: &Arc<Self>, ch: &Arc<Channel>) -> bool {
+        if self.channel.set(Arc::downgrade(ch)).is_err() {
+            return false;
+        }
         ch.set_release_hook(Arc::new(FreeUnclaimed(self.clone())))
     }
 
@@ -69,8 +92,12 @@ impl LoanArena {
     /// # Safety
     ///
     /// No execution of the kernel serving `ch` is running, and none will be launched on
-    /// its region (a shutdown has joined it; no restart or successor follows).
+    /// its region (a shutdown has joined it; no restart or successor follows). A `ch`
+    /// other than the pool's own ([`LoanArena::install_release_hook`]) frees nothing.
     pub unsafe fn release_unanswered(&self, ch: &Channel) -> usize {
+        if !self.serves(ch) {
+            return 0;
+        }
         let mut n = 0;
         ch.for_each_unanswered(|index, req| {
             if let Some(h) = LoanHandle::decode(req) {
@@ -88,14 +115,18 @@ impl LoanArena {
 struct FreeUnclaimed(Arc<LoanArena>);
 
 impl ReleaseHook for FreeUnclaimed {
-    fn released(&self, _ch: &Channel, index: u64, request: &[u8], _status: u32) {
+    fn released(&self, ch: &Channel, index: u64, request: &[u8], _status: u32) {
         // Whatever the status: `release_sent` frees only a block bound to this slot and
         // still kernel-owned (not claimed, not held). A handle the slot's sender did not
         // bind (forged, stale, duplicated) frees nothing.
+        if !self.0.serves(ch) {
+            return; // installed only on the pool's own channel; never another's slots
+        }
         if let Some(h) = LoanHandle::decode(request) {
             // SAFETY: the channel calls its release hook only for a reply slot whose
-            // reply is published (`Channel::free_run`), so the kernel is done with slot
-            // `index`; nobody else holds this hook.
+            // reply is published (`Channel::free_run`), and it is the channel of the
+            // kernel that serves this pool, so that kernel is done with slot `index`;
+            // nobody else holds this hook.
             unsafe { self.0.release_sent(&h, index) };
         }
     }
