@@ -49,4 +49,5 @@ strategies!(
     a_loan_of_another_pool_is_refused_and_returns_to_it,
     a_reloaded_loan_kernel_serves_the_same_pool,
     host_code_resolves_no_handle_of_a_device_kernels_pool,
+    a_watched_loan_kernel_reloads_over_the_same_pool,
 );

@@ -35,10 +35,12 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
     ///
     /// Nothing was stopped, and the old handler keeps serving, on:
     /// [`Error::ReloadMismatch`] (another capacity, slot size, batch size or message
-    /// type); [`Error::HandlerUnsupported`] (the kernel's backend cannot run `spec`'s
-    /// handler); [`Error::InvalidArgument`] (an invalid idle strategy); [`Error::Launch`]
-    /// when the new handler does not build (its [`source`](std::error::Error::source)
-    /// chain holds the compiler's log); [`Error::Closed`] when a shutdown began.
+    /// type; for a loan kernel, another pool shape, `loan pool`, or a spec that is not a
+    /// loan kernel's, `loans`, and the reverse); [`Error::HandlerUnsupported`] (the
+    /// kernel's backend cannot run `spec`'s handler); [`Error::InvalidArgument`] (an
+    /// invalid idle strategy); [`Error::Launch`] when the new handler does not build
+    /// (its [`source`](std::error::Error::source) chain holds the compiler's log);
+    /// [`Error::Closed`] when a shutdown began.
     ///
     /// After the stop: the error the kernel's waiters get if it ended meanwhile by itself
     /// ([`Error::KernelFaulted`], [`Error::KernelTerminated`], [`Error::KernelLost`],
@@ -177,6 +179,17 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
                     ));
                 }
                 Some((arena.clone(), crate::loan::adapter(arena.clone(), setup)))
+            }
+            // The launch's own spec (the file watcher reloads `KernelSpec::watch`'s changes
+            // over it): `launch_loans` moved its setup into this pool and the handler
+            // over it, which its launch spec carries already.
+            (Some(arena), None)
+                if spec
+                    .loan_arena
+                    .as_ref()
+                    .is_some_and(|a| std::sync::Arc::ptr_eq(a, arena)) =>
+            {
+                None
             }
             (Some(_), None) => {
                 return Err(mismatch(

@@ -370,7 +370,17 @@ impl Runtime {
         launch.handler = adapter(arena.clone(), &setup);
         let kernel = self.launch(launch)?;
         let inner = kernel.inner();
-        arena.install_release_hook(&inner.ch);
+        // SAFETY: `inner.ch` is the channel of the ring this kernel serves; nobody else
+        // has reached the arena yet, so this binding is the first.
+        #[allow(unsafe_code)] // one of the loan kernel's two: its contract is checked here
+        let bound = unsafe { arena.install_release_hook(&inner.ch) };
+        if !bound {
+            return Err(Error::InvalidArgument {
+                name: "loan kernel channel",
+                value: kernel.name().to_owned(),
+                reason: "its channel has a release hook already",
+            });
+        }
         let _ = inner.loans.set(arena.clone());
         if let (Some(d), Some(t)) = (device, &inner.transfer) {
             t.bridge()

@@ -735,3 +735,51 @@ pub fn a_reloaded_loan_kernel_serves_the_same_pool(t: Target) {
     k.shutdown_blocking().unwrap();
     assert_eq!(k.pool_stats().in_use_blocks, 0);
 }
+
+/// `KernelSpec::watch` on a device loan kernel: a change of its handler's file reloads
+/// it over the same pool (the watcher reloads from the launch's own spec, whose pool
+/// `launch_loans` set), with a loan held across the reload. The CPU backend runs the
+/// Rust closure, which has no file: refused there.
+pub fn a_watched_loan_kernel_reloads_over_the_same_pool(t: Target) {
+    let rt = t.rt();
+    let dir = std::env::temp_dir().join(format!(
+        "gyre-watch-loans-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("bump.h");
+    std::fs::write(&file, sources::BUMP).unwrap();
+    let spec = bump_spec("watched").loan_pool(LoanConfig::new(1 << 16, 1024));
+    let k = match (t, rt.launch_loans(spec.watch(&file))) {
+        (Target::Cpu(_), Err(e)) => {
+            assert!(
+                matches!(e, Error::InvalidArgument { name: "watch", .. }),
+                "{e:?}"
+            );
+            let _ = std::fs::remove_dir_all(&dir);
+            return;
+        }
+        (Target::Cpu(_), Ok(_)) => panic!("a watched Rust closure launched"),
+        (_, r) => r.expect("launch"),
+    };
+    assert_eq!(&k.call_bytes_blocking(&[1, 2, 3]).unwrap()[..], &[2, 3, 4]);
+    let mut held = k.loan_blocking(1).unwrap();
+    held[0] = 3;
+    // Replace the file (as an editor does): the resize handler answers from now on.
+    let tmp = dir.join("bump.h.tmp");
+    std::fs::write(&tmp, sources::RESIZE).unwrap();
+    std::fs::rename(&tmp, &file).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while k.kernel().relaunches().reloads < 1 {
+        assert!(Instant::now() < deadline, "no reload after the change");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let r = k.call_loan_blocking(held).unwrap();
+    assert_eq!((r.len(), r[0]), (300, 0xAB), "the reloaded handler answers");
+    drop(r);
+    assert_eq!(&k.call_bytes_blocking(&[2]).unwrap()[..], &[0xAB; 200][..]);
+    assert_eq!(k.pool_stats().in_use_blocks, 0);
+    k.shutdown_blocking().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -25,6 +25,14 @@ fn pool() -> Arc<LoanArena> {
     a
 }
 
+/// Binds `a` to `own` (`LoanArena::install_release_hook`).
+fn bind(a: &Arc<LoanArena>, own: &Arc<Channel>) -> bool {
+    // SAFETY: each test's first call binds the channel whose ring carries the pool's
+    // blocks; a later call, with another channel, is refused before it binds anything
+    // (which is what it checks).
+    unsafe { a.install_release_hook(own) }
+}
+
 fn bytes(h: &LoanHandle) -> Vec<u8> {
     let mut b = h.offset.to_ne_bytes().to_vec();
     b.extend_from_slice(&h.len.to_ne_bytes());
@@ -40,13 +48,10 @@ fn publish(ch: &Channel, h: &LoanHandle) -> u64 {
 fn a_reply_of_another_channel_neither_claims_nor_frees_a_block() {
     let a = pool();
     let own = Arc::new(Channel::new(region(), "own"));
-    assert!(a.install_release_hook(&own));
+    assert!(bind(&a, &own));
     let other_region = region();
     let other = Arc::new(Channel::new(other_region.clone(), "other"));
-    assert!(
-        !a.install_release_hook(&other),
-        "a pool is bound to one channel"
-    );
+    assert!(!bind(&a, &other), "a pool is bound to one channel");
     let echo = gyre_core::kernels::echo;
     let mut k = Stepper::new(&other_region, &echo).unwrap();
     // Slot 0 of the pool's own kernel holds the block; that kernel has not answered.
@@ -71,7 +76,7 @@ fn a_rewritten_view_claims_nothing() {
     let a = pool();
     let r = region();
     let own = Arc::new(Channel::new(r.clone(), "own"));
-    assert!(a.install_release_hook(&own));
+    assert!(bind(&a, &own));
     let echo = gyre_core::kernels::echo;
     let mut k = Stepper::new(&r, &echo).unwrap();
     // The block is bound to slot 1 (its request still in the works); slot 0 carries its
@@ -101,7 +106,7 @@ fn the_own_channels_reply_claims_its_block() {
     let a = pool();
     let r = region();
     let own = Arc::new(Channel::new(r.clone(), "own"));
-    assert!(a.install_release_hook(&own));
+    assert!(bind(&a, &own));
     let echo = gyre_core::kernels::echo;
     let mut k = Stepper::new(&r, &echo).unwrap();
     let h = a.try_loan(100).unwrap().send(0);

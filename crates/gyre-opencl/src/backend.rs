@@ -309,17 +309,25 @@ impl OpenClBackend {
         }
         let loans = spec.loans.as_ref().map(|a| a.view());
         if let Some(v) = loans {
-            // The kernel dereferences both: they must be SVM of this context (this
-            // backend's `loan_allocator`), not another context's or host memory.
-            if let Some(p) = [v.base, v.words]
-                .into_iter()
-                .find(|&p| !self.dev.registry.contains(p as usize))
+            // The kernel dereferences both, all of them: they must be SVM of this context
+            // (this backend's `loan_allocator`), not another context's or host memory,
+            // and as large as the pool says (an arena's kernel-side address is any value
+            // `LoanArena::new_split_device` was given).
+            let words =
+                (v.bytes >> v.min_shift).saturating_mul(u64::from(gyre_abi::loan::WORD_STRIDE));
+            if let Some((p, _)) =
+                [(v.base, v.bytes), (v.words, words)]
+                    .into_iter()
+                    .find(|&(p, n)| {
+                        !usize::try_from(n).is_ok_and(|n| self.dev.registry.holds(p as usize, n))
+                    })
             {
                 return Err(Error::Unsupported {
                     device: self.dev.info.name.clone(),
                     reason: format!(
-                        "a loan pool at {p:#x} that is not SVM of this device's context \
-                         (allocate it with this backend's loan_allocator)"
+                        "a loan pool at {p:#x} that is not SVM of this device's context, \
+                         or smaller than the pool (allocate it with this backend's \
+                         loan_allocator)"
                     ),
                 });
             }

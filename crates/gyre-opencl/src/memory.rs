@@ -2,7 +2,7 @@
 //! (`Unified`) placement of control block, telemetry and rings; [`SvmAllocator`]: the same
 //! memory for loan pools.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::ffi::c_void;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
@@ -17,23 +17,36 @@ use crate::error::{cl_error, Result};
 /// Alignment of every region: one control block (128 bytes, the ABI's largest alignment).
 pub const REGION_ALIGN: u32 = 128;
 
-/// The live SVM allocations of one context, so a launch can check that its region is one.
+/// The live SVM allocations of one context (base -> bytes), so a launch can check that
+/// its region, or a loan pool's bytes and state words, are some.
 #[derive(Debug, Default)]
-pub(crate) struct SvmRegistry(Mutex<HashSet<usize>>);
+pub(crate) struct SvmRegistry(Mutex<HashMap<usize, usize>>);
 
 impl SvmRegistry {
-    fn insert(&self, p: usize) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).insert(p);
+    fn insert(&self, p: usize, len: usize) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(p, len);
     }
     fn remove(&self, p: usize) {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(&p);
     }
-    /// Whether `p` is the base of a live region of this context.
+    /// Whether `p` is the base of a live allocation of this context.
     pub(crate) fn contains(&self, p: usize) -> bool {
         self.0
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .contains(&p)
+            .contains_key(&p)
+    }
+    /// Whether `p` is the base of a live allocation of this context of at least `len`
+    /// bytes.
+    pub(crate) fn holds(&self, p: usize, len: usize) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&p)
+            .is_some_and(|&n| n >= len)
     }
 }
 
@@ -100,7 +113,7 @@ impl SvmRegion {
         // SAFETY: a fine-grained buffer is host-accessible without map/unmap; `size`
         // bytes were just allocated and no kernel knows them yet.
         unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, size) };
-        registry.insert(ptr.as_ptr() as usize);
+        registry.insert(ptr.as_ptr() as usize, size);
         Ok(Self {
             ctx: ctx.clone(),
             registry: registry.clone(),
@@ -237,7 +250,7 @@ unsafe impl gyre_core::memory::RawAllocator for SvmAllocator {
         // SAFETY: fine-grained SVM is host-accessible; [start, start + bytes) lies inside
         // the `total` bytes just allocated (start - origin < align = extra).
         unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, bytes) };
-        self.registry.insert(start);
+        self.registry.insert(start, bytes);
         Ok(gyre_core::memory::RawBlock::new(
             Some(ptr),
             ptr.as_ptr() as u64,

@@ -301,3 +301,54 @@ fn refusals_are_typed_errors() {
     let e = OpenClBackend::new(usize::MAX, 0).unwrap_err();
     assert!(matches!(e, gyre_opencl::Error::PlatformIndex { .. }), "{e}");
 }
+
+/// A loan pool is launched only where the kernel may read and write all of it: its bytes
+/// and its state words SVM allocations of this context at least the pool's size (an
+/// arena's kernel-side address is any `u64` `LoanArena::new_split_device` is given).
+#[test]
+fn a_loan_pool_must_be_svm_of_this_context_and_large_enough() {
+    use gyre_core::loan::{LoanArena, LoanConfig};
+    let Some((_g, b)) = setup("a_loan_pool_must_be_svm_of_this_context_and_large_enough") else {
+        return;
+    };
+    let config = LoanConfig::new(1 << 16, 1024);
+    let with = |a: &Arc<LoanArena>| LaunchSpec {
+        loans: Some(a.clone()),
+        ..spec(Some(gyre_core::kernels::ids::ECHO))
+    };
+    // Host memory: not SVM.
+    let host = LoanArena::new(gyre_core::memory::HostAllocator, config).unwrap();
+    let e = b
+        .launch(region(&b, 4, 0), &with(&host))
+        .err()
+        .expect("a host pool refused");
+    assert!(e.to_string().contains("not SVM"), "{e}");
+    // The pool's kernel side at the base of a 128-byte SVM block: SVM of this context,
+    // but the kernel would work 64 KiB past it.
+    let alloc = b.loan_allocator().unwrap();
+    let small = alloc.alloc(128, 128).unwrap();
+    let engine = Arc::new(gyre_core::copy::HostDeviceArena::new(1 << 16).unwrap());
+    let short = LoanArena::new_split_device(
+        b.loan_allocator().unwrap(),
+        config,
+        engine,
+        small.device_addr(),
+    )
+    .unwrap();
+    let r = region(&b, 4, 0);
+    let got = b.launch(r.clone(), &with(&short));
+    if let Ok(k) = &got {
+        stop(&Channel::new(r, "t"), k.as_ref());
+    }
+    let e = got.err().expect("a pool beyond its SVM block refused");
+    assert!(e.to_string().contains("not SVM"), "{e}");
+    // SAFETY: from `alloc`, once; no kernel was launched on it.
+    unsafe { alloc.free(small) };
+    // This backend's loan_allocator: launched.
+    let ok = LoanArena::new(b.loan_allocator().unwrap(), config).unwrap();
+    let r = region(&b, 4, 0);
+    let k = b
+        .launch(r.clone(), &with(&ok))
+        .expect("an SVM pool launches");
+    stop(&Channel::new(r, "t"), k.as_ref());
+}

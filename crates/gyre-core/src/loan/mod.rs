@@ -45,9 +45,9 @@
 //!   owns it, and frees a sent block only from kernel-owned and bound to the slot being
 //!   released. Because a device kernel holds nothing, each of the host's moves of a
 //!   kernel-owned block comes with proof that the kernel is done with its slot
-//!   ([`LoanArena::claim`] takes the channel's view of the published reply; the release
-//!   hook is installed on the channel, which calls it for published replies only), or is
-//!   an `unsafe fn` with that contract ([`LoanArena::claim_handles`],
+//!   ([`LoanArena::claim`] takes the view of a reply its own channel published; the
+//!   release hook, installed once on that channel by an `unsafe fn` whose contract names
+//!   it, is called for published replies only), or is an `unsafe fn` with that contract ([`LoanArena::claim_handles`],
 //!   [`LoanArena::release_sent`], [`LoanArena::release_unanswered`]); and host code
 //!   cannot resolve the handles of a pool a device kernel serves
 //!   ([`LoanArena::serve_on_device`]).

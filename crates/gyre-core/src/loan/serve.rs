@@ -75,14 +75,26 @@ impl LoanArena {
     /// replies claim the pool's blocks, [`LoanArena::claim`]), and installs on it the
     /// hook that frees the block of each request nobody claimed (an error reply, a
     /// dropped call, a protocol error) when the host releases its reply slot. `false`,
-    /// and nothing installed, if the pool is bound already (to any channel) or `ch` has a
+    /// and nothing bound, if the pool is bound already (to any channel) or `ch` has a
     /// hook already. The channel calls the hook only for slots whose reply was
     /// published; the hook itself is not handed out, so nothing else can call it.
-    pub fn install_release_hook(self: &Arc<Self>, ch: &Arc<Channel>) -> bool {
-        if self.channel.set(Arc::downgrade(ch)).is_err() {
+    ///
+    /// # Safety
+    ///
+    /// `ch` is the channel of the ring whose kernel serves this pool: the slots the
+    /// pool's blocks are bound to are `ch`'s request slots. (Bound to another channel,
+    /// that channel's replies would claim and free blocks a device kernel is still
+    /// using.)
+    pub unsafe fn install_release_hook(self: &Arc<Self>, ch: &Arc<Channel>) -> bool {
+        if self.channel.get().is_some() {
             return false;
         }
-        ch.set_release_hook(Arc::new(FreeUnclaimed(self.clone())))
+        if !ch.set_release_hook(Arc::new(FreeUnclaimed(self.clone()))) {
+            return false;
+        }
+        // Two racing installs on two hook-less channels: one binds; the other's hook
+        // ignores every slot (it serves only the bound channel).
+        self.channel.set(Arc::downgrade(ch)).is_ok()
     }
 
     /// Returns to the pool the blocks of the requests `ch`'s kernel never answered (the
