@@ -361,10 +361,20 @@ impl Lifecycle {
             // successor's K0 replaced the faulted state, would make that state final.
             self.restarts_in_window.fetch_add(1, SeqCst);
         }
+        let counter = match why {
+            Why::Reload => &self.reloads,
+            Why::Epoch => &self.epochs,
+            Why::Restart => &self.restarts,
+        };
+        // Counted before the launch, and taken back if it fails: the successor may
+        // answer before `launch` returns, and whoever saw its answer must see it counted
+        // (the count happens before the launch, which happens before the answer).
+        counter.fetch_add(1, Relaxed);
         // R4..R6: the successor's command and generation, pushed, then the launch.
         let inst = match self.launch_successor(&spec) {
             Ok(i) => i,
             Err(e) if why == Why::Reload => {
+                counter.fetch_sub(1, Relaxed);
                 tracing::warn!(kernel = %self.ch.name(), error = %e, "the reloaded handler did not launch: relaunching the previous one");
                 match self.launch_successor(&previous) {
                     Ok(i) => {
@@ -374,7 +384,10 @@ impl Lifecycle {
                     Err(e2) => return Err(self.lost(&e2)),
                 }
             }
-            Err(e) => return Err(self.lost(&e)),
+            Err(e) => {
+                counter.fetch_sub(1, Relaxed);
+                return Err(self.lost(&e));
+            }
         };
         self.install(inst, spec);
         if why == Why::Restart {
@@ -383,12 +396,6 @@ impl Lifecycle {
             // starting over.
             *self.last_launch.lock() = Instant::now();
         }
-        match why {
-            Why::Reload => &self.reloads,
-            Why::Epoch => &self.epochs,
-            Why::Restart => &self.restarts,
-        }
-        .fetch_add(1, Relaxed);
         let now = gyre_core::shm::unix_ms();
         self.last_relaunch_ms.store(now, Relaxed);
         if why == Why::Restart {
