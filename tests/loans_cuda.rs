@@ -15,12 +15,14 @@
 #![cfg(feature = "cuda")]
 
 mod loan_cases;
+#[path = "support/nvrtc.rs"]
+mod nvrtc_support;
 #[path = "support/cuda.rs"]
 mod support;
 
 use gyre::{Backend, KernelSpec, Runtime, TransferStrategy};
 use gyre_cuda::nvrtc::Target as Arch;
-use gyre_cuda::{CompileOptions, Handler, Nvrtc, RING_KERNEL_ENTRY};
+use gyre_cuda::{CompileOptions, Handler, RING_KERNEL_ENTRY};
 use loan_cases::{sources, Target};
 
 /// A handler written once in Rust (`KernelSpec::portable_loans` runs its generated C on
@@ -52,18 +54,11 @@ fn upper_lanes(b: gyre::Bytes, lane: gyre::Lane) -> u32 {
 
 #[test]
 fn loan_handlers_compile_with_nvrtc() {
-    let required = std::env::var("GYRE_REQUIRE_NVRTC").is_ok_and(|v| v == "1");
-    let found = Nvrtc::discover().and_then(|(nvrtc, toolchain)| {
-        let archs = nvrtc.ring_kernel_archs()?;
-        Ok((nvrtc, toolchain, archs))
-    });
-    let (nvrtc, toolchain, archs) = match found {
-        Ok(f) => f,
-        Err(e) if required => panic!("GYRE_REQUIRE_NVRTC=1 but NVRTC is missing: {e}"),
-        Err(e) => {
-            eprintln!("SKIP loan handlers under NVRTC: {e}");
-            return;
-        }
+    let required = nvrtc_support::required();
+    let Some((nvrtc, toolchain, archs)) =
+        nvrtc_support::discover_or_skip("loan handlers under NVRTC")
+    else {
+        return;
     };
     // The oldest and the newest architecture NVRTC offers for ring kernels.
     let picked: Vec<u32> = [archs.first(), archs.last()]

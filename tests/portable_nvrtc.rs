@@ -14,24 +14,19 @@
 #[path = "portable/handlers.rs"]
 #[allow(dead_code)]
 mod handlers;
+#[path = "support/nvrtc.rs"]
+mod nvrtc_support;
 
 use gyre_cuda::nvrtc::Target;
-use gyre_cuda::{CompileOptions, Handler, Nvrtc, RING_KERNEL_ENTRY};
+use gyre_cuda::{CompileOptions, Handler, RING_KERNEL_ENTRY};
 
 #[test]
 fn portable_handlers_compile_for_every_arch_without_spills() {
-    let required = std::env::var("GYRE_REQUIRE_NVRTC").is_ok_and(|v| v == "1");
-    let found = Nvrtc::discover().and_then(|(nvrtc, toolchain)| {
-        let archs = nvrtc.ring_kernel_archs()?;
-        Ok((nvrtc, toolchain, archs))
-    });
-    let (nvrtc, toolchain, archs) = match found {
-        Ok(f) => f,
-        Err(e) if required => panic!("GYRE_REQUIRE_NVRTC=1 but NVRTC is missing: {e}"),
-        Err(e) => {
-            eprintln!("SKIP portable handlers under NVRTC: {e}");
-            return;
-        }
+    let required = nvrtc_support::required();
+    let Some((nvrtc, toolchain, archs)) =
+        nvrtc_support::discover_or_skip("portable handlers under NVRTC")
+    else {
+        return;
     };
     let Some(ptxas) = toolchain.ptxas.clone() else {
         assert!(

@@ -321,7 +321,8 @@ impl LoanArena {
         }
     }
 
-    /// Takes a free block of `order` (free -> host, generation + 1).
+    /// Takes a free block of `order` (free -> host; the generation means something only
+    /// while the block is kernel-owned, bound to a slot).
     pub(super) fn take_block(&self, order: u8) -> Option<u32> {
         let unit = {
             let mut b = self.book.lock();
@@ -341,7 +342,7 @@ impl LoanArena {
         debug_assert_eq!(old.owner, owner::FREE);
         w.store(
             Word {
-                generation: old.generation.wrapping_add(1),
+                generation: old.generation,
                 owner: owner::HOST,
                 order,
             }
@@ -364,23 +365,15 @@ impl LoanArena {
     }
 
     /// Moves the block at `unit` from owner `from` to `to` if its word says `from` (and,
-    /// when given, `generation`); the new word keeps the order, and the generation
-    /// (plus one when `bump`).
-    fn transition(
-        &self,
-        unit: u32,
-        from: u64,
-        generation: Option<u32>,
-        to: u64,
-        bump: bool,
-    ) -> Option<Word> {
+    /// when given, `generation`); the new word keeps the order and the generation.
+    fn transition(&self, unit: u32, from: u64, generation: Option<u32>, to: u64) -> Option<Word> {
         let w = self.words.get(unit as usize)?;
         let cur = w.load(Acquire);
         let old = Word::unpack(cur);
         if old.owner != from || generation.is_some_and(|g| g != old.generation) {
             return None;
         }
-        let new = old.moved(to, bump);
+        let new = old.moved(to);
         w.compare_exchange(cur, new.pack(), AcqRel, Acquire)
             .ok()
             .map(|_| new)
@@ -419,11 +412,11 @@ impl LoanArena {
     /// A transition only the current owner can make (busy under one [`KernelBlock`]): no
     /// other party moves the word away from `from`, so a plain release store does what a
     /// compare-and-swap would.
-    fn store_from(&self, unit: u32, from: u64, to: u64, bump: bool) -> Word {
+    fn store_from(&self, unit: u32, from: u64, to: u64) -> Word {
         let w = &self.words.at(unit);
         let old = Word::unpack(w.load(Acquire));
         debug_assert_eq!(old.owner, from, "only the owner leaves this state");
-        let new = old.moved(to, bump);
+        let new = old.moved(to);
         w.store(new.pack(), Release);
         new
     }
@@ -508,13 +501,7 @@ impl LoanArena {
         if reply.len as usize > cap {
             return Err(bad("length beyond the block"));
         }
-        let taken = self.transition(
-            unit,
-            owner::KERNEL,
-            Some(reply.generation),
-            owner::HOST,
-            false,
-        );
+        let taken = self.transition(unit, owner::KERNEL, Some(reply.generation), owner::HOST);
         match taken {
             Some(w) => Ok(Loan::new(self.clone(), unit, w.order, reply.len as usize)),
             None => Err(bad("no block sent in this slot")),
@@ -538,7 +525,7 @@ impl LoanArena {
         let Some(unit) = self.unit_of(h) else {
             return false;
         };
-        match self.transition(unit, owner::KERNEL, Some(h.generation), owner::FREE, false) {
+        match self.transition(unit, owner::KERNEL, Some(h.generation), owner::FREE) {
             Some(w) => {
                 self.put_block(unit, w.order);
                 true
@@ -552,7 +539,7 @@ impl LoanArena {
     /// the loan's release) finds it kernel-owned and leaves it to the slot's release.
     pub(crate) fn drop_loan(&self, unit: u32, order: u8) {
         if self
-            .transition(unit, owner::HOST, None, owner::FREE, false)
+            .transition(unit, owner::HOST, None, owner::FREE)
             .is_some()
         {
             self.put_block(unit, order);
@@ -603,14 +590,14 @@ impl LoanArena {
         if h.len as usize > cap {
             return Err("length beyond the block");
         }
-        w.compare_exchange(cur, old.moved(owner::BUSY, false).pack(), AcqRel, Acquire)
+        w.compare_exchange(cur, old.moved(owner::BUSY).pack(), AcqRel, Acquire)
             .map_err(|_| NOT_SENT)?;
         Ok((unit, cap))
     }
 
     /// Busy -> kernel: the end of a [`LoanArena::hold_sent`].
     pub(crate) fn unhold(&self, unit: u32) {
-        self.store_from(unit, owner::BUSY, owner::KERNEL, false);
+        self.store_from(unit, owner::BUSY, owner::KERNEL);
     }
 
     /// The block size of `order`.
@@ -693,7 +680,6 @@ impl Drop for KernelBlock<'_> {
     fn drop(&mut self) {
         // The release orders the handler's writes before the reply's publication, and
         // so before the host's claim.
-        self.arena
-            .store_from(self.unit, owner::BUSY, owner::KERNEL, false);
+        self.arena.store_from(self.unit, owner::BUSY, owner::KERNEL);
     }
 }

@@ -43,17 +43,9 @@ impl Word {
             | (self.owner << OWNER_SHIFT)
             | (u64::from(self.order) << ORDER_SHIFT)
     }
-    /// The same block under a new owner; the generation plus one when `bump`.
-    pub(super) fn moved(self, owner: u64, bump: bool) -> Self {
-        Self {
-            generation: if bump {
-                self.generation.wrapping_add(1)
-            } else {
-                self.generation
-            },
-            owner,
-            order: self.order,
-        }
+    /// The same block, generation and order under a new owner.
+    pub(super) fn moved(self, owner: u64) -> Self {
+        Self { owner, ..self }
     }
 
     pub(super) fn unpack(w: u64) -> Self {
