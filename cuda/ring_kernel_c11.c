@@ -172,7 +172,7 @@ void gyre_c11_run(gyre_c11_kernel *k) {
         if (gyre_block_poll(&k->sh, &k->r, 1u) == GYRE_POLL_STOPPED) {
             return;
         }
-        if (gyre_block_answer(k->r.region, &k->sh, &k->r, &k->pool) != 0u) {
+        if (gyre_block_answer(&k->sh, &k->r, &k->pool) != 0u) {
             return;
         }
     }
@@ -195,7 +195,7 @@ int64_t gyre_c11_step(gyre_c11_kernel *k) {
     if (n == 0u) {
         return 0;
     }
-    if (gyre_block_answer(k->r.region, &k->sh, &k->r, &k->pool) != 0u) {
+    if (gyre_block_answer(&k->sh, &k->r, &k->pool) != 0u) {
         return -1;
     }
     return (int64_t)n;

@@ -55,6 +55,14 @@ fn every_stage_runs_in_order_and_the_host_sees_one_kernel() {
     assert_eq!(p.stages(), 3);
     assert_eq!(p.stage_names(), ["widen", "pair", "sum"]);
     assert_eq!(p.name(), "three");
+    // The host writes the head's request ring: inline. The inner rings, which only the
+    // stages touch, are placed apart (the path a GPU chain's take to device memory).
+    let rings = p.stage_request_rings();
+    assert!(rings[0].is_none(), "{rings:?}");
+    assert!(
+        rings[1].is_some() && rings[2].is_some() && rings[1] != rings[2],
+        "{rings:?}"
+    );
     for x in 0..100u32 {
         assert_eq!(p.call_blocking(x).expect("call"), expect3(x));
     }

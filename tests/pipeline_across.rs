@@ -39,6 +39,9 @@ fn stages_on_two_runtimes_answer_in_request_order() {
         Pipeline::launch_across(&[a, b], three_across()).expect("launch")
     };
     assert_eq!(p.stages(), 3);
+    // Each inner ring is written by a stage of the other runtime: both stay inline
+    // (memory a kernel of one backend keeps to itself is never placed across them).
+    assert_eq!(p.stage_request_rings(), [None, None, None]);
     for x in 0..50u64 {
         assert_eq!(p.call_blocking(x).expect("call"), (2 * x + 1) * 3);
     }

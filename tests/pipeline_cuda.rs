@@ -44,6 +44,13 @@ fn a_chain_of_three_echo_stages_answers_in_order_on_the_gpu() {
         return;
     };
     assert_eq!(p.backend(), Backend::Cuda { device: 0 });
+    // The inner rings live in device memory (`cuMemAlloc`), the head's in mapped pinned
+    // memory, where the host writes it.
+    let rings = p.stage_request_rings();
+    assert!(
+        rings[0].is_none() && rings[1].is_some() && rings[2].is_some(),
+        "{rings:?}"
+    );
     for x in 0..100u64 {
         assert_eq!(p.call_blocking(x).expect("call"), x);
     }
@@ -78,6 +85,13 @@ fn a_keyed_fan_out_into_a_join_answers_in_order_on_the_gpu() {
     ) else {
         return;
     };
+    // Every inner ring in device memory: the branches' (the fan-out writes them at the
+    // addresses its K0 read into the route) and the join's (written by id).
+    let rings = p.stage_request_rings();
+    assert!(
+        rings[0].is_none() && rings[1..].iter().all(Option::is_some),
+        "{rings:?}"
+    );
     send_and_receive_in_order(&p, 10_000, |x| x);
     p.shutdown_blocking().expect("shutdown");
     let t = p.stage_telemetry().expect("telemetry");
@@ -164,6 +178,8 @@ fn a_cpu_stage_and_a_gpu_stage_chain_across_runtimes() {
         return;
     };
     assert_eq!(p.backend(), Backend::Cuda { device: 0 });
+    // A GPU stage writes the CPU stage's ring: it stays in mapped pinned memory.
+    assert_eq!(p.stage_request_rings(), [None, None]);
     serve_in_order(&p, |x| x * 3);
 }
 

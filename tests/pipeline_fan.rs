@@ -47,6 +47,13 @@ fn a_round_robin_fan_out_answers_the_host_in_request_order() {
         )
         .expect("launch");
     assert_eq!(p.stages(), 4);
+    // The branches' rings lie apart from their regions: the fan-out writes them at the
+    // addresses its K0 read into the route (`gyre_route.ring`).
+    let rings = p.stage_request_rings();
+    assert!(
+        rings[0].is_none() && rings[1..].iter().all(Option::is_some),
+        "{rings:?}"
+    );
     // The i-th request the head passes on goes to branch i mod 3, and the host gets the
     // replies in request order although three kernels answer them.
     let producer = {

@@ -182,11 +182,18 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
                     users: [m].into_iter().chain(plan.writers_of(m)).collect(),
                 };
                 let mem = place.memory(&imps)?.map_err(|why| spec.refuse(m, why))?;
-                Ok(Arc::new(SharedRegion::new(
-                    mem,
-                    checked[m].geometry,
-                    host_timeout_ms,
-                )?))
+                let mut region = SharedRegion::new(mem, checked[m].geometry, host_timeout_ms)?;
+                // An inner ring (not the head's: the host writes that one) whose writers
+                // all run on the reader's backend is touched only by its kernels: it
+                // goes where that backend keeps such rings (CUDA: device memory).
+                let inner = m != 0 && place.users.iter().all(|&u| same(imps[u], imps[m]));
+                if inner {
+                    let bytes = checked[m].geometry.ring_bytes();
+                    if let Some(ring) = imps[m].alloc_kernel_ring(bytes)? {
+                        region.place_request_ring(ring)?;
+                    }
+                }
+                Ok(Arc::new(region))
             })
             .collect::<Result<Vec<_>>>()?;
         for (region, c) in regions.iter().zip(&checked) {

@@ -594,6 +594,34 @@ impl<Req, Resp> Pipeline<Req, Resp> {
         self.chain.counters()
     }
 
+    /// Where each stage's request ring lives, first stage first: `Some(address)` (the
+    /// address its kernels use) for an inner ring placed apart from the stage's region,
+    /// in memory only the kernels touch (device memory on CUDA; a host allocation of its
+    /// own on the CPU backend), `None` for a ring inline in the region. The first stage's
+    /// ring, which the host writes, is always inline; so is every ring that a stage on
+    /// another backend (or another runtime) writes, and every ring on OpenCL
+    /// (`docs/pipelines.md`, "How the rings are placed").
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gyre::{Backend, KernelSpec, PipelineSpec, Runtime};
+    /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
+    /// let p = rt.launch_pipeline(
+    ///     PipelineSpec::new("p", KernelSpec::<u32, u32>::echo()).then(KernelSpec::echo()),
+    /// )?;
+    /// let at = p.stage_request_rings();
+    /// assert!(at[0].is_none() && at[1].is_some());
+    /// assert_eq!(p.call_blocking(7)?, 7);
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
+    pub fn stage_request_rings(&self) -> Vec<Option<u64>> {
+        self.chain
+            .regions()
+            .map(|r| r.request_ring_apart())
+            .collect()
+    }
+
     /// Each stage's telemetry line, first stage first: its messages, errors it produced
     /// (not the ones it passed on), polls and handler time.
     ///

@@ -39,7 +39,7 @@ use static_assertions::{const_assert, const_assert_eq};
 /// `"GYRE"` in little-endian ASCII; the first word of every [`ControlBlock`].
 pub const MAGIC: u32 = u32::from_le_bytes(*b"GYRE");
 /// Version of this ABI. Bumped on any layout or protocol change; checked at launch.
-pub const ABI_VERSION: u32 = 4;
+pub const ABI_VERSION: u32 = 5;
 
 /// Alignment (and size granularity) of a message slot, in bytes.
 pub const SLOT_ALIGN: usize = 128;
@@ -390,6 +390,9 @@ pub struct RouteTable {
     pub head: [AtomicU64; 8],
     /// Scratch: each branch's `h2k_tail` as last read.
     pub released: [AtomicU64; 8],
+    /// Scratch: the device address of each branch's first stage's request ring, read
+    /// from its [`RingPlacement`] once at start (the ring may be apart from the region).
+    pub ring: [AtomicU64; 8],
 }
 
 /// Where the stages writing one target by correlation id ([`link::BY_ID`]) stand: 64
@@ -410,6 +413,35 @@ pub struct JoinTable {
     /// Reserved, zero.
     pub _reserved: [u64; 5],
 }
+
+/// Where a region's request ring lives: the 64 bytes after the telemetry line (offset
+/// [`PLACEMENT_OFFSET`]), written by the host before the region's first launch and never
+/// after.
+///
+/// A request ring that only kernels touch (the inner ring of a pipeline, between two
+/// stages of one device) may live apart from its region, in memory the host does not
+/// address (device memory on CUDA): the kernels read its address here. Zero, as in a
+/// freshly zeroed region, means the ring is where the region layout puts it (offset 256).
+///
+/// # Examples
+///
+/// ```
+/// use gyre_abi::{RingPlacement, PLACEMENT_OFFSET};
+/// assert_eq!(PLACEMENT_OFFSET, 192);
+/// assert_eq!(core::mem::size_of::<RingPlacement>(), 64);
+/// ```
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub struct RingPlacement {
+    /// The device address of the request ring (`capacity x slot_size` bytes, 128-aligned),
+    /// or 0: inline.
+    pub request_ring: AtomicU64,
+    /// Reserved, zero.
+    pub _reserved: [u64; 7],
+}
+
+/// Offset of the [`RingPlacement`] line in a region.
+pub const PLACEMENT_OFFSET: usize = 192;
 
 /// The 64-byte telemetry line, written only by the kernel under a sequence lock.
 ///
@@ -494,12 +526,17 @@ const_assert_eq!(core::mem::align_of::<TelemetryBuffer>(), 64);
 const_assert_eq!(core::mem::offset_of!(TelemetryBuffer, heartbeat_ms), 60);
 const_assert_eq!(core::mem::size_of::<TelemetrySnapshot>(), 64);
 
-const_assert_eq!(core::mem::size_of::<RouteTable>(), 256);
+const_assert_eq!(core::mem::size_of::<RingPlacement>(), 64);
+const_assert_eq!(core::mem::align_of::<RingPlacement>(), 64);
+const_assert_eq!(PLACEMENT_OFFSET % 64, 0);
+
+const_assert_eq!(core::mem::size_of::<RouteTable>(), 320);
 const_assert_eq!(core::mem::align_of::<RouteTable>(), 64);
 const_assert_eq!(core::mem::offset_of!(RouteTable, msg_type), 16);
 const_assert_eq!(core::mem::offset_of!(RouteTable, target), 64);
 const_assert_eq!(core::mem::offset_of!(RouteTable, head), 128);
 const_assert_eq!(core::mem::offset_of!(RouteTable, released), 192);
+const_assert_eq!(core::mem::offset_of!(RouteTable, ring), 256);
 const_assert_eq!(route::MAX_BRANCHES, 8);
 
 const_assert_eq!(core::mem::size_of::<JoinTable>(), 64);

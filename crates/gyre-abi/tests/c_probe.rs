@@ -30,8 +30,8 @@ use std::process::Command;
 
 use gyre_abi::{
     command, error, flags, host_flags, link, loan, route, state, ControlBlock, JoinTable,
-    RouteTable, SlotHeader, TelemetryBuffer, ABI_VERSION, MAGIC, MAX_CAPACITY, MAX_SLOT_SIZE,
-    MIN_CAPACITY, MIN_SLOT_SIZE, SLOT_ALIGN, SLOT_HEADER_SIZE,
+    RingPlacement, RouteTable, SlotHeader, TelemetryBuffer, ABI_VERSION, MAGIC, MAX_CAPACITY,
+    MAX_SLOT_SIZE, MIN_CAPACITY, MIN_SLOT_SIZE, PLACEMENT_OFFSET, SLOT_ALIGN, SLOT_HEADER_SIZE,
 };
 
 /// The include directory holding `gyre/abi.h`.
@@ -153,7 +153,10 @@ fn layouts() -> Vec<Layout> {
             handler_ns_total, handler_ns_max, heartbeat_ms,
         }),
         layout!(RouteTable => "gyre_route" {
-            mode, count, key_offset, rr, msg_type, _reserved, target, head, released,
+            mode, count, key_offset, rr, msg_type, _reserved, target, head, released, ring,
+        }),
+        layout!(RingPlacement => "gyre_placement" {
+            request_ring, _reserved,
         }),
         layout!(JoinTable => "gyre_join" {
             target, producers, _reserved0, stopped, _reserved,
@@ -184,6 +187,7 @@ fn constants() -> Vec<Constant> {
         ABI_VERSION => GYRE_ABI_VERSION,
         SLOT_ALIGN => GYRE_SLOT_ALIGN,
         SLOT_HEADER_SIZE => GYRE_SLOT_HEADER_SIZE,
+        PLACEMENT_OFFSET => GYRE_PLACEMENT_OFFSET,
         MIN_SLOT_SIZE => GYRE_MIN_SLOT_SIZE,
         MAX_SLOT_SIZE => GYRE_MAX_SLOT_SIZE,
         MIN_CAPACITY => GYRE_MIN_CAPACITY,

@@ -7,7 +7,7 @@ use crate::bridge::CopyEngine;
 use crate::error::{Error, Result};
 use crate::handler::Handler;
 use crate::idle::IdleStrategy;
-use crate::region::{HostMemory, RegionMemory, SharedRegion};
+use crate::region::{HostMemory, RegionMemory, RingMemory, SharedRegion};
 use crate::ring::Geometry;
 
 /// Everything a backend needs to launch one ring kernel.
@@ -148,6 +148,24 @@ pub trait Backend: Send + Sync {
     /// host and the kernel address. The default is a host allocation.
     fn alloc_region(&self, bytes: usize) -> Result<Box<dyn RegionMemory>> {
         Ok(Box::new(HostMemory::zeroed(bytes)?))
+    }
+
+    /// Memory for a request ring of `bytes` bytes that only this backend's kernels touch,
+    /// apart from its region ([`SharedRegion::place_request_ring`]): a pipeline's inner
+    /// ring, when the stages writing it and the stage reading it all run on this backend
+    /// (this very instance). Zeroed, 128-aligned. `Ok(None)`, the default, keeps the ring
+    /// inline in its region.
+    ///
+    /// CUDA gives device memory, so an inner ring's slots never cross the bus; the CPU
+    /// backend gives a host allocation of its own (the same kind of memory: it keeps the
+    /// path that every GPU chain takes under test).
+    ///
+    /// # Errors
+    ///
+    /// The allocation's.
+    fn alloc_kernel_ring(&self, bytes: usize) -> Result<Option<Box<dyn RingMemory>>> {
+        let _ = bytes;
+        Ok(None)
     }
 
     /// The address a kernel of this backend uses for the host address `host`, which lies

@@ -153,6 +153,18 @@ impl Backend for CpuBackend {
         "cpu"
     }
 
+    /// A host allocation of its own: the same memory as an inline ring, but a chain's
+    /// inner rings then take the path a GPU chain's take (placed apart from their region,
+    /// `gyre_request_ring`), under every CPU pipeline test.
+    fn alloc_kernel_ring(
+        &self,
+        bytes: usize,
+    ) -> gyre_core::Result<Option<Box<dyn gyre_core::region::RingMemory>>> {
+        Ok(Some(Box::new(gyre_core::region::HostMemory::zeroed(
+            bytes,
+        )?)))
+    }
+
     /// Kernel threads' C11 atomics are the host's own.
     fn host_atomics(&self) -> bool {
         true

@@ -29,7 +29,7 @@ use crate::copy::CudaCopyEngine;
 use crate::error::{Error, Result};
 use crate::export::ExportRegistration;
 use crate::kernel::{CudaKernel, Keep};
-use crate::memory::PinnedBuffer;
+use crate::memory::{DeviceBuffer, PinnedBuffer};
 use crate::module::{Module, Modules};
 use crate::nvrtc::{CompileOptions, Nvrtc, Target};
 use crate::probe::{CudaInfo, CudaProbe};
@@ -409,6 +409,21 @@ impl gyre_core::Backend for CudaBackend {
             .and_then(|ctx| PinnedBuffer::<u8>::region_zeroed(&ctx, bytes))
             .map_err(|e| to_core("(shared region)", e))?;
         Ok(Box::new(mem))
+    }
+
+    /// Device memory (`cuMemAlloc`, zeroed): a chain's inner ring, which only this
+    /// device's kernels touch, so its slots (and the reader's polling of them) stay on
+    /// the device; the control block and telemetry line stay in mapped pinned memory,
+    /// where the host reads them.
+    fn alloc_kernel_ring(
+        &self,
+        bytes: usize,
+    ) -> gyre_core::Result<Option<Box<dyn gyre_core::region::RingMemory>>> {
+        let ring = self
+            .context()
+            .and_then(|ctx| DeviceBuffer::<u8>::zeroed(&ctx, bytes))
+            .map_err(|e| to_core("(a pipeline's inner ring)", e))?;
+        Ok(Some(Box::new(ring)))
     }
 
     /// The device address of mapped pinned memory from `alloc_region`

@@ -150,6 +150,21 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
     }
 }
 
+// SAFETY: `zeroed` returns zeroed device memory of `len` bytes from `cuMemAlloc`, whose
+// addresses are non-zero and aligned to at least 256 bytes, freed only on drop (deferred
+// while ring kernels run: `Context::release`); the host does not address it (no view).
+unsafe impl gyre_core::region::RingMemory for DeviceBuffer<u8> {
+    fn device_address(&self) -> u64 {
+        self.ptr
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn host(&self) -> Option<NonNull<u8>> {
+        None
+    }
+}
+
 impl<T: DeviceRepr> Drop for DeviceBuffer<T> {
     fn drop(&mut self) {
         // Cannot overflow: checked at allocation.

@@ -65,8 +65,12 @@ static gyre_telemetry_buffer *const tel =
         }                                                                                  \
     } while (0)
 
+/* A request ring apart from the region (gyre_placement), and where requests go now. */
+static _Alignas(128) unsigned char apart[CAP * SLOT];
+static unsigned char *req_ring = region + GYRE_RINGS_OFFSET;
+
 static gyre_slot_header *req_slot(uint64_t i) {
-    return (gyre_slot_header *)(void *)(region + GYRE_RINGS_OFFSET + (i & (CAP - 1u)) * SLOT);
+    return (gyre_slot_header *)(void *)(req_ring + (i & (CAP - 1u)) * SLOT);
 }
 static gyre_slot_header *rep_slot(uint64_t i) {
     return (gyre_slot_header *)(void *)(region + GYRE_RINGS_OFFSET + CAP * SLOT +
@@ -76,6 +80,8 @@ static gyre_slot_header *rep_slot(uint64_t i) {
 static void init(uint32_t magic, uint32_t version, uint32_t cap, uint32_t batch,
                  uint32_t timeout_ms) {
     memset(region, 0, sizeof region);
+    memset(apart, 0, sizeof apart);
+    req_ring = region + GYRE_RINGS_OFFSET;
     cb->abi_version = version;
     cb->command = GYRE_CMD_RUN;
     cb->capacity = cap;
@@ -174,7 +180,8 @@ int main(void) {
     /* K0 ok, then batches bounded by batch_size; replies, K7, K8. */
     init(GYRE_MAGIC, GYRE_ABI_VERSION, CAP, BATCH, 0);
     CHECK(gyre_k0_validate(&r, region) == GYRE_ERR_NONE && cb->state == GYRE_STATE_ACTIVE);
-    CHECK(r.payload == PAYLOAD && r.reply_off == GYRE_RINGS_OFFSET + CAP * SLOT);
+    CHECK(r.payload == PAYLOAD && r.request_ring == region + GYRE_RINGS_OFFSET &&
+          r.reply_ring == region + GYRE_RINGS_OFFSET + CAP * SLOT);
     for (i = 0; i < 6u; i++) {
         publish(i, 1u, "hello, ring", 11u);
     }
@@ -293,6 +300,27 @@ int main(void) {
         CHECK(step(&r) == 1);
         CHECK(export_line.seq == tel->seq && export_line.seq % 2u == 0u &&
               export_line.messages_in == 1u && export_line.state == GYRE_STATE_ACTIVE);
+    }
+
+    /* A request ring placed apart (a pipeline's inner ring): K0 takes its address from
+     * the placement line; requests there are answered; the inline ring stays untouched. */
+    {
+        static const unsigned char zero[CAP * SLOT];
+        init(GYRE_MAGIC, GYRE_ABI_VERSION, CAP, BATCH, 0);
+        ((gyre_placement *)(void *)(region + GYRE_PLACEMENT_OFFSET))->request_ring =
+            (uint64_t)(uintptr_t)apart;
+        req_ring = apart;
+        CHECK(gyre_k0_validate(&r, region) == GYRE_ERR_NONE && r.request_ring == apart &&
+              r.reply_ring == region + GYRE_RINGS_OFFSET + CAP * SLOT);
+        for (i = 0; i < 3u; i++) {
+            publish(i, 1u, "apart", 5u);
+        }
+        CHECK(step(&r) == 3);
+        for (i = 0; i < 3u; i++) {
+            CHECK(reply_ok(i, GYRE_ERR_NONE, 5u) &&
+                  memcmp((unsigned char *)rep_slot(i) + 64, "apart", 5u) == 0);
+        }
+        CHECK(memcmp(region + GYRE_RINGS_OFFSET, zero, sizeof zero) == 0);
     }
 
     /* K1 transitions (gyre-cpu slow_tick). */

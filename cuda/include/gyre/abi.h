@@ -81,7 +81,7 @@ typedef unsigned long long uint64_t;
 /** "GYRE" in little-endian ASCII; the first word of every control block. */
 #define GYRE_MAGIC 0x45525947u
 /** Version of this ABI; bumped on any layout or protocol change, checked at launch. */
-#define GYRE_ABI_VERSION 4u
+#define GYRE_ABI_VERSION 5u
 
 /** Alignment (and size granularity) of a message slot, in bytes. */
 #define GYRE_SLOT_ALIGN 128u
@@ -242,6 +242,16 @@ typedef struct gyre_telemetry_buffer {
     uint32_t heartbeat_ms;
 } gyre_telemetry_buffer;
 
+/** Where a region's request ring lives (gyre_abi::RingPlacement), at
+ *  GYRE_PLACEMENT_OFFSET: host-written before the first launch, never after. 0 = inline
+ *  (offset 256); else the ring's device address, apart from the region (a pipeline's
+ *  inner ring in memory only kernels touch: device memory on CUDA). */
+#define GYRE_PLACEMENT_OFFSET 192u
+typedef struct gyre_placement {
+    GYRE_ALIGN(64) uint64_t request_ring;
+    uint64_t _reserved[7];
+} gyre_placement;
+
 /** A fan-out stage's branches (gyre_abi::RouteTable): host-written before launch; rr,
  *  head and released are the fan-out stage's scratch afterwards. */
 typedef struct gyre_route {
@@ -254,6 +264,7 @@ typedef struct gyre_route {
     uint64_t target[8];   /* device address of each branch's first stage's region */
     uint64_t head[8];     /* scratch: requests written into each branch */
     uint64_t released[8]; /* scratch: each branch's h2k_tail as last read */
+    uint64_t ring[8];     /* scratch: each branch's request ring (gyre_request_ring), at K0 */
 } gyre_route;
 
 /** The stages writing one target by correlation id (gyre_abi::JoinTable). */
@@ -354,11 +365,14 @@ GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_telemetry_buffer, handler_ns_max) == 56,
 GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_telemetry_buffer, heartbeat_ms) == 60,
                    "gyre_telemetry_buffer.heartbeat_ms");
 
-GYRE_STATIC_ASSERT(sizeof(gyre_route) == 256 && GYRE_ALIGNOF(gyre_route) == 64, "gyre_route");
+GYRE_STATIC_ASSERT(sizeof(gyre_placement) == 64 && GYRE_ALIGNOF(gyre_placement) == 64,
+                   "gyre_placement");
+GYRE_STATIC_ASSERT(sizeof(gyre_route) == 320 && GYRE_ALIGNOF(gyre_route) == 64, "gyre_route");
 GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_route, msg_type) == 16, "gyre_route.msg_type");
 GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_route, target) == 64, "gyre_route.target");
 GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_route, head) == 128, "gyre_route.head");
 GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_route, released) == 192, "gyre_route.released");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_route, ring) == 256, "gyre_route.ring");
 GYRE_STATIC_ASSERT(sizeof(gyre_join) == 64 && GYRE_ALIGNOF(gyre_join) == 64, "gyre_join");
 GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_join, stopped) == 16, "gyre_join.stopped");
 

@@ -36,8 +36,8 @@
 typedef struct gyre_block_shared {
     uint64_t first;     /* index of the batch's first request */
     uint64_t mask;      /* capacity - 1 (set at K0, read-only after) */
-    uint64_t reply_off; /* reply ring offset in reply_base (set at K0) */
-    GYRE_GLOBAL unsigned char *reply_base; /* the replies' region (a pipeline: the next's) */
+    GYRE_GLOBAL unsigned char *request_ring; /* the request ring's first slot (set at K0) */
+    GYRE_GLOBAL unsigned char *reply_ring;   /* the replies' ring (a pipeline: the next's) */
     uint64_t t0;        /* GYRE_BATCH_STAMP() when the batch was found */
     uint64_t reply_idx; /* the request's reply index (gyre_reply_index) */
     uint32_t ok;        /* K0 passed */
@@ -79,8 +79,8 @@ static inline GYRE_DEVICE_FN uint32_t gyre_block_start(GYRE_GLOBAL unsigned char
         r->export_tel = export_tel;
         r->telemetry = telemetry != 0u ? 1u : 0u;
         sh->mask = r->mask;
-        sh->reply_off = r->reply_off;
-        sh->reply_base = r->reply_base;
+        sh->request_ring = r->request_ring;
+        sh->reply_ring = r->reply_ring;
         sh->slot_size = r->slot_size;
         gyre_k8_telemetry(r, GYRE_STATE_ACTIVE);
     }
@@ -141,8 +141,7 @@ static inline GYRE_DEVICE_FN void gyre_block_loan_out(const gyre_ring *r,
  *  kernel's loan pool (bytes 0: not a loan kernel). Returns 0, or 1 when the kernel
  *  faulted in it (a CPU backend's host handler panicked: its request is answered
  *  HANDLER_PANIC, the ones before it published, the rest left to the host). */
-static inline GYRE_DEVICE_FN uint32_t gyre_block_answer(GYRE_GLOBAL unsigned char *region,
-                                                       GYRE_SHARED gyre_block_shared *sh,
+static inline GYRE_DEVICE_FN uint32_t gyre_block_answer(GYRE_SHARED gyre_block_shared *sh,
                                                        gyre_ring *r,
                                                        const gyre_loan_pool *pool) {
     const uint32_t n = sh->n;
@@ -167,7 +166,7 @@ static inline GYRE_DEVICE_FN uint32_t gyre_block_answer(GYRE_GLOBAL unsigned cha
         if (sh->run && pool->bytes != 0u) {
             sh->run = gyre_block_loan_in(
                 pool,
-                gyre_slot_at(region, GYRE_RINGS_OFFSET, mask, slot_size, idx) +
+                gyre_slot_at(sh->request_ring, mask, slot_size, idx) +
                     GYRE_SLOT_HEADER_SIZE,
                 sh, &m, &lh, idx);
         }
@@ -186,9 +185,9 @@ static inline GYRE_DEVICE_FN uint32_t gyre_block_answer(GYRE_GLOBAL unsigned cha
                 uint32_t next = GYRE_PHASE_DONE;
                 GYRE_EACH_LANE_BEGIN(lane, lanes)
                 gyre_hcall c;
-                c.req = gyre_slot_at(region, GYRE_RINGS_OFFSET, mask, slot_size, idx) +
+                c.req = gyre_slot_at(sh->request_ring, mask, slot_size, idx) +
                         GYRE_SLOT_HEADER_SIZE;
-                c.reply = gyre_slot_at(sh->reply_base, sh->reply_off, mask, slot_size, sh->reply_idx) +
+                c.reply = gyre_slot_at(sh->reply_ring, mask, slot_size, sh->reply_idx) +
                           GYRE_SLOT_HEADER_SIZE;
                 c.msg_type = sh->msg_type;
                 c.req_len = sh->len;
@@ -217,7 +216,7 @@ static inline GYRE_DEVICE_FN uint32_t gyre_block_answer(GYRE_GLOBAL unsigned cha
         } else {
             if (sh->run && sh->loan) {
                 gyre_block_loan_out(r,
-                                    gyre_slot_at(sh->reply_base, sh->reply_off, mask, slot_size, sh->reply_idx) +
+                                    gyre_slot_at(sh->reply_ring, mask, slot_size, sh->reply_idx) +
                                         GYRE_SLOT_HEADER_SIZE,
                                     sh, &m, &lh);
             } else if (sh->run) {
@@ -274,7 +273,7 @@ static inline GYRE_DEVICE_FN void gyre_block_run(GYRE_GLOBAL unsigned char *regi
         if (n == GYRE_POLL_STOPPED) {
             return; /* TERMINATED: state and telemetry written by lane 0 */
         }
-        if (gyre_block_answer(region, sh, r, pool) != 0u) {
+        if (gyre_block_answer(sh, r, pool) != 0u) {
             return; /* FAULTED by a handler panic */
         }
     }

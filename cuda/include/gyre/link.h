@@ -23,7 +23,7 @@
  *       picks the branch (round-robin, or by a key in the reply) and copies the reply
  *       into the branch's request ring at the branch's own next index. K3 takes a batch
  *       only when every branch has room for all of it. The route's scratch words (rr,
- *       head, released) have this stage as their only writer; they are accessed as
+ *       head, released, ring) have this stage as their only writer; they are accessed as
  *       relaxed atomics all the same, because the host may read them while it runs
  *       (gyre_core::chain::LinkTables::routed).
  *
@@ -100,6 +100,7 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k0_route(gyre_ring *r) {
             return 0u;
         }
         GYRE_STORE_RELAXED_U64(&rt->head[j], GYRE_LOAD_ACQUIRE_U64(&gyre_control(b)->h2k_head));
+        GYRE_STORE_RELAXED_U64(&rt->ring[j], (uint64_t)gyre_request_ring(b));
         GYRE_STORE_RELAXED_U64(&rt->released[j],
                                GYRE_LOAD_ACQUIRE_U64(&gyre_control(b)->h2k_tail));
     }
@@ -131,12 +132,12 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k0_link(gyre_ring *r, const gyre_link
         return gyre_fault(cb, GYRE_ERR_BAD_GEOMETRY);
     }
     n = gyre_control(target);
-    r->reply_base = target;
     if ((link->flags & GYRE_LINK_TO_HEAD) != 0u) {
+        r->reply_ring = gyre_reply_ring_of(target, r->mask, r->slot_size);
         r->reply_release = &n->k2h_tail;
         r->reply_publish = &n->k2h_head;
     } else {
-        r->reply_off = GYRE_RINGS_OFFSET;
+        r->reply_ring = gyre_request_ring(target);
         r->reply_release = &n->h2k_tail;
         r->reply_publish = &n->h2k_head;
         r->next_cb = n;
@@ -217,7 +218,7 @@ static inline GYRE_DEVICE_FN void gyre_route_pass(gyre_ring *r,
     const uint32_t j = gyre_route_pick(rt, src + GYRE_SLOT_HEADER_SIZE, m);
     const uint64_t at = GYRE_LOAD_RELAXED_U64(&rt->head[j]);
     GYRE_GLOBAL gyre_slot_header *d = (GYRE_GLOBAL gyre_slot_header *)gyre_slot_at(
-        gyre_region_at(rt->target[j]), GYRE_RINGS_OFFSET, r->mask, r->slot_size, at);
+        gyre_region_at(GYRE_LOAD_RELAXED_U64(&rt->ring[j])), r->mask, r->slot_size, at);
     const GYRE_GLOBAL uint64_t *from = (const GYRE_GLOBAL uint64_t *)(src + GYRE_SLOT_HEADER_SIZE);
     GYRE_GLOBAL uint64_t *to =
         (GYRE_GLOBAL uint64_t *)((GYRE_GLOBAL unsigned char *)d + GYRE_SLOT_HEADER_SIZE);

@@ -10,10 +10,13 @@
  *
  *   offset 0     gyre_control_block   (128 B)
  *   offset 128   gyre_telemetry_buffer (64 B)
+ *   offset 192   gyre_placement (64 B): where the request ring lives, if not at 256
  *   offset 256   request ring: capacity x slot_size
  *   256 + capacity * slot_size   reply ring: capacity x slot_size
  *
- * The slot of free-running index i is  ring + (i & (capacity - 1)) * slot_size.
+ * The slot of free-running index i is  ring + (i & (capacity - 1)) * slot_size. A
+ * request ring only kernels touch (a pipeline's inner ring) may live apart from its
+ * region: gyre_request_ring reads where, once, at K0 (and a writer at its K0).
  *
  * Everything here runs on ONE device thread (the "poller", lane 0 of the block).
  * Block-level work (broadcasting a batch, running the handler on every lane, barriers)
@@ -60,7 +63,7 @@
 /* ---- region layout (crates/gyre-core/src/region.rs) ------------------------------- */
 /** Offset of the telemetry line in the shared region. */
 #define GYRE_TELEMETRY_OFFSET 128u
-/** Offset of the request ring; the reply ring follows it. */
+/** Offset of the request ring (unless placed apart); the reply ring follows it. */
 #define GYRE_RINGS_OFFSET 256u
 
 /* ---- tuning ----------------------------------------------------------------------- */
@@ -86,11 +89,12 @@
  *  of the polling thread. */
 typedef struct gyre_ring {
     GYRE_GLOBAL unsigned char *region;
+    /* The request ring's first slot (gyre_request_ring, read at K0). */
+    GYRE_GLOBAL unsigned char *request_ring;
     /* Where replies go (K0: this region's reply ring; gyre_k0_link: a pipeline's next
-     * stage's request ring, or the chain head's reply ring): the ring's region (at
-     * reply_off in it), the count its consumer releases (K3 reads it), the count K7
-     * publishes. */
-    GYRE_GLOBAL unsigned char *reply_base;
+     * stage's request ring, or the chain head's reply ring): the ring's first slot, the
+     * count its consumer releases (K3 reads it), the count K7 publishes. */
+    GYRE_GLOBAL unsigned char *reply_ring;
     GYRE_GLOBAL uint64_t *reply_release;
     GYRE_GLOBAL uint64_t *reply_publish;
     /* The next stage of a pipeline that this stage writes (not the head, not a fan-out's
@@ -104,7 +108,6 @@ typedef struct gyre_ring {
      * crates/gyre-core/src/shm.rs), or 0. Set by the language's loop after K0. */
     GYRE_GLOBAL gyre_telemetry_buffer *export_tel;
     uint64_t mask;            /* capacity - 1 */
-    uint64_t reply_off;       /* offset of the reply ring: 256 + capacity * slot_size */
     uint64_t tail;            /* next request index to consume (our copy of h2k_tail) */
     uint64_t k2h_tail;        /* reply slots released by the host, as last read */
     uint64_t head;            /* doorbell mode: h2k_head as last read; else UINT64_MAX */
@@ -163,23 +166,38 @@ gyre_telemetry(GYRE_GLOBAL unsigned char *region) {
     return (GYRE_GLOBAL gyre_telemetry_buffer *)(region + GYRE_TELEMETRY_OFFSET);
 }
 
-/** The slot of free-running index `idx` in the ring at byte offset `ring_off`. */
+/** The request ring of `region`: where its placement line says (a pipeline's inner ring,
+ *  apart from the region), else inline at GYRE_RINGS_OFFSET. The line is host-written
+ *  before the first launch and never after, so each kernel reads it once, at its K0. */
 static inline GYRE_DEVICE_FN GYRE_GLOBAL unsigned char *
-gyre_slot_at(GYRE_GLOBAL unsigned char *region, uint64_t ring_off, uint64_t mask,
-             uint32_t slot_size, uint64_t idx) {
-    return region + ring_off + (idx & mask) * (uint64_t)slot_size;
+gyre_request_ring(GYRE_GLOBAL unsigned char *region) {
+    GYRE_GLOBAL gyre_placement *p = (GYRE_GLOBAL gyre_placement *)(region + GYRE_PLACEMENT_OFFSET);
+    const uint64_t at = GYRE_LOAD_ACQUIRE_U64(&p->request_ring);
+    return at != 0u ? (GYRE_GLOBAL unsigned char *)at : region + GYRE_RINGS_OFFSET;
+}
+
+/** The reply ring of `region` (always inline: the host reads it). */
+static inline GYRE_DEVICE_FN GYRE_GLOBAL unsigned char *
+gyre_reply_ring_of(GYRE_GLOBAL unsigned char *region, uint64_t mask, uint32_t slot_size) {
+    return region + GYRE_RINGS_OFFSET + (mask + 1u) * (uint64_t)slot_size;
+}
+
+/** The slot of free-running index `idx` in the ring whose first slot is `ring`. */
+static inline GYRE_DEVICE_FN GYRE_GLOBAL unsigned char *
+gyre_slot_at(GYRE_GLOBAL unsigned char *ring, uint64_t mask, uint32_t slot_size, uint64_t idx) {
+    return ring + (idx & mask) * (uint64_t)slot_size;
 }
 
 static inline GYRE_DEVICE_FN GYRE_GLOBAL gyre_slot_header *
 gyre_request_slot(const gyre_ring *r, uint64_t idx) {
-    return (GYRE_GLOBAL gyre_slot_header *)gyre_slot_at(r->region, GYRE_RINGS_OFFSET, r->mask,
-                                                        r->slot_size, idx);
+    return (GYRE_GLOBAL gyre_slot_header *)gyre_slot_at(r->request_ring, r->mask, r->slot_size,
+                                                        idx);
 }
 
 static inline GYRE_DEVICE_FN GYRE_GLOBAL gyre_slot_header *
 gyre_reply_slot(const gyre_ring *r, uint64_t idx) {
-    return (GYRE_GLOBAL gyre_slot_header *)gyre_slot_at(r->reply_base, r->reply_off, r->mask,
-                                                        r->slot_size, idx);
+    return (GYRE_GLOBAL gyre_slot_header *)gyre_slot_at(r->reply_ring, r->mask, r->slot_size,
+                                                        idx);
 }
 
 /* ---- K0 validate ------------------------------------------------------------------ */
@@ -238,8 +256,8 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k0_validate(gyre_ring *r,
     now = GYRE_NOW_NS();
     r->region = region;
     r->mask = (uint64_t)cap - 1u;
-    r->reply_off = (uint64_t)GYRE_RINGS_OFFSET + (uint64_t)cap * (uint64_t)slot;
-    r->reply_base = region;
+    r->request_ring = gyre_request_ring(region);
+    r->reply_ring = gyre_reply_ring_of(region, r->mask, slot);
     r->reply_release = &cb->k2h_tail;
     r->reply_publish = &cb->k2h_head;
     r->next_cb = 0;

@@ -1,7 +1,7 @@
 //! The link tables of a pipeline graph: the [`RouteTable`] of each fan-out stage and the
 //! [`JoinTable`] of each target written by id (`cuda/include/gyre/link.h`), in one
 //! allocation of the memory the stages share (the backend's region memory: host memory,
-//! fine-grained SVM or mapped pinned memory), one 256-byte entry each.
+//! fine-grained SVM or mapped pinned memory), one 320-byte entry each.
 //!
 //! The host writes an entry before the stages that use it launch; afterwards only the
 //! kernels write it (a route's scratch words by its fan-out stage, a join's `stopped`
@@ -114,7 +114,7 @@ impl LinkTables {
         (entry < self.entries).then(|| {
             debug_assert!((entry + 1) * ENTRY_BYTES <= self.mem.len());
             // SAFETY: in bounds (entry < entries and the invariant); 128-aligned (a
-            // 128-aligned base plus a multiple of 256; RouteTable needs 64); memory that
+            // 128-aligned base plus a multiple of 320; RouteTable needs 64); memory that
             // was zeroed, and all-zero is a valid RouteTable; shared with kernels only
             // through its atomics, and alive as long as `self`.
             unsafe {
@@ -172,6 +172,7 @@ impl LinkTables {
             t.msg_type[j].store(msg_type, Release);
             t.head[j].store(0, Release);
             t.released[j].store(0, Release);
+            t.ring[j].store(0, Release);
         }
         t.count.store(n as u32, Release);
         Ok(())
