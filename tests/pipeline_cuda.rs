@@ -64,6 +64,42 @@ fn a_chain_of_three_echo_stages_answers_in_order_on_the_gpu() {
     assert!(t.iter().all(|t| t.messages_out == 10_100), "{t:?}");
 }
 
+/// Each stage of a GPU chain of three reloaded in turn (`Pipeline::reload_stage`) while
+/// a stream runs through it: the stage hands over at a batch boundary and its successor
+/// continues on the same rings (the inner ones in device memory); nothing lost, in order.
+#[test]
+fn each_gpu_stage_is_reloaded_under_a_stream() {
+    let _g = support::serial();
+    let Some(rt) = runtime("each_gpu_stage_is_reloaded_under_a_stream") else {
+        return;
+    };
+    let echo = || KernelSpec::<u64, u64>::echo();
+    let Some(p) = launch_or_skip(
+        std::slice::from_ref(&rt),
+        PipelineSpec::new("gpureload", echo())
+            .then(echo())
+            .then(echo()),
+    ) else {
+        return;
+    };
+    for k in 0..3 {
+        let reload = {
+            let p = p.clone();
+            std::thread::spawn(move || p.reload_stage_blocking(k, echo()))
+        };
+        send_and_receive_in_order(&p, 5_000, |x| x);
+        reload.join().expect("reload thread").expect("reload");
+    }
+    let r = p.stage_relaunches();
+    assert!(
+        r.iter().all(|r| (r.reloads, r.generation) == (1, 2)),
+        "{r:?}"
+    );
+    p.shutdown_blocking().expect("shutdown");
+    let t = p.stage_telemetry().expect("telemetry");
+    assert!(t.iter().all(|t| t.messages_out == 15_000), "{t:?}");
+}
+
 /// A keyed fan-out of echo stages into an echo join: the route and join tables in mapped
 /// pinned memory, the branches writing the join by id (device compare-and-swap on the
 /// join's `h2k_head`, system scope).

@@ -152,6 +152,59 @@ fn two_device_stages_answer_in_order_and_pass_errors_on() {
         .all(|s| *s == KernelState::Terminated { code: 0 }));
 }
 
+/// Each device stage reloaded in turn while the other serves (`Pipeline::reload_stage`):
+/// the new source is built while both run, the stage hands over at a batch boundary, and
+/// its successor (on the compute unit it freed) answers from then on; no request is lost.
+#[test]
+fn each_device_stage_is_reloaded_while_the_other_serves() {
+    let _g = guard();
+    let Some(rt) = runtime("each_device_stage_is_reloaded_while_the_other_serves") else {
+        return;
+    };
+    let p = rt
+        .launch_pipeline(
+            PipelineSpec::new("cl-reload", reject_odd().capacity(16))
+                .then(times_ten().capacity(16)),
+        )
+        .expect("pipeline");
+    assert_eq!(p.call_blocking(4).expect("call"), 41);
+    let plus_two = KernelSpec::from_fn("times-ten-plus-two", |_: u32| 777_777u32)
+        .opencl_handler(
+            "times_ten_plus_two.cl",
+            TIMES_TEN.replace("10u + 1u", "10u + 2u"),
+        )
+        .capacity(16);
+    // Requests queued before the reload are answered by one handler or the other, in
+    // order.
+    for x in 0..8u32 {
+        p.send_blocking(2 * x).expect("send");
+    }
+    p.reload_stage_blocking(1, plus_two)
+        .expect("reload stage 1");
+    let mut switched = false;
+    for x in 0..8u32 {
+        let v = p.recv_blocking().expect("recv");
+        switched |= v == 20 * x + 2;
+        assert!(v == 20 * x + 1 && !switched || v == 20 * x + 2, "{x}: {v}");
+    }
+    assert_eq!(p.call_blocking(4).expect("call"), 42);
+    // The head: reloaded with the same source, whose odd rejections keep coming.
+    p.reload_stage_blocking(0, reject_odd().capacity(16))
+        .expect("reload stage 0");
+    match p.call_blocking(3) {
+        Err(Error::Handler { status, .. }) => assert_eq!(status, codes::USER_BASE + 3),
+        other => panic!("3: {other:?}"),
+    }
+    assert_eq!(p.call_blocking(6).expect("call"), 62);
+    let r = p.stage_relaunches();
+    assert_eq!((r[0].reloads, r[1].reloads), (1, 1));
+    p.shutdown_blocking().expect("shutdown");
+    assert!(p
+        .stage_states()
+        .iter()
+        .all(|s| *s == KernelState::Terminated { code: 0 }));
+}
+
 /// A chain longer than the device's compute units cannot run at once: refused, and the
 /// stages already started give their units back (a chain that fits launches after it).
 #[test]

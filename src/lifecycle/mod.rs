@@ -132,9 +132,43 @@ pub(crate) struct Lifecycle {
     also: OnceLock<(Arc<RelaunchCounters>, u32)>,
 }
 
+/// A handover of a pipeline's first stage under way ([`Lifecycle::hold_for_stage`]).
+/// Dropping it ends the handover: the host's held-back command goes in (over
+/// `HANDOVER`, unless [`HeadHold::hand_to_successor`] wrote it), and waiters look again.
+pub(crate) struct HeadHold<'a> {
+    life: &'a Lifecycle,
+    _one: parking_lot::MutexGuard<'a, ()>,
+    handed: bool,
+}
+
+impl HeadHold<'_> {
+    /// R4: the successor's command (the user's last: run, pause or terminate) and the
+    /// next generation, into the stage's control block, before its launch.
+    pub(crate) fn hand_to_successor(&mut self) {
+        let life = self.life;
+        life.cmds.hand_to_successor(|c| {
+            life.ch.region().control().generation.fetch_add(1, AcqRel);
+            life.ch.command(c);
+        });
+        self.handed = true;
+    }
+}
+
+impl Drop for HeadHold<'_> {
+    fn drop(&mut self) {
+        if !self.handed {
+            self.life.release_commands();
+        }
+        self.life.relaunching.store(false, SeqCst);
+        self.life.ch.state_waiters().wake_all(&self.life.ch);
+    }
+}
+
 /// Relaunches counted outside a [`Lifecycle`] (a pipeline stage's).
 #[derive(Debug, Default)]
 pub(crate) struct RelaunchCounters {
+    /// Reloads of the stage's handler (`Pipeline::reload_stage`), since launch.
+    pub(crate) reloads: AtomicU64,
     /// Restarts after a fault, since launch.
     pub(crate) restarts: AtomicU64,
     /// Handovers at the end of an epoch, since launch.
@@ -215,7 +249,8 @@ impl Lifecycle {
     pub(crate) fn relaunches(&self) -> Relaunches {
         Relaunches {
             generation: self.ch.region().control().generation.load(Acquire),
-            reloads: self.reloads.load(Relaxed),
+            reloads: self.reloads.load(Relaxed)
+                + self.also.get().map_or(0, |(c, _)| c.reloads.load(Relaxed)),
             epochs: self.epochs.load(Relaxed)
                 + self.also.get().map_or(0, |(c, _)| c.epochs.load(Relaxed)),
             restarts: self.restarts.load(Relaxed)
@@ -277,6 +312,28 @@ impl Lifecycle {
             return Err(self.ch.closed_error());
         }
         self.hand_over(Why::Reload, Some(next))
+    }
+
+    /// A pipeline's reload of its first stage (`crate::pipeline`), whose command the
+    /// host's lifecycle writes: takes the handover lock, marks a handover under way and
+    /// writes `HANDOVER`, holding the host's commands back (R1) until
+    /// [`HeadHold::hand_to_successor`] writes the last of them, or the hold ends.
+    ///
+    /// # Errors
+    ///
+    /// The kernel's end, or [`Error::Closed`], when it ended or a shutdown began.
+    pub(crate) fn hold_for_stage(&self) -> Result<HeadHold<'_>> {
+        let guard = self.handover.lock();
+        if self.ended.load(SeqCst) || self.ch.is_closed() {
+            return Err(self.ch.closed_error());
+        }
+        self.relaunching.store(true, SeqCst);
+        self.cmds.hold(|c| self.ch.command(c));
+        Ok(HeadHold {
+            life: self,
+            _one: guard,
+            handed: false,
+        })
     }
 
     /// The supervisor's relaunch: `why` is [`Why::Epoch`] (the kernel handed over by

@@ -103,27 +103,12 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
             Ok(n) => n,
             Err(e) => return ReloadFuture::ready(Err(e)),
         };
-        let (tx, rx) = tokio::sync::oneshot::channel();
         // The thread holds the kernel like a handle: it is not ended under the reload.
         let me = self.clone();
-        let spawned = std::thread::Builder::new()
-            .name(format!("gyre-reload-{}", self.name()))
-            .spawn(move || {
-                let life = &me.inner().life;
-                let r = life.prepare(&next).and_then(|()| life.reload(next));
-                let _ = tx.send(r);
-            });
-        match spawned {
-            Ok(_) => ReloadFuture {
-                rx: Some(rx),
-                ready: None,
-            },
-            Err(e) => ReloadFuture::ready(Err(Error::Launch {
-                backend: "reload",
-                kernel: self.name().to_owned(),
-                source: gyre_core::Cause::context("spawning the reload thread", e),
-            })),
-        }
+        ReloadFuture::spawn(self.name(), move || {
+            let life = &me.inner().life;
+            life.prepare(&next).and_then(|()| life.reload(next))
+        })
     }
 
     /// How often this kernel was relaunched on its rings: reloads, epochs' handovers,
@@ -149,13 +134,15 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
     /// export file and doorbell.
     pub(crate) fn reload_spec(&self, spec: &KernelSpec<Req, Resp>) -> Result<LaunchSpec> {
         let inner = self.inner();
-        // A pipeline's stages are launched once: refused before anything is built.
-        if inner.ch.chain().is_some() {
+        // A chain's stages are reloaded one by one, by the pipeline (its first stage's
+        // handover needs the chain's supervisor out of the way): refused before anything
+        // is built. A chain of one stage is this kernel.
+        if inner.ch.chain().is_some_and(|c| c.len() > 1) {
             return Err(Error::Pipeline {
                 pipeline: self.name().to_owned(),
                 stage: 0,
-                reason: "a pipeline's stages are not reloaded (shut it down and launch the \
-                         new chain)"
+                reason: "a chain's stages are reloaded one at a time with \
+                         Pipeline::reload_stage"
                     .into(),
             });
         }
@@ -252,10 +239,35 @@ pub struct ReloadFuture {
 }
 
 impl ReloadFuture {
-    fn ready(r: Result<()>) -> Self {
+    pub(crate) fn ready(r: Result<()>) -> Self {
         Self {
             rx: None,
             ready: Some(r),
+        }
+    }
+
+    /// Runs `reload` (a build, then a handover) on a thread named after `kernel`; the
+    /// future resolves with its result.
+    pub(crate) fn spawn(
+        kernel: &str,
+        reload: impl FnOnce() -> Result<()> + Send + 'static,
+    ) -> Self {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let spawned = std::thread::Builder::new()
+            .name(format!("gyre-reload-{kernel}"))
+            .spawn(move || {
+                let _ = tx.send(reload());
+            });
+        match spawned {
+            Ok(_) => ReloadFuture {
+                rx: Some(rx),
+                ready: None,
+            },
+            Err(e) => ReloadFuture::ready(Err(Error::Launch {
+                backend: "reload",
+                kernel: kernel.to_owned(),
+                source: gyre_core::Cause::context("spawning the reload thread", e),
+            })),
         }
     }
 }

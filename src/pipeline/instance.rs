@@ -36,6 +36,7 @@ impl KernelInstance for ChainInstance {
                 first.get_or_insert(e);
             }
         }
+        self.running.end();
         first.map_or(Ok(()), Err)
     }
 
@@ -73,9 +74,16 @@ impl ExportSource for StageFeed {
     fn lifecycle(&self) -> LifecycleSnapshot {
         let c = &self.0;
         let (restarts, epochs) = (c.restarts.load(Relaxed), c.epochs.load(Relaxed));
+        let reloads = c.reloads.load(Relaxed);
         LifecycleSnapshot {
-            generation: u32::try_from(restarts.saturating_add(epochs).saturating_add(1))
-                .unwrap_or(u32::MAX),
+            generation: u32::try_from(
+                restarts
+                    .saturating_add(epochs)
+                    .saturating_add(reloads)
+                    .saturating_add(1),
+            )
+            .unwrap_or(u32::MAX),
+            reloads,
             restarts,
             epochs,
             last_restart_unix_ms: c.last_restart_ms.load(Relaxed),
@@ -113,8 +121,12 @@ mod tests {
             .iter()
             .map(|_| Arc::new(SharedRegion::new_host(g, 0).expect("region")))
             .collect();
+        let launches = stages
+            .iter()
+            .map(|_| crate::KernelSpec::<u64, u64>::echo().launch_spec())
+            .collect();
         ChainInstance {
-            running: Arc::new(Running::new(stages, regions)),
+            running: Arc::new(Running::new(stages, regions, launches)),
             supervisor: Mutex::new(None),
         }
     }

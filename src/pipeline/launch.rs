@@ -14,6 +14,7 @@ use gyre_core::{Error, KernelInstance, LaunchSpec, Result, SharedRegion};
 
 use super::graph::{route_mode, Out, Plan};
 use super::instance::{ChainInstance, StageFeed};
+use super::reload::StageMeta;
 use super::restart::{RelaunchCounters, Restartable, Running, StageSupervisor};
 use super::{Pipeline, PipelineSpec};
 use crate::kernel::{Kernel, Started};
@@ -32,7 +33,7 @@ const DEVICE_FED_MAX_PARK: Duration = Duration::from_micros(100);
 /// The idle strategy of a CPU stage fed by a device stage: nobody rings it when requests
 /// arrive, so it parks (or sleeps) at most [`DEVICE_FED_MAX_PARK`] at a time, not the
 /// kernel default's 10 ms.
-fn device_fed(idle: gyre_core::IdleStrategy) -> gyre_core::IdleStrategy {
+pub(super) fn device_fed(idle: gyre_core::IdleStrategy) -> gyre_core::IdleStrategy {
     use gyre_core::IdleStrategy as I;
     match idle {
         I::Backoff {
@@ -227,10 +228,16 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
         }
         // A device stage cannot ring a CPU stage it feeds (`docs/pipelines.md`, "Across
         // devices"): such a stage parks briefly instead.
+        let fed_by_device: Vec<bool> = (0..n)
+            .map(|k| {
+                targets[k].backend == crate::Backend::Cpu
+                    && (0..n).any(|p| {
+                        plan.writes(p).contains(&k) && targets[p].backend != crate::Backend::Cpu
+                    })
+            })
+            .collect();
         for k in 0..n {
-            let fed_by_device = (0..n)
-                .any(|p| plan.writes(p).contains(&k) && targets[p].backend != crate::Backend::Cpu);
-            if targets[k].backend == crate::Backend::Cpu && fed_by_device {
+            if fed_by_device[k] {
                 launches[k].idle = device_fed(launches[k].idle);
             }
         }
@@ -278,7 +285,7 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
                 .collect(),
             plan.edges(),
         ));
-        let running = Arc::new(Running::new(running, regions.clone()));
+        let running = Arc::new(Running::new(running, regions.clone(), launches.clone()));
         // The stages the supervisor relaunches: restarts, epochs (a lone stage is the
         // head kernel's: its lifecycle relaunches it).
         let restartable = (0..n)
@@ -316,7 +323,7 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
                 place: Place::Shared(regions[0].clone()),
                 imp: imps[0].clone(),
                 instance: Box::new(ChainInstance {
-                    running,
+                    running: running.clone(),
                     supervisor: parking_lot::Mutex::new(supervisor),
                 }),
                 transfer: None,
@@ -336,11 +343,26 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
                 .life
                 .count_relaunches_of(counters[0].clone(), checked[0].epoch_us);
         }
+        let meta = spec
+            .stages
+            .iter()
+            .enumerate()
+            .map(|(k, st)| StageMeta {
+                imp: imps[k].clone(),
+                backend: targets[k].backend,
+                req: (st.ids.0, st.req.0),
+                resp: (st.ids.1, st.resp.0),
+                msg_type: st.spec.msg_type,
+                fed_by_device: fed_by_device[k],
+            })
+            .collect();
         Ok(Pipeline {
             kernel,
             names: spec.stages.iter().map(|s| s.spec.name.clone()).collect(),
             chain,
             counters: counters.into(),
+            running,
+            meta,
         })
     }
 }

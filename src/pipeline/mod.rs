@@ -14,6 +14,7 @@
 mod graph;
 mod instance;
 mod launch;
+mod reload;
 mod restart;
 
 use core::marker::PhantomData;
@@ -41,6 +42,8 @@ struct Stage {
     spec: KernelSpec<(), ()>,
     req: (&'static str, usize),
     resp: (&'static str, usize),
+    /// The request and reply types, which a reload of the stage must keep.
+    ids: (core::any::TypeId, core::any::TypeId),
     /// The index of the runtime it runs on, among those given to
     /// [`Pipeline::launch_across`] (0 under [`Runtime::launch_pipeline`]).
     ///
@@ -49,11 +52,12 @@ struct Stage {
 }
 
 impl Stage {
-    fn of<A, B>(spec: KernelSpec<A, B>) -> Self {
+    fn of<A: 'static, B: 'static>(spec: KernelSpec<A, B>) -> Self {
         Self {
             spec: spec.retyped(),
             req: (core::any::type_name::<A>(), core::mem::size_of::<A>()),
             resp: (core::any::type_name::<B>(), core::mem::size_of::<B>()),
+            ids: (core::any::TypeId::of::<A>(), core::any::TypeId::of::<B>()),
             place: 0,
         }
     }
@@ -324,9 +328,8 @@ impl<Req, Resp> PipelineSpec<Req, Resp> {
                 self.refuse(
                     k,
                     format!(
-                        "it {what}: a pipeline's stages are relaunched only at the end of \
-                         an epoch or by a restart after a fault (no reload of one stage in \
-                         a running chain)"
+                        "it {what}: a chain's stage is reloaded by Pipeline::reload_stage, \
+                         not by a watcher"
                     ),
                 )
             };
@@ -392,7 +395,9 @@ impl<Req, Resp> PipelineSpec<Req, Resp> {
 /// answered as usual, and every request the chain did not answer fails with that
 /// stage's error. [`Kernel::shutdown`]
 /// drains stage by stage. [`Kernel::pause`] pauses the first stage (intake); the others
-/// finish what they hold. [`Kernel::reload`] is refused ([`Error::Pipeline`]).
+/// finish what they hold. [`Pipeline::reload_stage`] replaces one stage's handler while
+/// the others run on; [`Kernel::reload`] of a chain of several stages is refused
+/// ([`Error::Pipeline`]).
 /// [`Kernel::telemetry`] is the first stage's line; [`Pipeline::stage_telemetry`] has
 /// every stage's.
 ///
@@ -416,6 +421,10 @@ pub struct Pipeline<Req, Resp> {
     chain: Arc<ChainView>,
     /// Each stage's relaunches ([`restart`]), head first.
     counters: Arc<[Arc<restart::RelaunchCounters>]>,
+    /// Each stage's running launch ([`restart::Running`]), head first.
+    running: Arc<restart::Running>,
+    /// What a reload of each stage checks ([`reload`]), head first.
+    meta: Arc<[reload::StageMeta]>,
 }
 
 impl<Req, Resp> Clone for Pipeline<Req, Resp> {
@@ -425,6 +434,8 @@ impl<Req, Resp> Clone for Pipeline<Req, Resp> {
             names: self.names.clone(),
             chain: self.chain.clone(),
             counters: self.counters.clone(),
+            running: self.running.clone(),
+            meta: self.meta.clone(),
         }
     }
 }
@@ -565,7 +576,7 @@ impl<Req, Resp> Pipeline<Req, Resp> {
             .zip(self.chain.regions())
             .map(|(c, r)| crate::Relaunches {
                 generation: r.control().generation.load(Acquire),
-                reloads: 0,
+                reloads: c.reloads.load(Relaxed),
                 epochs: c.epochs.load(Relaxed),
                 restarts: c.restarts.load(Relaxed),
             })

@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 use gyre_abi::{link, state};
 use gyre_core::chain::ChainView;
 use gyre_core::{Error, KernelInstance, LaunchSpec, Result, SharedRegion};
-use parking_lot::RwLock;
+use parking_lot::{Mutex, MutexGuard, RwLock};
 
 pub(crate) use crate::lifecycle::RelaunchCounters;
 use crate::RestartPolicy;
@@ -67,23 +67,89 @@ fn tick(epochs_us: impl Iterator<Item = u32>) -> Duration {
 pub(crate) struct Running {
     stages: Vec<RwLock<Arc<dyn KernelInstance>>>,
     regions: Vec<Arc<SharedRegion>>,
+    /// What each stage's running launch was launched with: the successors of its epochs
+    /// and restarts run it; a reload ([`super::reload`]) replaces it.
+    launches: Vec<Mutex<LaunchSpec>>,
+    /// Held across each relaunch of a stage, so one happens at a time: a reload holds
+    /// it throughout, and the supervisor passes over a stage whose lock is taken.
+    handover: Vec<Mutex<()>>,
     /// Whether a stage that handed over is relaunched: set for the stages a supervisor
-    /// watches, cleared when it gives one up or stops.
+    /// watches (and during a reload), cleared when it gives one up or stops.
     relaunched: Vec<AtomicBool>,
 }
 
 impl Running {
-    /// `stages` running over `regions`, none relaunched yet ([`StageSupervisor::start`]
-    /// marks the ones it watches).
+    /// `stages` running over `regions`, launched with `launches`, none relaunched yet
+    /// ([`StageSupervisor::start`] marks the ones it watches).
     pub(crate) fn new(
         stages: Vec<Arc<dyn KernelInstance>>,
         regions: Vec<Arc<SharedRegion>>,
+        launches: Vec<LaunchSpec>,
     ) -> Self {
+        debug_assert_eq!(stages.len(), launches.len());
         Self {
             relaunched: stages.iter().map(|_| AtomicBool::new(false)).collect(),
+            handover: stages.iter().map(|_| Mutex::new(())).collect(),
             stages: stages.into_iter().map(RwLock::new).collect(),
+            launches: launches.into_iter().map(Mutex::new).collect(),
             regions,
         }
+    }
+
+    /// Stage `k`'s region.
+    pub(crate) fn region(&self, k: usize) -> Option<&Arc<SharedRegion>> {
+        self.regions.get(k)
+    }
+
+    /// What stage `k`'s running launch was launched with.
+    pub(crate) fn launched(&self, k: usize) -> Option<LaunchSpec> {
+        self.launches.get(k).map(|l| l.lock().clone())
+    }
+
+    /// Stage `k`'s handover lock, waiting for it (a reload).
+    pub(crate) fn hold(&self, k: usize) -> Option<MutexGuard<'_, ()>> {
+        self.handover.get(k).map(Mutex::lock)
+    }
+
+    /// Launches a successor of stage `k` on its region with `spec`, and installs it
+    /// (and `spec`, for the successors after it) under the stage's slot lock, so
+    /// [`Running::is_finished`] never sees the predecessor's end with the successor's
+    /// state. The caller holds the stage's handover lock and joined the predecessor.
+    pub(crate) fn launch_successor(
+        &self,
+        k: usize,
+        imp: &dyn gyre_core::Backend,
+        spec: &LaunchSpec,
+    ) -> Result<()> {
+        let (Some(slot), Some(region), Some(launched)) = (
+            self.stages.get(k),
+            self.regions.get(k),
+            self.launches.get(k),
+        ) else {
+            return Err(Error::InvalidArgument {
+                name: "pipeline stage",
+                value: k.to_string(),
+                reason: "a stage of the running chain",
+            });
+        };
+        let mut slot = slot.write();
+        let inst = imp.launch(region.clone(), spec)?;
+        *slot = Arc::from(inst);
+        *launched.lock() = spec.clone();
+        Ok(())
+    }
+
+    /// Drops the launch specs' export files: they go with the chain's end (a launch spec
+    /// kept for the next relaunch would keep the head's file after it).
+    pub(crate) fn end(&self) {
+        for l in &self.launches {
+            l.lock().export = None;
+        }
+    }
+
+    /// Whether stage `k` is marked as relaunched after a handover.
+    pub(crate) fn watched(&self, k: usize) -> bool {
+        self.relaunched.get(k).is_some_and(|r| r.load(Acquire))
     }
 
     /// Each stage's running launch, head first.
@@ -108,11 +174,11 @@ impl Running {
         })
     }
 
-    fn get(&self, k: usize) -> Option<Arc<dyn KernelInstance>> {
+    pub(crate) fn get(&self, k: usize) -> Option<Arc<dyn KernelInstance>> {
         self.stages.get(k).map(|s| s.read().clone())
     }
 
-    fn watch(&self, k: usize, on: bool) {
+    pub(crate) fn watch(&self, k: usize, on: bool) {
         if let Some(r) = self.relaunched.get(k) {
             r.store(on, Release);
         }
@@ -260,6 +326,10 @@ impl Drop for StageSupervisor {
 /// (after an epoch at once, after a fault once its backoff passed); make its fault final
 /// when the policy says so, or stop it when a stage it feeds stopped for good.
 fn step(w: &mut Watched, running: &Running, chain: &ChainView) {
+    // A reload of the stage is under way: it relaunches the stage itself.
+    let Some(Some(_one)) = running.handover.get(w.r.stage).map(Mutex::try_lock) else {
+        return;
+    };
     let cb = w.r.region.control();
     let st = cb.state.load(Acquire);
     if state::is_final(st) {
@@ -352,19 +422,15 @@ fn relaunch(
     };
     // R4: the successor's generation (its command is whatever the chain left there).
     cb.generation.fetch_add(1, Release);
-    // R6: the successor, on the same region, continuing from h2k_tail; installed under
-    // the slot's lock, so `Running::is_finished` never sees the predecessor's end with
-    // the successor's state.
-    let Some(slot) = running.stages.get(w.r.stage) else {
+    // R6: the successor, on the same region, continuing from h2k_tail, with the stage's
+    // launch spec (a reload's, if one replaced the handler).
+    let Some(launch) = running.launched(w.r.stage) else {
         return;
     };
-    let mut slot = slot.write();
     // Counted before the launch: the successor may answer before `launch` returns.
     counter.fetch_add(1, Relaxed);
-    match w.r.imp.launch(w.r.region.clone(), &w.r.launch) {
-        Ok(inst) => {
-            *slot = Arc::from(inst);
-            drop(slot);
+    match running.launch_successor(w.r.stage, &*w.r.imp, &launch) {
+        Ok(()) => {
             let now_ms = gyre_core::shm::unix_ms();
             w.r.counters.last_relaunch_ms.store(now_ms, Relaxed);
             if why != Why::Epoch {
@@ -376,7 +442,6 @@ fn relaunch(
         Err(e) => {
             counter.fetch_sub(1, Relaxed);
             cb.generation.fetch_sub(1, Release);
-            drop(slot);
             tracing::error!(stage = %w.r.name, error = %e, "the stage's successor did not launch");
             give_up(w, running, old, chain, "its successor did not launch");
         }
