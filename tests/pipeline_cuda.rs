@@ -219,9 +219,11 @@ fn a_cpu_stage_and_a_gpu_stage_chain_across_runtimes() {
     serve_in_order(&p, |x| x * 3);
 }
 
-/// A chain of echo stages on two GPUs (0, 1, 0): the rings between them in portable mapped
-/// pinned memory, each GPU writing the other's request ring over its bus. Needs two
-/// GPUs: with one it says SKIP.
+/// A chain of echo stages on two GPUs (0, 1, 0): each ring between them in its reader's
+/// device memory, written by the other GPU through a peer mapping
+/// (`cuCtxEnablePeerAccess`), where the driver allows it; else in portable mapped pinned
+/// memory, each GPU writing the other's request ring over its bus. Needs two GPUs: with
+/// one it says SKIP.
 #[test]
 fn a_chain_across_two_gpus_answers_in_order() {
     let _g = support::serial();
@@ -236,10 +238,17 @@ fn a_chain_across_two_gpus_answers_in_order() {
         );
         return;
     }
-    match gyre_cuda::p2p::link(0, 1) {
-        Ok(l) => eprintln!("peer link 0 -> 1: {l:?} (not used: rings in host memory)"),
-        Err(e) => eprintln!("peer link 0 -> 1: {e}"),
-    }
+    let peer = |from: usize, to: usize| match gyre_cuda::p2p::link(from, to) {
+        Ok(l) => {
+            eprintln!("peer link {from} -> {to}: {l:?}");
+            l.can_access_peer
+        }
+        Err(e) => {
+            eprintln!("peer link {from} -> {to}: {e}");
+            false
+        }
+    };
+    let (p01, p10) = (peer(0, 1), peer(1, 0));
     let gpu1 = Runtime::builder()
         .backend(Backend::Cuda { device: 1 })
         .build()
@@ -253,6 +262,15 @@ fn a_chain_across_two_gpus_answers_in_order() {
     ) else {
         return;
     };
+    // Stage 1's ring (on GPU 1, written by GPU 0) and stage 2's (on GPU 0, written by
+    // GPU 1) live in their reader's device memory where the writer's device has peer
+    // access to it, else in portable mapped pinned memory.
+    let rings = p.stage_request_rings();
+    eprintln!("request rings apart: {rings:?}");
+    assert_eq!(
+        (rings[0].is_some(), rings[1].is_some(), rings[2].is_some()),
+        (false, p01, p10)
+    );
     for x in 0..100u64 {
         assert_eq!(p.call_blocking(x).expect("call"), x);
     }

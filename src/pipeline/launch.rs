@@ -14,6 +14,7 @@ use gyre_core::{Error, KernelInstance, LaunchSpec, Result, SharedRegion};
 
 use super::graph::{route_mode, Out, Plan};
 use super::instance::{ChainInstance, StageFeed};
+use super::placement::{inner_ring, join_address, joins_meet, Placement};
 use super::reload::StageMeta;
 use super::restart::{RelaunchCounters, Restartable, Running, StageSupervisor};
 use super::{Pipeline, PipelineSpec};
@@ -184,13 +185,10 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
                 };
                 let mem = place.memory(&imps)?.map_err(|why| spec.refuse(m, why))?;
                 let mut region = SharedRegion::new(mem, checked[m].geometry, host_timeout_ms)?;
-                // An inner ring (not the head's: the host writes that one) whose writers
-                // all run on the reader's backend is touched only by its kernels: it
-                // goes where that backend keeps such rings (CUDA: device memory).
-                let inner = m != 0 && place.users.iter().all(|&u| same(imps[u], imps[m]));
-                if inner {
+                if m != 0 {
+                    // An inner ring (not the head's: the host writes that one).
                     let bytes = checked[m].geometry.ring_bytes();
-                    if let Some(ring) = imps[m].alloc_kernel_ring(bytes)? {
+                    if let Some(ring) = inner_ring(&imps, m, &place.users, bytes)? {
                         region.place_request_ring(ring)?;
                     }
                 }
@@ -400,135 +398,6 @@ impl<Req, Resp> PipelineSpec<Req, Resp> {
     }
 }
 
-/// Whether two backends are one (the same instance).
-fn same(a: &Arc<dyn gyre_core::Backend>, b: &Arc<dyn gyre_core::Backend>) -> bool {
-    core::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
-}
-
-/// A stage's region to place: its size and the stages whose kernels address it (the
-/// stage itself first, then those writing into it).
-struct Placement {
-    bytes: usize,
-    users: Vec<usize>,
-}
-
-impl Placement {
-    /// Memory from the first backend among the users' (the stage's own first) that
-    /// every user's backend addresses ([`gyre_core::Backend::device_address`]); when
-    /// none does, why not (each candidate's refusal).
-    ///
-    /// # Errors
-    ///
-    /// An allocation's error.
-    fn memory(
-        &self,
-        imps: &[&Arc<dyn gyre_core::Backend>],
-    ) -> Result<std::result::Result<Box<dyn gyre_core::region::RegionMemory>, String>> {
-        let mut tried: Vec<&Arc<dyn gyre_core::Backend>> = Vec::new();
-        let mut why = Vec::new();
-        for &u in &self.users {
-            let from = imps[u];
-            if tried.iter().any(|t| same(t, from)) {
-                continue;
-            }
-            tried.push(from);
-            let mem = from.alloc_region(self.bytes)?;
-            let base = mem.base();
-            let refused = self.users.iter().find_map(|&v| {
-                imps[v].device_address(base).err().map(|e| {
-                    format!(
-                        "{} memory, which {} cannot address ({e})",
-                        from.name(),
-                        imps[v].name()
-                    )
-                })
-            });
-            match refused {
-                None => return Ok(Ok(mem)),
-                Some(r) => why.push(r),
-            }
-        }
-        Ok(Err(format!(
-            "no backend of the stages using its region allocates memory all of them \
-             address: {}",
-            why.join("; ")
-        )))
-    }
-}
-
-/// [`atomics_meet`] for the producers of every join of `plan`.
-fn joins_meet(
-    plan: &Plan,
-    of: impl Fn(usize) -> (crate::Backend, bool),
-) -> std::result::Result<(), (usize, String)> {
-    plan.joins
-        .iter()
-        .try_for_each(|&(entry, _, _)| atomics_meet(&plan.producers_of(entry), &of))
-}
-
-/// The one address the `producers` of a join give its target (`addr(p)`: as producer
-/// `p`'s kernel addresses it): they share the join's table entry, so they must agree.
-/// `Ok(None)` without producers; `Err((stage, why))` names one that differs.
-fn join_address(
-    producers: &[usize],
-    addr: impl Fn(usize) -> Result<u64>,
-) -> Result<std::result::Result<Option<u64>, (usize, String)>> {
-    let mut at: Option<(usize, u64)> = None;
-    for &p in producers {
-        let a = addr(p)?;
-        match at {
-            None => at = Some((p, a)),
-            Some((q, b)) if b != a => {
-                return Ok(Err((
-                    p,
-                    format!(
-                        "its kernel addresses the join's target at {a:#x}, stage {q}'s at \
-                         {b:#x}: the producers of one join share its table entry"
-                    ),
-                )))
-            }
-            Some(_) => {}
-        }
-    }
-    Ok(Ok(at.map(|(_, a)| a)))
-}
-
-/// Whether the `producers` of one join may advance its ring by compare-and-swap
-/// together: all on one device, or all on backends whose atomics are the host's
-/// ([`gyre_core::Backend::host_atomics`]). `of(k)` is stage k's device and whether its
-/// backend's atomics are the host's. `Err((stage, why))` names a producer that may not.
-fn atomics_meet(
-    producers: &[usize],
-    of: impl Fn(usize) -> (crate::Backend, bool),
-) -> std::result::Result<(), (usize, String)> {
-    let Some(&first) = producers.first() else {
-        return Ok(());
-    };
-    let device = of(first).0;
-    let Some(&other) = producers.iter().find(|&&k| of(k).0 != device) else {
-        return Ok(());
-    };
-    match producers.iter().find(|&&k| !of(k).1) {
-        None => Ok(()),
-        Some(&k) => {
-            let peer = if of(k).0 == device { other } else { first };
-            Err((
-                k,
-                format!(
-                    "it writes a join by compare-and-swap together with stage {peer} on \
-                     another device ({:?} and {:?}), and its backend's atomics are not \
-                     atomic with the host's (Backend::host_atomics: a CUDA device without \
-                     HOST_NATIVE_ATOMIC_SUPPORTED, an OpenCL device without the \
-                     all-SVM-devices scope): the branches feeding one join run on one \
-                     device, or all on backends whose atomics are the host's",
-                    of(k).0,
-                    of(peer).0
-                ),
-            ))
-        }
-    }
-}
-
 /// Each stage's link, from the plan: regions, or entries of link tables filled with the
 /// addresses the reading kernels use for the regions. The tables are memory that every
 /// stage reading an entry addresses (a [`Placement`] among their backends).
@@ -665,102 +534,6 @@ fn abandon(
 mod tests {
     use super::*;
     use gyre_core::IdleStrategy as I;
-
-    /// The rule over whole plans: the branch tails of each join are its producers
-    /// (into a join stage, or the host's replies by id); the fanning stage, the branches'
-    /// inner stages and the join itself may be anywhere.
-    #[test]
-    fn a_plans_joins_are_checked_by_their_producers() {
-        use super::super::graph::Step;
-        use crate::Backend as B;
-        let (gpu0, gpu1) = (B::Cuda { device: 0 }, B::Cuda { device: 1 });
-        // 0 fans out into [1 -> 2] and [3], joined by 4.
-        let steps = [
-            Step::One(0),
-            Step::FanOut {
-                route: super::super::Route::RoundRobin,
-                branches: vec![vec![1, 2], vec![3]],
-            },
-            Step::One(4),
-        ];
-        let plan = Plan::of(&steps, 5).expect("plan");
-        let on = |devs: [B; 5]| move |k: usize| (devs[k], devs[k] == B::Cpu);
-        // Producers 2 and 3 on one PCIe GPU; the rest anywhere.
-        assert_eq!(
-            joins_meet(&plan, on([B::Cpu, gpu1, gpu0, gpu0, B::Cpu])).map_err(|e| e.0),
-            Ok(())
-        );
-        // Producers on a GPU and the CPU: refused, naming the GPU's.
-        assert_eq!(
-            joins_meet(&plan, on([gpu0, gpu0, gpu0, B::Cpu, gpu0])).map_err(|e| e.0),
-            Err(2)
-        );
-        // The host's replies by id: the tails 1 and 2.
-        let steps = [
-            Step::One(0),
-            Step::FanOut {
-                route: super::super::Route::key_at(0),
-                branches: vec![vec![1], vec![2]],
-            },
-        ];
-        let plan = Plan::of(&steps, 3).expect("plan");
-        assert_eq!(
-            joins_meet(&plan, |k| ([B::Cpu, B::Cpu, gpu1][k], k < 2)).map_err(|e| e.0),
-            Err(2)
-        );
-    }
-
-    #[test]
-    fn a_joins_producers_must_address_its_target_alike() {
-        let same = join_address(&[1, 2], |_| Ok(0x1000)).expect("addresses");
-        assert_eq!(same, Ok(Some(0x1000)));
-        let differ = join_address(&[1, 2, 3], |p| Ok(if p == 3 { 0x2000 } else { 0x1000 }))
-            .expect("addresses");
-        let (stage, why) = differ.expect_err("refused");
-        assert_eq!(stage, 3);
-        assert!(why.contains("0x2000") && why.contains("stage 1"), "{why}");
-        assert_eq!(join_address(&[], |_| Ok(1)).expect("none"), Ok(None));
-    }
-
-    #[test]
-    fn a_join_is_fed_from_one_device_or_by_host_atomics_only() {
-        use crate::Backend as B;
-        let (cpu, gpu0, gpu1) = (B::Cpu, B::Cuda { device: 0 }, B::Cuda { device: 1 });
-        let cl = B::OpenCl {
-            platform: 0,
-            device: 0,
-        };
-        // (device, host atomics) of stages 0..
-        let meet = |stages: &[(B, bool)], producers: &[usize]| {
-            atomics_meet(producers, |k| stages[k]).map_err(|(k, _)| k)
-        };
-        // One device: whatever its atomics.
-        assert_eq!(meet(&[(gpu0, false), (gpu0, false)], &[0, 1]), Ok(()));
-        // The CPU and OpenCL: both the host's.
-        assert_eq!(meet(&[(cpu, true), (cl, true)], &[0, 1]), Ok(()));
-        // Two PCIe GPUs, or a PCIe GPU and the CPU: refused, naming the GPU stage.
-        assert_eq!(meet(&[(gpu0, false), (gpu1, false)], &[0, 1]), Err(0));
-        assert_eq!(meet(&[(cpu, true), (gpu1, false)], &[0, 1]), Err(1));
-        // GPUs with host-native atomics (NVLink-C2C) and the CPU: allowed.
-        assert_eq!(
-            meet(&[(gpu0, true), (gpu1, true), (cpu, true)], &[0, 1, 2]),
-            Ok(())
-        );
-        // Only the producers count.
-        assert_eq!(
-            meet(&[(gpu1, false), (cpu, true), (cpu, true)], &[1, 2]),
-            Ok(())
-        );
-        assert_eq!(meet(&[], &[]), Ok(()));
-        // The refusal says why.
-        let why = atomics_meet(&[0, 1], |k| [(cpu, true), (gpu1, false)][k])
-            .expect_err("refused")
-            .1;
-        assert!(
-            why.contains("compare-and-swap") && why.contains("stage 0"),
-            "{why}"
-        );
-    }
 
     #[test]
     fn a_cpu_stage_fed_by_a_device_parks_briefly() {

@@ -14,6 +14,7 @@
 mod graph;
 mod instance;
 mod launch;
+mod placement;
 mod reload;
 mod restart;
 

@@ -168,6 +168,27 @@ pub trait Backend: Send + Sync {
         Ok(None)
     }
 
+    /// Lets this backend's kernels write memory that `owner`'s
+    /// [`Backend::alloc_kernel_ring`] gives: a pipeline's inner ring read by a stage on
+    /// `owner` and written by one here (a GPU writing the next GPU's ring through a peer
+    /// mapping, `cuCtxEnablePeerAccess`). `Ok(true)` when they can from now on, for as
+    /// long as both backends live; `Ok(false)` when they cannot, and the ring then stays
+    /// inline in its region, in memory both reach. The default: they cannot.
+    ///
+    /// # Errors
+    ///
+    /// The backend's, when asking or enabling failed.
+    fn enable_peer_writes(&self, owner: &dyn Backend) -> Result<bool> {
+        let _ = owner;
+        Ok(false)
+    }
+
+    /// This backend as [`core::any::Any`], for a backend of the same kind to recognise
+    /// ([`Backend::enable_peer_writes`]). `None` by default.
+    fn as_any(&self) -> Option<&dyn core::any::Any> {
+        None
+    }
+
     /// The address a kernel of this backend uses for the host address `host`, which lies
     /// in memory from [`Backend::alloc_region`] (a pipeline's link tables name regions by
     /// it). The default is `host` itself (host memory, shared virtual memory).

@@ -426,6 +426,33 @@ impl gyre_core::Backend for CudaBackend {
         Ok(Some(Box::new(ring)))
     }
 
+    /// Another CUDA backend's device: enables peer access from this device's context to
+    /// that one's (`cuCtxEnablePeerAccess`), where `cuDeviceCanAccessPeer` allows it (the
+    /// same device: nothing to enable). Any other backend: no.
+    fn enable_peer_writes(&self, owner: &dyn gyre_core::Backend) -> gyre_core::Result<bool> {
+        let Some(owner) = owner.as_any().and_then(|a| a.downcast_ref::<CudaBackend>()) else {
+            return Ok(false);
+        };
+        let (me, them) = (self.info.device.ordinal, owner.info.device.ordinal);
+        self.context()
+            .and_then(|mine| {
+                let theirs = owner.context()?;
+                let ok = mine.enable_peer_access(&theirs)?;
+                tracing::info!(
+                    from = me,
+                    to = them,
+                    enabled = ok,
+                    "peer access for a pipeline's inner ring"
+                );
+                Ok(ok)
+            })
+            .map_err(|e| to_core("(peer access for a pipeline's inner ring)", e))
+    }
+
+    fn as_any(&self) -> Option<&dyn core::any::Any> {
+        Some(self)
+    }
+
     /// The device address of mapped pinned memory from `alloc_region`
     /// (`cuMemHostGetDevicePointer`).
     fn device_address(&self, host: core::ptr::NonNull<u8>) -> gyre_core::Result<u64> {

@@ -161,6 +161,29 @@ impl Context {
         unsafe { result::ctx_set_current(self.ctx) }
     }
 
+    /// Lets this context's kernels write (and read) device memory of `peer`'s device
+    /// through a peer mapping (`cuCtxEnablePeerAccess`), where the driver allows it from
+    /// this device to that one (`cuDeviceCanAccessPeer`). Returns whether they can: true
+    /// at once for the same device (one context per device), false when the driver says
+    /// no. The mapping lasts as long as both contexts.
+    ///
+    /// # Errors
+    ///
+    /// The driver's, naming the call.
+    pub fn enable_peer_access(&self, peer: &Context) -> Result<bool> {
+        if self.dev == peer.dev {
+            return Ok(true);
+        }
+        if !result::device_can_access_peer(self.dev, peer.dev)? {
+            return Ok(false);
+        }
+        self.bind()?;
+        // SAFETY: `peer.ctx` is retained until `peer` drops, and `peer` is borrowed for
+        // the call; this context was made current just above.
+        unsafe { result::ctx_enable_peer_access(peer.ctx)? };
+        Ok(true)
+    }
+
     /// What the probe found (driver version, device attributes, driver environment).
     pub fn info(&self) -> &CudaInfo {
         &self.info

@@ -1,14 +1,16 @@
 //! Peer-to-peer facts about pairs of GPUs (`cuDeviceCanAccessPeer`,
 //! `cuDeviceGetP2PAttribute`), as `gyre doctor` reports them.
 //!
-//! What gyre does with several GPUs today does not need peer access: a pipeline whose
-//! stages run on two devices (`gyre::Pipeline::launch_across`) keeps each stage's rings in
-//! portable mapped pinned host memory (`cuMemHostAlloc(DEVICEMAP | PORTABLE)`), which every
-//! device reaches over its own bus, and its links between devices are plain stores and
-//! loads with system-scope release/acquire (the same protocol as the host's rings; no
-//! compare-and-swap crosses a device, see `docs/pipelines.md`). Rings in one GPU's memory
-//! that another GPU writes through a peer mapping (`cuCtxEnablePeerAccess`) would save the
-//! trips through host memory; they are not built. These facts say where they could be.
+//! A pipeline whose stages run on two devices (`gyre::Pipeline::launch_across`) keeps each
+//! stage's region (control block, telemetry) in portable mapped pinned host memory
+//! (`cuMemHostAlloc(DEVICEMAP | PORTABLE)`), which every device reaches over its own bus.
+//! An inner ring between two GPUs lives in the reading GPU's device memory where the
+//! writing GPU has peer access to it (`CudaBackend`'s `Backend::enable_peer_writes`:
+//! `cuCtxEnablePeerAccess` where `cuDeviceCanAccessPeer` allows it), else in that host
+//! memory too. Either way the links are plain stores and loads with system-scope
+//! release/acquire (the same protocol as the host's rings); no compare-and-swap crosses
+//! a device (`docs/pipelines.md`, "Across devices"). These facts say where peer access
+//! applies, and with which atomics and rank.
 //!
 //! # Examples
 //!

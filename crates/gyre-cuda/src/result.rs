@@ -268,6 +268,22 @@ pub(crate) unsafe fn ctx_set_current(ctx: sys::CUcontext) -> Result<()> {
     check("cuCtxSetCurrent", unsafe { (d.cuCtxSetCurrent)(ctx) }, none)
 }
 
+/// `cuCtxEnablePeerAccess`: lets kernels of the current context address device memory of
+/// the context `peer` (one direction only). Already enabled counts as done.
+///
+/// # Safety
+///
+/// `peer` is a live (retained) context; a context is current on this thread.
+pub(crate) unsafe fn ctx_enable_peer_access(peer: sys::CUcontext) -> Result<()> {
+    let d = api()?;
+    // SAFETY: the caller's contract; the flags must be 0.
+    let r = unsafe { (d.cuCtxEnablePeerAccess)(peer, 0) };
+    if r == sys::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
+        return Ok(());
+    }
+    check("cuCtxEnablePeerAccess", r, none)
+}
+
 // ---- modules and functions ---------------------------------------------------------------
 
 /// `cuModuleLoadDataEx` of `image` (a CUBIN, or NUL-terminated PTX) with the JIT's error

@@ -31,6 +31,8 @@ pub const CUDA_SUCCESS: CUresult = 0;
 pub const CUDA_ERROR_NOT_READY: CUresult = 600;
 /// `CUDA_ERROR_NO_DEVICE`.
 pub const CUDA_ERROR_NO_DEVICE: CUresult = 100;
+/// `CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED`: `cuCtxEnablePeerAccess` found it done.
+pub const CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED: CUresult = 704;
 
 /// `cuStreamCreate` flag: no implicit synchronisation with the legacy default stream.
 pub const CU_STREAM_NON_BLOCKING: c_uint = 1;
@@ -114,6 +116,7 @@ driver_table! {
         cuDevicePrimaryCtxRelease_v2(CUdevice);
         cuDevicePrimaryCtxReset_v2(CUdevice);
         cuCtxSetCurrent(CUcontext);
+        cuCtxEnablePeerAccess(CUcontext, c_uint);
         cuModuleLoadDataEx(*mut CUmodule, *const c_void, c_uint, *mut c_int, *mut *mut c_void);
         cuModuleGetFunction(*mut CUfunction, CUmodule, *const c_char);
         cuModuleUnload(CUmodule);
