@@ -339,6 +339,10 @@ fn step(w: &mut Watched, running: &Running, chain: &ChainView) {
         return;
     }
     if st != state::HANDED_OVER {
+        // Running (again): a restart this was waiting for, if any, was made by someone
+        // else (a reload relaunches a stage whatever made it hand over), and the next
+        // fault starts its own backoff and is checked against the policy.
+        w.due = None;
         return;
     }
     let Some(old) = running.get(w.r.stage) else {
