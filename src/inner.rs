@@ -31,6 +31,8 @@ pub(crate) struct Polling {
     pub(crate) async_spin: Duration,
     /// The message type of every request.
     pub(crate) msg_type: u32,
+    /// The watchdog's bound, if the spec set one: a reload's idle park must fit it.
+    pub(crate) watchdog: Option<Duration>,
 }
 
 pub(crate) struct Inner {

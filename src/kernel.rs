@@ -187,6 +187,7 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
             host_idle: spec.host_idle,
             async_spin: spec.async_spin,
             msg_type: spec.msg_type,
+            watchdog: spec.watchdog,
         };
         let kernel = Self {
             keep: Arc::new(KeepAlive {

@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gyre::{
-    codes, Backend, Error, KernelSpec, KernelState, Pipeline, PipelineSpec, RestartPolicy, Runtime,
+    codes, Backend, Error, IdleStrategy, KernelSpec, KernelState, Pipeline, PipelineSpec,
+    RestartPolicy, Runtime,
 };
 
 fn rt() -> Runtime {
@@ -204,6 +205,38 @@ fn what_a_stage_reload_cannot_be_is_refused_and_the_chain_serves_on() {
         mismatch(p.reload_stage_blocking(1, KernelSpec::<u64, u64>::echo().capacity(64))).1,
         "message type"
     );
+    // The first stage's watchdog watches every stage: a reload's idle park must fit it,
+    // as at the launch (a 1 s park under a 100 ms watchdog would read as a hang).
+    let long_park = |spec: KernelSpec<u64, u64>| {
+        spec.idle(IdleStrategy::Backoff {
+            spins: 1,
+            yields: 1,
+            max_park: Duration::from_secs(1),
+        })
+    };
+    let watched = rt
+        .launch_pipeline(
+            PipelineSpec::new(
+                "watched",
+                tagging(0, 1).watchdog(Duration::from_millis(100)),
+            )
+            .then(tagging(1, 1)),
+        )
+        .expect("launch");
+    match watched.reload_stage_blocking(1, long_park(tagging(1, 2))) {
+        Err(Error::InvalidArgument { name, .. }) => assert_eq!(name, "watchdog"),
+        other => panic!("a park longer than the watchdog allows: {other:?}"),
+    }
+    assert_eq!(watched.call_blocking(1).expect("call"), 0x111);
+    watched.shutdown_blocking().expect("shutdown");
+    let lone = rt
+        .launch(tagging(0, 1).watchdog(Duration::from_millis(100)))
+        .expect("launch");
+    match lone.reload_blocking(long_park(tagging(0, 2))) {
+        Err(Error::InvalidArgument { name, .. }) => assert_eq!(name, "watchdog"),
+        other => panic!("a lone kernel's reload, the same: {other:?}"),
+    }
+    lone.shutdown_blocking().expect("shutdown");
     // A chain of several stages is not reloaded as one kernel.
     match p.kernel().reload_blocking(tagging(0, 2).capacity(64)) {
         Err(Error::Pipeline { reason, .. }) => assert!(reason.contains("reload_stage"), "{reason}"),

@@ -148,7 +148,7 @@ impl HeadHold<'_> {
         let life = self.life;
         life.cmds.hand_to_successor(|c| {
             life.ch.region().control().generation.fetch_add(1, AcqRel);
-            life.ch.command(c);
+            life.ch.command(life.successor_command(c));
         });
         self.handed = true;
     }
@@ -488,6 +488,17 @@ impl Lifecycle {
         }
     }
 
+    /// The command a successor gets for the user's last command `c`: `TERMINATE` once the
+    /// watchdog declared the kernel unresponsive (its own `TERMINATE` bypasses the
+    /// command gate, so the user's held command would overwrite it), else `c`.
+    fn successor_command(&self, c: u32) -> u32 {
+        if self.ch.unresponsive().is_some() {
+            command::TERMINATE
+        } else {
+            c
+        }
+    }
+
     /// Ends the hold on commands of a handover that stops early: the user's command goes
     /// in (over `HANDOVER`, which the kernel may never read).
     fn release_commands(&self) {
@@ -501,7 +512,7 @@ impl Lifecycle {
             let cb = self.ch.region().control();
             cb.epoch_us.store(self.epoch_us, Release);
             cb.generation.fetch_add(1, AcqRel);
-            self.ch.command(c);
+            self.ch.command(self.successor_command(c));
         });
         if let Some(t) = &self.transfer {
             // Synchronous: the successor must not read the old command.

@@ -208,6 +208,10 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
         }
         spec.runs_on(inner.backend.device())?;
         spec.idle.validate()?;
+        // The watchdog stays as launched: the new idle park must fit its bound.
+        let mut watched = spec.clone();
+        watched.watchdog = inner.polling.watchdog;
+        watched.validate_watchdog()?;
         let running = inner.life.launched();
         let mut next = spec.launch_spec();
         if let Some((arena, handler)) = loans {

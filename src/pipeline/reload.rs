@@ -243,6 +243,12 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
         if meta.fed_by_device {
             next.idle = super::launch::device_fed(next.idle);
         }
+        // The first stage's watchdog watches every stage: the stage's idle park, as it
+        // will run, must fit its bound (as at the launch).
+        let mut watched = spec.clone();
+        watched.watchdog = self.kernel.inner().polling.watchdog;
+        watched.idle = next.idle;
+        watched.validate_watchdog()?;
         next.name = running.name;
         next.link = running.link;
         next.doorbell = running.doorbell;
@@ -297,7 +303,13 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
             .command
             .compare_exchange(command::RUN, command::HANDOVER, AcqRel, Acquire)
         {
-            Ok(_) => Ok(Commands::Stage(cb)),
+            Ok(_) => {
+                // A CPU stage may be parked: wake it to read the command now.
+                if let Some(bell) = self.running.launched(k).and_then(|l| l.doorbell) {
+                    bell.ring();
+                }
+                Ok(Commands::Stage(cb))
+            }
             Err(c) => Err(Error::Pipeline {
                 pipeline: self.kernel.name().to_owned(),
                 stage: k,
@@ -362,8 +374,16 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
                 reason: "a stage it feeds stopped for good during the reload".into(),
             });
         }
-        // R4: the successor's command and generation.
+        // R4: the successor's command and generation. It writes the export line itself
+        // only if its predecessor did (`Lifecycle::launch_successor`'s rule: the
+        // publisher copies the line while no launch writes it).
         cmds.hand_to_successor(cb);
+        let mut next = next;
+        let mut previous = previous;
+        if !old.writes_export_telemetry() {
+            next.export = None;
+            previous.export = None;
+        }
         // R6, counted before the launch: the successor may answer before it returns.
         let counters = self.counters.get(k);
         if let Some(c) = counters {
@@ -389,6 +409,8 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
                     Ok(()) => Err(e),
                     Err(e2) => {
                         tracing::error!(stage = %name, error = %e2, "the stage's previous handler did not launch again: the stage is lost");
+                        // No launch after all: the generation R4 counted goes back.
+                        cb.generation.fetch_sub(1, AcqRel);
                         if cb.error_code.load(Acquire) == gyre_abi::error::NONE {
                             cb.error_code.store(gyre_abi::error::KERNEL_GONE, Release);
                         }

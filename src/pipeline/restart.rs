@@ -424,13 +424,13 @@ fn relaunch(
             &w.r.counters.restarts
         }
     };
-    // R4: the successor's generation (its command is whatever the chain left there).
-    cb.generation.fetch_add(1, Release);
-    // R6: the successor, on the same region, continuing from h2k_tail, with the stage's
-    // launch spec (a reload's, if one replaced the handler).
+    // The stage's launch spec (a reload's, if one replaced the handler).
     let Some(launch) = running.launched(w.r.stage) else {
         return;
     };
+    // R4: the successor's generation (its command is whatever the chain left there).
+    cb.generation.fetch_add(1, Release);
+    // R6: the successor, on the same region, continuing from h2k_tail.
     // Counted before the launch: the successor may answer before `launch` returns.
     counter.fetch_add(1, Relaxed);
     match running.launch_successor(w.r.stage, &*w.r.imp, &launch) {

@@ -161,8 +161,9 @@ pub struct SharedRegion {
     apart: Option<Box<dyn RingMemory>>,
 }
 
-// SAFETY: `base` points into `mem`, which is Send + Sync and owned by the region; all
-// shared access to the bytes goes through atomics or the protocol's ownership rules.
+// SAFETY: `base` points into `mem`, and `requests` into `mem` or `apart`, all Send + Sync
+// and owned by the region; all shared access to the bytes goes through atomics or the
+// protocol's ownership rules.
 unsafe impl Send for SharedRegion {}
 // SAFETY: as above.
 unsafe impl Sync for SharedRegion {}
@@ -253,8 +254,9 @@ impl SharedRegion {
         }
     }
 
-    /// The placement line: where the request ring lives.
-    pub fn placement(&self) -> &RingPlacement {
+    /// The placement line: where the request ring lives. Crate-private: the line is
+    /// written once, by [`SharedRegion::place_request_ring`], before any kernel reads it.
+    pub(crate) fn placement(&self) -> &RingPlacement {
         // SAFETY: offset 192 is 64-aligned and in bounds (RINGS_OFFSET is 256); the one
         // field another party reads is atomic, the reserved words are never written.
         unsafe {
@@ -286,13 +288,12 @@ impl SharedRegion {
     /// ```
     /// use gyre_core::region::{HostMemory, RingId, SharedRegion};
     /// use gyre_core::ring::Geometry;
-    /// use std::sync::atomic::Ordering::Relaxed;
     ///
     /// let g = Geometry::new(8, 128, 4)?;
     /// let mut r = SharedRegion::new_host(g, 0)?;
+    /// assert_eq!(r.request_ring_apart(), None);
     /// r.place_request_ring(Box::new(HostMemory::zeroed(g.ring_bytes())?))?;
-    /// let at = r.placement().request_ring.load(Relaxed);
-    /// assert_ne!(at, 0);
+    /// let at = r.request_ring_apart().expect("placed");
     /// assert_eq!(r.slot(RingId::Request, 0).header_ptr() as u64, at);
     /// # Ok::<(), gyre_core::Error>(())
     /// ```

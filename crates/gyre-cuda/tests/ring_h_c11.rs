@@ -321,6 +321,12 @@ int main(void) {
                   memcmp((unsigned char *)rep_slot(i) + 64, "apart", 5u) == 0);
         }
         CHECK(memcmp(region + GYRE_RINGS_OFFSET, zero, sizeof zero) == 0);
+        /* A placement that is not 128-aligned is corrupt: the kernel faults at K0. */
+        init(GYRE_MAGIC, GYRE_ABI_VERSION, CAP, BATCH, 0);
+        ((gyre_placement *)(void *)(region + GYRE_PLACEMENT_OFFSET))->request_ring =
+            (uint64_t)(uintptr_t)apart + 64u;
+        CHECK(gyre_k0_validate(&r, region) == GYRE_ERR_BAD_GEOMETRY &&
+              cb->state == GYRE_STATE_FAULTED && cb->error_code == GYRE_ERR_BAD_GEOMETRY);
     }
 
     /* K1 transitions (gyre-cpu slow_tick). */

@@ -78,7 +78,8 @@ static inline GYRE_DEVICE_FN uint32_t gyre_link_fits(const gyre_ring *r,
     return n != 0 && GYRE_LOAD_ACQUIRE_U32(&c->magic) == GYRE_MAGIC &&
            GYRE_LOAD_ACQUIRE_U32(&c->abi_version) == GYRE_ABI_VERSION &&
            (uint64_t)GYRE_LOAD_ACQUIRE_U32(&c->capacity) == r->mask + 1u &&
-           GYRE_LOAD_ACQUIRE_U32(&c->slot_size) == r->slot_size;
+           GYRE_LOAD_ACQUIRE_U32(&c->slot_size) == r->slot_size &&
+           gyre_ring_aligned(gyre_request_ring(n));
 }
 
 /** K0 of a FAN_OUT stage: a sane route (2..8 branches, a known mode, a key inside the

@@ -176,6 +176,12 @@ gyre_request_ring(GYRE_GLOBAL unsigned char *region) {
     return at != 0u ? (GYRE_GLOBAL unsigned char *)at : region + GYRE_RINGS_OFFSET;
 }
 
+/** Whether a ring's first slot is 128-byte aligned, as every slot must be (a placement
+ *  line that says otherwise is corrupt: BAD_GEOMETRY). */
+static inline GYRE_DEVICE_FN uint32_t gyre_ring_aligned(GYRE_GLOBAL unsigned char *ring) {
+    return ((uint64_t)ring & 127u) == 0u ? 1u : 0u;
+}
+
 /** The reply ring of `region` (always inline: the host reads it). */
 static inline GYRE_DEVICE_FN GYRE_GLOBAL unsigned char *
 gyre_reply_ring_of(GYRE_GLOBAL unsigned char *region, uint64_t mask, uint32_t slot_size) {
@@ -258,6 +264,9 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k0_validate(gyre_ring *r,
     r->mask = (uint64_t)cap - 1u;
     r->request_ring = gyre_request_ring(region);
     r->reply_ring = gyre_reply_ring_of(region, r->mask, slot);
+    if (!gyre_ring_aligned(r->request_ring)) {
+        return gyre_fault(cb, GYRE_ERR_BAD_GEOMETRY);
+    }
     r->reply_release = &cb->k2h_tail;
     r->reply_publish = &cb->k2h_head;
     r->next_cb = 0;

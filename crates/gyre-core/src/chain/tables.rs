@@ -98,7 +98,7 @@ impl LinkTables {
         if mem.len() < need {
             return Err(Error::Alloc {
                 size: need,
-                align: ENTRY_BYTES,
+                align: 128,
             });
         }
         Ok(Self { mem, entries })
@@ -113,8 +113,9 @@ impl LinkTables {
     fn route(&self, entry: usize) -> Option<&RouteTable> {
         (entry < self.entries).then(|| {
             debug_assert!((entry + 1) * ENTRY_BYTES <= self.mem.len());
-            // SAFETY: in bounds (entry < entries and the invariant); 128-aligned (a
-            // 128-aligned base plus a multiple of 320; RouteTable needs 64); memory that
+            // SAFETY: in bounds (entry < entries and the invariant); 64-aligned, as
+            // RouteTable needs (a 128-aligned base plus a multiple of 320, itself a
+            // multiple of 64); memory that
             // was zeroed, and all-zero is a valid RouteTable; shared with kernels only
             // through its atomics, and alive as long as `self`.
             unsafe {
