@@ -238,10 +238,21 @@ fn a_chain_across_two_gpus_answers_in_order() {
         );
         return;
     }
+    // What a ring in the other GPU's memory needs: peer access, native atomics, unified
+    // addressing and one major compute capability.
+    let dev = |i: usize| gyre_cuda::CudaBackend::check_device(i).map(|c| c.device);
+    let alike = match (dev(0), dev(1)) {
+        (Ok(a), Ok(b)) => {
+            a.unified_addressing
+                && b.unified_addressing
+                && a.compute_capability.0 == b.compute_capability.0
+        }
+        _ => false,
+    };
     let peer = |from: usize, to: usize| match gyre_cuda::p2p::link(from, to) {
         Ok(l) => {
             eprintln!("peer link {from} -> {to}: {l:?}");
-            l.can_access_peer
+            l.can_access_peer && l.access_supported && l.native_atomics && alike
         }
         Err(e) => {
             eprintln!("peer link {from} -> {to}: {e}");
@@ -264,7 +275,7 @@ fn a_chain_across_two_gpus_answers_in_order() {
     };
     // Stage 1's ring (on GPU 1, written by GPU 0) and stage 2's (on GPU 0, written by
     // GPU 1) live in their reader's device memory where the writer's device has peer
-    // access to it, else in portable mapped pinned memory.
+    // access to it with native atomics (NVLink), else in portable mapped pinned memory.
     let rings = p.stage_request_rings();
     eprintln!("request rings apart: {rings:?}");
     assert_eq!(

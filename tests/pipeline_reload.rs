@@ -363,3 +363,91 @@ fn a_reload_racing_a_shutdown_ends_cleanly() {
         );
     }
 }
+
+/// Lets a handler block until the test opens it.
+#[derive(Default)]
+struct Gate {
+    open: std::sync::Mutex<bool>,
+    cv: std::sync::Condvar,
+}
+
+impl Gate {
+    fn wait(&self) {
+        let mut open = self.open.lock().expect("gate");
+        while !*open {
+            open = self.cv.wait(open).expect("gate");
+        }
+    }
+    fn open(&self) {
+        *self.open.lock().expect("gate") = true;
+        self.cv.notify_all();
+    }
+}
+
+/// A handler that blocks on `gate` for request 99 and answers `x + 1` otherwise.
+fn stuck_on_99(gate: &Arc<Gate>) -> KernelSpec<u64, u64> {
+    let g = gate.clone();
+    KernelSpec::from_fn("stuck", move |x: u64| {
+        if x == 99 {
+            g.wait();
+        }
+        x + 1
+    })
+    .capacity(16)
+    .watchdog(Duration::from_millis(200))
+}
+
+/// The watchdog fires while a reload waits for a stuck handler to reach its batch
+/// boundary (R2): the reload fails with the verdict, and the `TERMINATE` the watchdog
+/// wrote stays (the command the reload held back must not overwrite it), so the
+/// detached kernel stops once its handler returns. For a lone kernel and for the first
+/// stage of a chain.
+#[test]
+fn a_reload_that_meets_the_watchdog_leaves_its_terminate() {
+    let rt = rt();
+    let terminate = gyre_abi::command::TERMINATE;
+    // A lone kernel.
+    let gate = Arc::new(Gate::default());
+    let k = rt.launch(stuck_on_99(&gate)).expect("launch");
+    assert_eq!(k.call_blocking(1).expect("call"), 2);
+    let stuck = {
+        let k = k.clone();
+        std::thread::spawn(move || k.call_blocking(99))
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    let r = k.reload_blocking(stuck_on_99(&gate));
+    assert!(matches!(r, Err(Error::Unresponsive { .. })), "{r:?}");
+    let cmd = k.raw_channel().region().control().command.load(Relaxed);
+    assert_eq!(cmd, terminate, "the watchdog's TERMINATE was overwritten");
+    gate.open();
+    let _ = stuck.join().expect("caller"); // failed by the verdict, or answered at last
+    eventually("the released kernel to stop", || {
+        matches!(k.state(), KernelState::Terminated { .. })
+    });
+    // The first stage of a chain (its command held by the head's lifecycle).
+    let gate = Arc::new(Gate::default());
+    let p = rt
+        .launch_pipeline(
+            PipelineSpec::new("p", stuck_on_99(&gate))
+                .then(KernelSpec::<u64, u64>::echo().capacity(16)),
+        )
+        .expect("launch");
+    assert_eq!(p.call_blocking(1).expect("call"), 2);
+    let stuck = {
+        let p = p.clone();
+        std::thread::spawn(move || p.call_blocking(99))
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    let r = p.reload_stage_blocking(0, stuck_on_99(&gate));
+    assert!(matches!(r, Err(Error::Unresponsive { .. })), "{r:?}");
+    let cmd = p
+        .kernel()
+        .raw_channel()
+        .region()
+        .control()
+        .command
+        .load(Relaxed);
+    assert_eq!(cmd, terminate, "the watchdog's TERMINATE was overwritten");
+    gate.open();
+    let _ = stuck.join().expect("caller"); // failed by the verdict, or answered at last
+}

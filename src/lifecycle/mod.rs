@@ -148,7 +148,7 @@ impl HeadHold<'_> {
         let life = self.life;
         life.cmds.hand_to_successor(|c| {
             life.ch.region().control().generation.fetch_add(1, AcqRel);
-            life.ch.command(life.successor_command(c));
+            life.write_successor_command(c);
         });
         self.handed = true;
     }
@@ -488,21 +488,28 @@ impl Lifecycle {
         }
     }
 
-    /// The command a successor gets for the user's last command `c`: `TERMINATE` once the
-    /// watchdog declared the kernel unresponsive (its own `TERMINATE` bypasses the
-    /// command gate, so the user's held command would overwrite it), else `c`.
-    fn successor_command(&self, c: u32) -> u32 {
+    /// Writes the command held for the kernel, the user's last `c` (R4, or when a
+    /// handover ends early): `TERMINATE` instead once the watchdog declared the kernel
+    /// unresponsive. The watchdog writes its own `TERMINATE` past the command gate
+    /// (`Channel::mark_unresponsive`), so `c` must never land after it: written, a
+    /// fence, then the verdict looked for again, while the watchdog fences between its
+    /// verdict and its command. Either this sees the verdict, or its command comes last.
+    fn write_successor_command(&self, c: u32) {
         if self.ch.unresponsive().is_some() {
-            command::TERMINATE
-        } else {
-            c
+            self.ch.command(command::TERMINATE);
+            return;
+        }
+        self.ch.command(c);
+        core::sync::atomic::fence(SeqCst);
+        if self.ch.unresponsive().is_some() {
+            self.ch.command(command::TERMINATE);
         }
     }
 
     /// Ends the hold on commands of a handover that stops early: the user's command goes
     /// in (over `HANDOVER`, which the kernel may never read).
     fn release_commands(&self) {
-        self.cmds.abandon(|c| self.ch.command(c));
+        self.cmds.abandon(|c| self.write_successor_command(c));
     }
 
     /// R4..R6 for one launch: the user's command and the next generation into line 0,
@@ -512,11 +519,15 @@ impl Lifecycle {
             let cb = self.ch.region().control();
             cb.epoch_us.store(self.epoch_us, Release);
             cb.generation.fetch_add(1, AcqRel);
-            self.ch.command(self.successor_command(c));
+            self.write_successor_command(c);
         });
+        // The generation counts launches: one that fails takes its count back.
+        let uncount = || {
+            self.ch.region().control().generation.fetch_sub(1, AcqRel);
+        };
         if let Some(t) = &self.transfer {
             // Synchronous: the successor must not read the old command.
-            t.bridge().push()?;
+            t.bridge().push().inspect_err(|_| uncount())?;
         }
         // The export file's telemetry line keeps one writer: a successor writes it only
         // if its predecessor did (the publisher stops copying while one does, and a
@@ -529,6 +540,7 @@ impl Lifecycle {
             Place::Shared(r) => self.imp.launch(r.clone(), &spec),
             Place::Resident(m) => self.imp.launch_resident(m.clone(), &spec),
         }
+        .inspect_err(|_| uncount())
     }
 
     fn install(&self, inst: Box<dyn KernelInstance>, spec: LaunchSpec) {

@@ -110,8 +110,10 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
     /// stage that writes into it (a GPU stage followed by a CPU stage: the CPU stage's
     /// region is the GPU backend's mapped pinned memory, which the host addresses too);
     /// when none will do, the launch is refused. Between two GPUs that is mapped pinned
-    /// host memory, which both reach over PCIe (no peer-to-peer access is needed, and
-    /// none is used: `docs/pipelines.md`). A fan-out may cross devices too: the fanning
+    /// host memory, which both reach over their buses; the request ring itself goes into
+    /// the reading GPU's memory where the writing GPU has peer access to it with native
+    /// peer-to-peer atomics (NVLink), else it stays in that host memory
+    /// (`docs/pipelines.md`, "Peer-to-peer"). A fan-out may cross devices too: the fanning
     /// stage writes each branch's ring with loads and stores. The branches feeding one
     /// join (or the head's replies, by id) advance its ring by compare-and-swap, so they
     /// run on one device, or on backends whose atomics are atomic with the host's
@@ -188,7 +190,7 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
                 if m != 0 {
                     // An inner ring (not the head's: the host writes that one).
                     let bytes = checked[m].geometry.ring_bytes();
-                    if let Some(ring) = inner_ring(&imps, m, &place.users, bytes)? {
+                    if let Some(ring) = inner_ring(&imps, m, &place.users, bytes) {
                         region.place_request_ring(ring)?;
                     }
                 }

@@ -610,9 +610,11 @@ impl<Req, Resp> Pipeline<Req, Resp> {
     /// address its kernels use) for an inner ring placed apart from the stage's region,
     /// in memory only the kernels touch (device memory on CUDA; a host allocation of its
     /// own on the CPU backend), `None` for a ring inline in the region. The first stage's
-    /// ring, which the host writes, is always inline; so is every ring that a stage on
-    /// another backend (or another runtime) writes, and every ring on OpenCL
-    /// (`docs/pipelines.md`, "How the rings are placed").
+    /// ring, which the host writes, is always inline; so is every ring on OpenCL, and
+    /// every ring a stage of another backend instance writes, unless that one can write
+    /// the reader's memory (another runtime of the same GPU; another GPU with peer access
+    /// and native peer-to-peer atomics: `docs/pipelines.md`, "How the rings are placed",
+    /// "Peer-to-peer").
     ///
     /// # Examples
     ///

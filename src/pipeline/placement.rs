@@ -14,34 +14,41 @@ use super::graph::Plan;
 /// rings ([`gyre_core::Backend::alloc_kernel_ring`]: CUDA device memory) when every
 /// writer runs on that backend, or can write it there
 /// ([`gyre_core::Backend::enable_peer_writes`]: another GPU through a peer mapping).
-/// `None`: the ring stays inline, in the region's memory, which every user addresses.
-///
-/// # Errors
-///
-/// An allocation's or the peer query's.
+/// `None`: the ring stays inline, in the region's memory, which every user addresses
+/// (also when the memory apart or a peer mapping could not be had: logged, since the
+/// inline ring serves too, only slower).
 pub(super) fn inner_ring(
     imps: &[&Arc<dyn gyre_core::Backend>],
     m: usize,
     users: &[usize],
     bytes: usize,
-) -> Result<Option<Box<dyn gyre_core::region::RingMemory>>> {
+) -> Option<Box<dyn gyre_core::region::RingMemory>> {
     let reader = imps[m];
     let ring = match reader.alloc_kernel_ring(bytes) {
         Ok(Some(ring)) => ring,
-        Ok(None) => return Ok(None),
+        Ok(None) => return None,
         Err(e) => {
             // The inline ring works too, only slower: a device short of memory for the
             // ring still runs the chain.
             tracing::warn!(stage = m, error = %e, "no memory apart for an inner ring: it stays in its region");
-            return Ok(None);
+            return None;
         }
     };
     for &w in users.iter().filter(|&&w| w != m) {
-        if !same(imps[w], reader) && !imps[w].enable_peer_writes(&**reader)? {
-            return Ok(None);
+        if same(imps[w], reader) {
+            continue;
+        }
+        match imps[w].enable_peer_writes(&**reader) {
+            Ok(true) => {}
+            Ok(false) => return None,
+            Err(e) => {
+                // As above: the inline ring serves where a peer mapping does not.
+                tracing::warn!(stage = m, writer = w, error = %e, "no peer mapping for an inner ring: it stays in its region");
+                return None;
+            }
         }
     }
-    Ok(Some(ring))
+    Some(ring)
 }
 
 /// Whether two backends are one (the same instance).
@@ -180,10 +187,19 @@ mod tests {
     use gyre_core::{Error, KernelInstance, LaunchSpec};
 
     /// A backend that keeps kernel rings (host memory) when `rings`, and whose kernels
-    /// write the rings of another `Fake` of the same `group` (a peer mapping).
+    /// write the rings of another `Fake` of the same `group` (a peer mapping); group 0
+    /// fails both (an allocation or a peer query that errs).
     struct Fake {
         group: u32,
         rings: bool,
+    }
+
+    fn broken() -> Error {
+        Error::InvalidArgument {
+            name: "fake",
+            value: "group 0".into(),
+            reason: "fails on purpose",
+        }
     }
 
     impl gyre_core::Backend for Fake {
@@ -198,6 +214,9 @@ mod tests {
             })
         }
         fn alloc_kernel_ring(&self, bytes: usize) -> Result<Option<Box<dyn RingMemory>>> {
+            if self.group == 0 {
+                return Err(broken());
+            }
             Ok(if self.rings {
                 Some(Box::new(HostMemory::zeroed(bytes)?))
             } else {
@@ -205,6 +224,9 @@ mod tests {
             })
         }
         fn enable_peer_writes(&self, owner: &dyn gyre_core::Backend) -> Result<bool> {
+            if self.group == 0 {
+                return Err(broken());
+            }
             Ok(owner
                 .as_any()
                 .and_then(|a| a.downcast_ref::<Fake>())
@@ -228,9 +250,7 @@ mod tests {
             (fake(1, true), fake(1, true), fake(2, true), fake(1, false));
         let cpu: Arc<dyn gyre_core::Backend> = Arc::new(gyre_cpu::CpuBackend::new());
         let apart = |imps: &[&Arc<dyn gyre_core::Backend>], users: &[usize]| {
-            inner_ring(imps, 1, users, 1024)
-                .expect("placement")
-                .map(|r| r.len())
+            inner_ring(imps, 1, users, 1024).map(|r| r.len())
         };
         // Reader 1; writer 0.
         assert_eq!(apart(&[&a, &a], &[1, 0]), Some(1024), "one backend");
@@ -241,6 +261,10 @@ mod tests {
         // A join read by 1, written by 0, 2 and 3: one writer that cannot keeps it inline.
         assert_eq!(apart(&[&a, &a, &a_peer, &a], &[1, 0, 2, 3]), Some(1024));
         assert_eq!(apart(&[&a, &a, &a_peer, &stranger], &[1, 0, 2, 3]), None);
+        // Errors leave the ring inline (logged): the allocation's, a peer query's.
+        let failing = fake(0, true);
+        assert_eq!(apart(&[&a, &failing], &[1, 0]), None, "no memory apart");
+        assert_eq!(apart(&[&failing, &a], &[1, 0]), None, "no peer mapping");
         // The CPU backend keeps them for its own stages.
         assert_eq!(apart(&[&cpu, &cpu], &[1, 0]), Some(1024));
     }

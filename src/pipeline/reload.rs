@@ -374,16 +374,8 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
                 reason: "a stage it feeds stopped for good during the reload".into(),
             });
         }
-        // R4: the successor's command and generation. It writes the export line itself
-        // only if its predecessor did (`Lifecycle::launch_successor`'s rule: the
-        // publisher copies the line while no launch writes it).
+        // R4: the successor's command and generation.
         cmds.hand_to_successor(cb);
-        let mut next = next;
-        let mut previous = previous;
-        if !old.writes_export_telemetry() {
-            next.export = None;
-            previous.export = None;
-        }
         // R6, counted before the launch: the successor may answer before it returns.
         let counters = self.counters.get(k);
         if let Some(c) = counters {

@@ -115,6 +115,11 @@ impl Running {
     /// (and `spec`, for the successors after it) under the stage's slot lock, so
     /// [`Running::is_finished`] never sees the predecessor's end with the successor's
     /// state. The caller holds the stage's handover lock and joined the predecessor.
+    ///
+    /// The export file's telemetry line keeps one writer, as for a lone kernel
+    /// (`Lifecycle::launch_successor`): the successor writes it only if its predecessor
+    /// did (a CUDA head stage registers the file; the publisher copies the line while no
+    /// launch writes it).
     pub(crate) fn launch_successor(
         &self,
         k: usize,
@@ -133,7 +138,11 @@ impl Running {
             });
         };
         let mut slot = slot.write();
-        let inst = imp.launch(region.clone(), spec)?;
+        let mut run = spec.clone();
+        if !slot.writes_export_telemetry() {
+            run.export = None;
+        }
+        let inst = imp.launch(region.clone(), &run)?;
         *slot = Arc::from(inst);
         *launched.lock() = spec.clone();
         Ok(())

@@ -172,8 +172,8 @@ pub trait Backend: Send + Sync {
     /// [`Backend::alloc_kernel_ring`] gives: a pipeline's inner ring read by a stage on
     /// `owner` and written by one here (a GPU writing the next GPU's ring through a peer
     /// mapping, `cuCtxEnablePeerAccess`). `Ok(true)` when they can from now on, for as
-    /// long as both backends live; `Ok(false)` when they cannot, and the ring then stays
-    /// inline in its region, in memory both reach. The default: they cannot.
+    /// long as both devices' contexts live; `Ok(false)` when they cannot, and the ring
+    /// then stays inline in its region, in memory both reach. The default: they cannot.
     ///
     /// # Errors
     ///

@@ -104,8 +104,10 @@ unsafe impl RegionMemory for HostMemory {
 /// # Safety
 ///
 /// Implementors guarantee that `device_address()` is the address at which the backend's
-/// kernels reach `len()` bytes, non-zero and aligned to at least 128 bytes, zeroed when
-/// the value was created and valid (not moved, not freed) until the value is dropped;
+/// kernels (and those of backends granted peer access to it,
+/// [`crate::Backend::enable_peer_writes`]) reach `len()` bytes, non-zero and aligned to
+/// at least 128 bytes, zeroed when the value was created and valid (not moved, not
+/// freed) until the value is dropped;
 /// and that `host()`, when it is `Some`, points to those same bytes, readable and
 /// writable by the host, aligned to at least 128 bytes.
 pub unsafe trait RingMemory: Send + Sync + 'static {

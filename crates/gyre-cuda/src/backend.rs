@@ -398,6 +398,33 @@ fn to_core(kernel: &str, e: Error) -> gyre_core::Error {
     }
 }
 
+/// Why a ring in `owner`'s memory cannot be written from `writer` (two distinct
+/// devices), or `None` when it can: peer access (`cuDeviceCanAccessPeer`, the access
+/// attribute), native peer-to-peer atomics (see `enable_peer_writes`), unified addressing
+/// on both (one pointer value in both contexts) and one major compute capability (the
+/// driver's condition for peer access).
+fn peer_ring_link(
+    writer: &crate::probe::DeviceInfo,
+    owner: &crate::probe::DeviceInfo,
+) -> Result<Option<&'static str>> {
+    let ordinal = |d: &crate::probe::DeviceInfo| usize::try_from(d.ordinal).unwrap_or(0);
+    let link = crate::p2p::link(ordinal(writer), ordinal(owner))?;
+    Ok(if !(link.can_access_peer && link.access_supported) {
+        Some("no peer access between them")
+    } else if !link.native_atomics {
+        Some(
+            "no native peer-to-peer atomics (a PCIe link): loads and stores of one GPU's \
+             memory by two GPUs are not atomic",
+        )
+    } else if !(writer.unified_addressing && owner.unified_addressing) {
+        Some("no unified addressing")
+    } else if writer.compute_capability.0 != owner.compute_capability.0 {
+        Some("different major compute capabilities")
+    } else {
+        None
+    })
+}
+
 impl gyre_core::Backend for CudaBackend {
     fn name(&self) -> &'static str {
         "cuda"
@@ -427,20 +454,40 @@ impl gyre_core::Backend for CudaBackend {
     }
 
     /// Another CUDA backend's device: enables peer access from this device's context to
-    /// that one's (`cuCtxEnablePeerAccess`), where `cuDeviceCanAccessPeer` allows it (the
-    /// same device: nothing to enable). Any other backend: no.
+    /// that one's (`cuCtxEnablePeerAccess`) where the link allows what a ring needs (the
+    /// same device: nothing to enable; one context per device). Any other backend: no.
+    ///
+    /// What a ring needs of the link (`peer_ring_link`): peer access, and native
+    /// peer-to-peer atomics. The CUDA memory model makes even a naturally aligned load or
+    /// store of an object in one GPU's memory atomic, while threads of two GPUs access
+    /// it, only where `CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED` holds between
+    /// them (NVLink; not PCIe peer-to-peer): the writer's `sequence` release and the
+    /// reader's polling of it are such accesses. Elsewhere the ring stays in mapped pinned
+    /// memory, where aligned loads and stores are atomic on any device.
     fn enable_peer_writes(&self, owner: &dyn gyre_core::Backend) -> gyre_core::Result<bool> {
         let Some(owner) = owner.as_any().and_then(|a| a.downcast_ref::<CudaBackend>()) else {
             return Ok(false);
         };
-        let (me, them) = (self.info.device.ordinal, owner.info.device.ordinal);
+        let (me, them) = (&self.info.device, &owner.info.device);
+        if me.ordinal != them.ordinal {
+            let why = peer_ring_link(me, them).map_err(|e| to_core("(peer link)", e))?;
+            if let Some(why) = why {
+                tracing::info!(
+                    from = me.ordinal,
+                    to = them.ordinal,
+                    why,
+                    "an inner ring between these GPUs stays in mapped pinned memory"
+                );
+                return Ok(false);
+            }
+        }
         self.context()
             .and_then(|mine| {
                 let theirs = owner.context()?;
                 let ok = mine.enable_peer_access(&theirs)?;
                 tracing::info!(
-                    from = me,
-                    to = them,
+                    from = me.ordinal,
+                    to = them.ordinal,
                     enabled = ok,
                     "peer access for a pipeline's inner ring"
                 );

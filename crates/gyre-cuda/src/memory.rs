@@ -151,8 +151,10 @@ impl<T: DeviceRepr> DeviceBuffer<T> {
 }
 
 // SAFETY: `zeroed` returns zeroed device memory of `len` bytes from `cuMemAlloc`, whose
-// addresses are non-zero and aligned to at least 256 bytes, freed only on drop (deferred
-// while ring kernels run: `Context::release`); the host does not address it (no view).
+// addresses are non-zero and aligned to at least 256 bytes, freed only on drop. As a
+// ring it is owned by a `SharedRegion`, which every kernel reading or writing the ring
+// holds until it finished (its own launch's `keep`; a writer's link, on this device or
+// a peer), so no kernel outlives it. The host does not address it (no view).
 unsafe impl gyre_core::region::RingMemory for DeviceBuffer<u8> {
     fn device_address(&self) -> u64 {
         self.ptr

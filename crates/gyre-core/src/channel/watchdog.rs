@@ -19,7 +19,7 @@
 //! unresponsive when any stage that has not stopped showed no sign of life for longer
 //! than the bound (a later stage's hung handler holds the whole chain).
 
-use core::sync::atomic::Ordering::{AcqRel, Acquire};
+use core::sync::atomic::Ordering::{AcqRel, Acquire, SeqCst};
 use std::time::{Duration, Instant};
 
 use gyre_abi::{command, state};
@@ -149,6 +149,10 @@ impl Channel {
             .stopped
             .compare_exchange(0, UNRESPONSIVE, AcqRel, Acquire);
         self.close();
+        // Between the verdict (above) and the command: a handover that writes its
+        // successor's command, then looks for the verdict, either sees it or is followed
+        // by this TERMINATE (`Lifecycle::write_successor_command` has the other fence).
+        core::sync::atomic::fence(SeqCst);
         self.command(command::TERMINATE);
         self.wake_all();
     }
