@@ -181,11 +181,7 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
         stage: usize,
         spec: &KernelSpec<A, B>,
     ) -> Result<Next<Req, Resp>> {
-        let meta = self.meta.get(stage).ok_or_else(|| Error::InvalidArgument {
-            name: "pipeline stage",
-            value: stage.to_string(),
-            reason: "below Pipeline::stages()",
-        })?;
+        let meta = self.meta.get(stage).ok_or_else(|| no_stage(stage))?;
         let kernel = format!("{}.{stage}", self.kernel.name());
         let mismatch = |field, running: &str, reload: &str| Error::ReloadMismatch {
             kernel: kernel.clone(),
@@ -260,14 +256,14 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
     fn prepare(&self, stage: usize, next: &LaunchSpec) -> Result<()> {
         match self.meta.get(stage) {
             Some(m) => m.imp.prepare(next),
-            None => Ok(()),
+            None => Err(no_stage(stage)),
         }
     }
 
     /// R1–R6 on stage `k`, with its handover lock held.
     fn hand_over(&self, k: usize, next: LaunchSpec) -> Result<()> {
         let (Some(meta), Some(region)) = (self.meta.get(k), self.running.region(k).cloned()) else {
-            return Ok(());
+            return Err(no_stage(k));
         };
         let name = format!("{}.{k}", self.kernel.name());
         let _span = tracing::info_span!("gyre_reload_stage", stage = %name).entered();
@@ -334,7 +330,7 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
             self.running.region(k),
             self.running.launched(k),
         ) else {
-            return Ok(());
+            return Err(no_stage(k));
         };
         let cb = region.control();
         // R2: wait until it handed over (by itself too: an epoch's end, a fault under a
@@ -426,6 +422,15 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
                 gyre_abi::error::name(code)
             ),
         }
+    }
+}
+
+/// A stage index beyond the chain (checked before any reload starts; kept typed).
+fn no_stage(k: usize) -> Error {
+    Error::InvalidArgument {
+        name: "pipeline stage",
+        value: k.to_string(),
+        reason: "below Pipeline::stages()",
     }
 }
 
