@@ -164,7 +164,18 @@ impl Drop for HeadHold<'_> {
     }
 }
 
-/// Relaunches counted outside a [`Lifecycle`] (a pipeline stage's).
+/// A relaunch counted before its launch, to take back if the launch fails.
+#[derive(Clone, Copy)]
+struct Counted {
+    why: Why,
+    /// The last relaunch's and last restart's times before this one.
+    relaunch_ms: u64,
+    restart_ms: Option<u64>,
+}
+
+/// Relaunches counted outside a [`Lifecycle`] (a pipeline stage's): times written
+/// before the counts, counts with release (`RelaunchCounters::count`), so a reader that
+/// loads a count with acquire sees the times that go with it.
 #[derive(Debug, Default)]
 pub(crate) struct RelaunchCounters {
     /// Reloads of the stage's handler (`Pipeline::reload_stage`), since launch.
@@ -177,6 +188,57 @@ pub(crate) struct RelaunchCounters {
     pub(crate) last_restart_ms: AtomicU64,
     /// Wall time (Unix ms) of the last relaunch of either kind; 0 before any.
     pub(crate) last_relaunch_ms: AtomicU64,
+}
+
+/// Which count of [`RelaunchCounters`] a relaunch goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StageRelaunch {
+    Reload,
+    Epoch,
+    Restart,
+}
+
+/// A stage relaunch counted before its launch ([`RelaunchCounters::count`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StageCounted {
+    which: StageRelaunch,
+    relaunch_ms: u64,
+    restart_ms: Option<u64>,
+}
+
+impl RelaunchCounters {
+    fn counter(&self, which: StageRelaunch) -> &AtomicU64 {
+        match which {
+            StageRelaunch::Reload => &self.reloads,
+            StageRelaunch::Epoch => &self.epochs,
+            StageRelaunch::Restart => &self.restarts,
+        }
+    }
+
+    /// Counts a relaunch before its launch (the successor may answer before the launch
+    /// returns): the times first, then the count with release, so a reader that loads
+    /// the counts first with acquire sees the times that go with them.
+    pub(crate) fn count(&self, which: StageRelaunch) -> StageCounted {
+        let now = gyre_core::shm::unix_ms();
+        let relaunch_ms = self.last_relaunch_ms.swap(now, Relaxed);
+        let restart_ms =
+            (which == StageRelaunch::Restart).then(|| self.last_restart_ms.swap(now, Relaxed));
+        self.counter(which).fetch_add(1, Release);
+        StageCounted {
+            which,
+            relaunch_ms,
+            restart_ms,
+        }
+    }
+
+    /// Takes back a relaunch whose launch failed.
+    pub(crate) fn uncount(&self, c: StageCounted) {
+        self.counter(c.which).fetch_sub(1, AcqRel);
+        self.last_relaunch_ms.store(c.relaunch_ms, Relaxed);
+        if let Some(ms) = c.restart_ms {
+            self.last_restart_ms.store(ms, Relaxed);
+        }
+    }
 }
 
 impl Lifecycle {
@@ -246,15 +308,22 @@ impl Lifecycle {
     }
 
     /// The counters of [`Relaunches`].
+    ///
+    /// The counts are loaded first, with acquire: the generation and the times loaded
+    /// after them are at least those of the relaunches counted (see
+    /// [`Lifecycle::launch_successor`]).
     pub(crate) fn relaunches(&self) -> Relaunches {
+        let also = |f: fn(&RelaunchCounters) -> &AtomicU64| {
+            self.also.get().map_or(0, |(c, _)| f(c).load(Acquire))
+        };
+        let reloads = self.reloads.load(Acquire) + also(|c| &c.reloads);
+        let epochs = self.epochs.load(Acquire) + also(|c| &c.epochs);
+        let restarts = self.restarts.load(Acquire) + also(|c| &c.restarts);
         Relaunches {
             generation: self.ch.region().control().generation.load(Acquire),
-            reloads: self.reloads.load(Relaxed)
-                + self.also.get().map_or(0, |(c, _)| c.reloads.load(Relaxed)),
-            epochs: self.epochs.load(Relaxed)
-                + self.also.get().map_or(0, |(c, _)| c.epochs.load(Relaxed)),
-            restarts: self.restarts.load(Relaxed)
-                + self.also.get().map_or(0, |(c, _)| c.restarts.load(Relaxed)),
+            reloads,
+            epochs,
+            restarts,
         }
     }
 
@@ -418,22 +487,13 @@ impl Lifecycle {
             // successor's K0 replaced the faulted state, would make that state final.
             self.restarts_in_window.fetch_add(1, SeqCst);
         }
-        let counter = match why {
-            Why::Reload => &self.reloads,
-            Why::Epoch => &self.epochs,
-            Why::Restart => &self.restarts,
-        };
-        // Counted before the launch, and taken back if it fails: the successor may
-        // answer before `launch` returns, and whoever saw its answer must see it counted
-        // (the count happens before the launch, which happens before the answer).
-        counter.fetch_add(1, Relaxed);
-        // R4..R6: the successor's command and generation, pushed, then the launch.
-        let inst = match self.launch_successor(&spec) {
+        // R4..R6: the successor's command and generation, pushed, then the launch, counted
+        // in between (`launch_successor`).
+        let inst = match self.launch_successor(&spec, Some(why)) {
             Ok(i) => i,
             Err(e) if why == Why::Reload => {
-                counter.fetch_sub(1, Relaxed);
                 tracing::warn!(kernel = %self.ch.name(), error = %e, "the reloaded handler did not launch: relaunching the previous one");
-                match self.launch_successor(&previous) {
+                match self.launch_successor(&previous, None) {
                     Ok(i) => {
                         self.install(i, previous);
                         return Err(e);
@@ -441,10 +501,7 @@ impl Lifecycle {
                     Err(e2) => return Err(self.lost(&e2)),
                 }
             }
-            Err(e) => {
-                counter.fetch_sub(1, Relaxed);
-                return Err(self.lost(&e));
-            }
+            Err(e) => return Err(self.lost(&e)),
         };
         self.install(inst, spec);
         if why == Why::Restart {
@@ -452,11 +509,6 @@ impl Lifecycle {
             // handover or a reload is no fault, and must not keep the count from
             // starting over.
             *self.last_launch.lock() = Instant::now();
-        }
-        let now = gyre_core::shm::unix_ms();
-        self.last_relaunch_ms.store(now, Relaxed);
-        if why == Why::Restart {
-            self.last_restart_ms.store(now, Relaxed);
         }
         tracing::info!(
             generation = self.ch.region().control().generation.load(Acquire),
@@ -514,7 +566,19 @@ impl Lifecycle {
 
     /// R4..R6 for one launch: the user's command and the next generation into line 0,
     /// line 0 pushed to the device (copy strategies), then the launch on the region.
-    fn launch_successor(&self, spec: &LaunchSpec) -> Result<Box<dyn KernelInstance>> {
+    ///
+    /// `count`: the relaunch this launch is counted as ([`Relaunches`]), or `None` (a
+    /// reload's fallback to the previous handler). It is counted after the generation and
+    /// before the launch: the successor may answer before `launch` returns, and whoever
+    /// saw its answer must see it counted; the times are written before the count, which
+    /// is published with release, so a reader that loads the counts first (with acquire,
+    /// [`Lifecycle::relaunches`]) sees the generation and the times that go with them. A
+    /// launch that fails takes its count, times and generation back.
+    fn launch_successor(
+        &self,
+        spec: &LaunchSpec,
+        count: Option<Why>,
+    ) -> Result<Box<dyn KernelInstance>> {
         self.cmds.hand_to_successor(|c| {
             let cb = self.ch.region().control();
             cb.epoch_us.store(self.epoch_us, Release);
@@ -522,12 +586,12 @@ impl Lifecycle {
             self.write_successor_command(c);
         });
         // The generation counts launches: one that fails takes its count back.
-        let uncount = || {
+        let ungenerate = || {
             self.ch.region().control().generation.fetch_sub(1, AcqRel);
         };
         if let Some(t) = &self.transfer {
             // Synchronous: the successor must not read the old command.
-            t.bridge().push().inspect_err(|_| uncount())?;
+            t.bridge().push().inspect_err(|_| ungenerate())?;
         }
         // The export file's telemetry line keeps one writer: a successor writes it only
         // if its predecessor did (the publisher stops copying while one does, and a
@@ -536,11 +600,48 @@ impl Lifecycle {
         if !self.current().writes_export_telemetry() {
             spec.export = None;
         }
+        let counted = count.map(|why| self.count(why));
         match &self.place {
             Place::Shared(r) => self.imp.launch(r.clone(), &spec),
             Place::Resident(m) => self.imp.launch_resident(m.clone(), &spec),
         }
-        .inspect_err(|_| uncount())
+        .inspect_err(|_| {
+            if let Some(c) = counted {
+                self.uncount(c);
+            }
+            ungenerate();
+        })
+    }
+
+    /// Counts a relaunch for `why`: the times first, then the count with release.
+    /// Returns what [`Lifecycle::uncount`] needs to take it back.
+    fn count(&self, why: Why) -> Counted {
+        let now = gyre_core::shm::unix_ms();
+        let relaunch_ms = self.last_relaunch_ms.swap(now, Relaxed);
+        let restart_ms = (why == Why::Restart).then(|| self.last_restart_ms.swap(now, Relaxed));
+        self.counter(why).fetch_add(1, Release);
+        Counted {
+            why,
+            relaunch_ms,
+            restart_ms,
+        }
+    }
+
+    /// Takes back a relaunch counted for a launch that failed.
+    fn uncount(&self, c: Counted) {
+        self.counter(c.why).fetch_sub(1, AcqRel);
+        self.last_relaunch_ms.store(c.relaunch_ms, Relaxed);
+        if let Some(ms) = c.restart_ms {
+            self.last_restart_ms.store(ms, Relaxed);
+        }
+    }
+
+    fn counter(&self, why: Why) -> &AtomicU64 {
+        match why {
+            Why::Reload => &self.reloads,
+            Why::Epoch => &self.epochs,
+            Why::Restart => &self.restarts,
+        }
     }
 
     fn install(&self, inst: Box<dyn KernelInstance>, spec: LaunchSpec) {

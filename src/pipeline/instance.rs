@@ -1,7 +1,7 @@
 //! The running stages of a pipeline as one [`KernelInstance`], and the feed of a stage's
 //! telemetry export.
 
-use core::sync::atomic::Ordering::Relaxed;
+use core::sync::atomic::Ordering::{Acquire, Relaxed};
 use std::sync::Arc;
 
 use gyre_core::shm::{ExportSource, LifecycleSnapshot};
@@ -73,8 +73,10 @@ impl ExportSource for StageFeed {
     }
     fn lifecycle(&self) -> LifecycleSnapshot {
         let c = &self.0;
-        let (restarts, epochs) = (c.restarts.load(Relaxed), c.epochs.load(Relaxed));
-        let reloads = c.reloads.load(Relaxed);
+        // The counts first, with acquire: the times written before them come with them
+        // (`RelaunchCounters::count`).
+        let (restarts, epochs) = (c.restarts.load(Acquire), c.epochs.load(Acquire));
+        let reloads = c.reloads.load(Acquire);
         LifecycleSnapshot {
             generation: u32::try_from(
                 restarts

@@ -571,15 +571,21 @@ impl<Req, Resp> Pipeline<Req, Resp> {
             // A lone stage is the head kernel, relaunched by its lifecycle.
             return vec![self.kernel.inner().life.relaunches()];
         }
-        use core::sync::atomic::Ordering::{Acquire, Relaxed};
+        use core::sync::atomic::Ordering::Acquire;
         self.counters
             .iter()
             .zip(self.chain.regions())
-            .map(|(c, r)| crate::Relaunches {
-                generation: r.control().generation.load(Acquire),
-                reloads: c.reloads.load(Relaxed),
-                epochs: c.epochs.load(Relaxed),
-                restarts: c.restarts.load(Relaxed),
+            .map(|(c, r)| {
+                // The counts first: a relaunch is counted after its generation (with
+                // release), so the generation read after them is at least theirs.
+                let (reloads, epochs) = (c.reloads.load(Acquire), c.epochs.load(Acquire));
+                let restarts = c.restarts.load(Acquire);
+                crate::Relaunches {
+                    generation: r.control().generation.load(Acquire),
+                    reloads,
+                    epochs,
+                    restarts,
+                }
             })
             .collect()
     }

@@ -25,7 +25,7 @@
 //! launch spec.
 
 use core::any::TypeId;
-use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use core::sync::atomic::Ordering::{AcqRel, Acquire, Release};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,7 +34,7 @@ use gyre_abi::{command, state, ControlBlock};
 use gyre_core::{Error, LaunchSpec, Result};
 
 use super::Pipeline;
-use crate::lifecycle::{HeadHold, ReloadFuture};
+use crate::lifecycle::{HeadHold, ReloadFuture, StageRelaunch};
 use crate::spec::KernelSpec;
 
 /// What a reload of one stage checks and needs, fixed at launch.
@@ -374,14 +374,9 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
         cmds.hand_to_successor(cb);
         // R6, counted before the launch: the successor may answer before it returns.
         let counters = self.counters.get(k);
-        if let Some(c) = counters {
-            c.reloads.fetch_add(1, Relaxed);
-        }
+        let counted = counters.map(|c| c.count(StageRelaunch::Reload));
         match self.running.launch_successor(k, &*meta.imp, &next) {
             Ok(()) => {
-                if let Some(c) = counters {
-                    c.last_relaunch_ms.store(gyre_core::shm::unix_ms(), Relaxed);
-                }
                 tracing::info!(
                     generation = cb.generation.load(Acquire),
                     "pipeline stage reloaded"
@@ -389,8 +384,8 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
                 Ok(())
             }
             Err(e) => {
-                if let Some(c) = counters {
-                    c.reloads.fetch_sub(1, Relaxed);
+                if let (Some(c), Some(counted)) = (counters, counted) {
+                    c.uncount(counted);
                 }
                 tracing::warn!(stage = %name, error = %e, "the reloaded handler did not launch: relaunching the previous one");
                 match self.running.launch_successor(k, &*meta.imp, &previous) {

@@ -35,7 +35,7 @@
 //! the ones feeding it).
 
 use core::sync::atomic::AtomicBool;
-use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use core::sync::atomic::Ordering::{Acquire, Release};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -45,7 +45,7 @@ use gyre_core::chain::ChainView;
 use gyre_core::{Error, KernelInstance, LaunchSpec, Result, SharedRegion};
 use parking_lot::{Mutex, MutexGuard, RwLock};
 
-pub(crate) use crate::lifecycle::RelaunchCounters;
+pub(crate) use crate::lifecycle::{RelaunchCounters, StageRelaunch};
 use crate::RestartPolicy;
 
 /// How often the supervisor looks at the stages it relaunches: a quarter of the shortest
@@ -419,10 +419,10 @@ fn relaunch(
     if let Err(e) = old.join() {
         tracing::warn!(stage = %w.r.name, error = %e, "joining the stage that handed over");
     }
-    let counter = match why {
+    let which = match why {
         // Epochs end every few milliseconds: no warning each (the backend's launch logs
         // at info).
-        Why::Epoch => &w.r.counters.epochs,
+        Why::Epoch => StageRelaunch::Epoch,
         Why::Fault(code) => {
             tracing::warn!(
                 stage = %w.r.name,
@@ -430,7 +430,7 @@ fn relaunch(
                 name = gyre_abi::error::name(code),
                 "pipeline stage faulted: restarting it"
             );
-            &w.r.counters.restarts
+            StageRelaunch::Restart
         }
     };
     // The stage's launch spec (a reload's, if one replaced the handler).
@@ -439,21 +439,19 @@ fn relaunch(
     };
     // R4: the successor's generation (its command is whatever the chain left there).
     cb.generation.fetch_add(1, Release);
-    // R6: the successor, on the same region, continuing from h2k_tail.
-    // Counted before the launch: the successor may answer before `launch` returns.
-    counter.fetch_add(1, Relaxed);
+    // R6: the successor, on the same region, continuing from h2k_tail; counted before
+    // the launch (the successor may answer before `launch` returns), after the
+    // generation.
+    let counted = w.r.counters.count(which);
     match running.launch_successor(w.r.stage, &*w.r.imp, &launch) {
         Ok(()) => {
-            let now_ms = gyre_core::shm::unix_ms();
-            w.r.counters.last_relaunch_ms.store(now_ms, Relaxed);
             if why != Why::Epoch {
                 w.in_window += 1;
                 w.last_launch = Instant::now();
-                w.r.counters.last_restart_ms.store(now_ms, Relaxed);
             }
         }
         Err(e) => {
-            counter.fetch_sub(1, Relaxed);
+            w.r.counters.uncount(counted);
             cb.generation.fetch_sub(1, Release);
             tracing::error!(stage = %w.r.name, error = %e, "the stage's successor did not launch");
             give_up(w, running, old, chain, "its successor did not launch");
