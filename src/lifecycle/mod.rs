@@ -62,6 +62,15 @@ pub(crate) enum Why {
 }
 
 impl Why {
+    /// The count it goes to.
+    fn kind(self) -> RelaunchKind {
+        match self {
+            Why::Reload => RelaunchKind::Reload,
+            Why::Epoch => RelaunchKind::Epoch,
+            Why::Restart => RelaunchKind::Restart,
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             Why::Reload => "reload",
@@ -119,12 +128,8 @@ pub(crate) struct Lifecycle {
     /// Restarts since the policy's window last reset, and when the last launch was.
     restarts_in_window: AtomicU32,
     last_launch: Mutex<Instant>,
-    reloads: AtomicU64,
-    epochs: AtomicU64,
-    restarts: AtomicU64,
-    /// Wall time (Unix ms) of the last relaunch and of the last restart; 0 before any.
-    last_relaunch_ms: AtomicU64,
-    last_restart_ms: AtomicU64,
+    /// Relaunches by kind and their times ([`RelaunchCounters::count`]).
+    counts: RelaunchCounters,
     /// Set when the kernel's end was handled: no more relaunches.
     pub(crate) ended: AtomicBool,
     /// Relaunches made elsewhere that count as this kernel's: a pipeline's head stage,
@@ -164,21 +169,13 @@ impl Drop for HeadHold<'_> {
     }
 }
 
-/// A relaunch counted before its launch, to take back if the launch fails.
-#[derive(Clone, Copy)]
-struct Counted {
-    why: Why,
-    /// The last relaunch's and last restart's times before this one.
-    relaunch_ms: u64,
-    restart_ms: Option<u64>,
-}
-
-/// Relaunches counted outside a [`Lifecycle`] (a pipeline stage's): times written
-/// before the counts, counts with release (`RelaunchCounters::count`), so a reader that
-/// loads a count with acquire sees the times that go with it.
+/// Relaunches by kind, and their times: a [`Lifecycle`]'s own, and each pipeline
+/// stage's. Times are written before the counts, counts with release
+/// ([`RelaunchCounters::count`]), so a reader that loads a count with acquire sees the
+/// times that go with it.
 #[derive(Debug, Default)]
 pub(crate) struct RelaunchCounters {
-    /// Reloads of the stage's handler (`Pipeline::reload_stage`), since launch.
+    /// Handler reloads (`Kernel::reload`, `Pipeline::reload_stage`), since launch.
     pub(crate) reloads: AtomicU64,
     /// Restarts after a fault, since launch.
     pub(crate) restarts: AtomicU64,
@@ -192,39 +189,40 @@ pub(crate) struct RelaunchCounters {
 
 /// Which count of [`RelaunchCounters`] a relaunch goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum StageRelaunch {
+pub(crate) enum RelaunchKind {
     Reload,
     Epoch,
     Restart,
 }
 
-/// A stage relaunch counted before its launch ([`RelaunchCounters::count`]).
+/// A relaunch counted before its launch ([`RelaunchCounters::count`]), to take back if
+/// the launch fails: the last relaunch's and last restart's times before it.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct StageCounted {
-    which: StageRelaunch,
+pub(crate) struct CountedRelaunch {
+    which: RelaunchKind,
     relaunch_ms: u64,
     restart_ms: Option<u64>,
 }
 
 impl RelaunchCounters {
-    fn counter(&self, which: StageRelaunch) -> &AtomicU64 {
+    fn counter(&self, which: RelaunchKind) -> &AtomicU64 {
         match which {
-            StageRelaunch::Reload => &self.reloads,
-            StageRelaunch::Epoch => &self.epochs,
-            StageRelaunch::Restart => &self.restarts,
+            RelaunchKind::Reload => &self.reloads,
+            RelaunchKind::Epoch => &self.epochs,
+            RelaunchKind::Restart => &self.restarts,
         }
     }
 
     /// Counts a relaunch before its launch (the successor may answer before the launch
     /// returns): the times first, then the count with release, so a reader that loads
     /// the counts first with acquire sees the times that go with them.
-    pub(crate) fn count(&self, which: StageRelaunch) -> StageCounted {
+    pub(crate) fn count(&self, which: RelaunchKind) -> CountedRelaunch {
         let now = gyre_core::shm::unix_ms();
         let relaunch_ms = self.last_relaunch_ms.swap(now, Relaxed);
         let restart_ms =
-            (which == StageRelaunch::Restart).then(|| self.last_restart_ms.swap(now, Relaxed));
+            (which == RelaunchKind::Restart).then(|| self.last_restart_ms.swap(now, Relaxed));
         self.counter(which).fetch_add(1, Release);
-        StageCounted {
+        CountedRelaunch {
             which,
             relaunch_ms,
             restart_ms,
@@ -232,7 +230,7 @@ impl RelaunchCounters {
     }
 
     /// Takes back a relaunch whose launch failed.
-    pub(crate) fn uncount(&self, c: StageCounted) {
+    pub(crate) fn uncount(&self, c: CountedRelaunch) {
         self.counter(c.which).fetch_sub(1, AcqRel);
         self.last_relaunch_ms.store(c.relaunch_ms, Relaxed);
         if let Some(ms) = c.restart_ms {
@@ -270,11 +268,7 @@ impl Lifecycle {
             restart,
             restarts_in_window: AtomicU32::new(0),
             last_launch: Mutex::new(Instant::now()),
-            reloads: AtomicU64::new(0),
-            epochs: AtomicU64::new(0),
-            restarts: AtomicU64::new(0),
-            last_relaunch_ms: AtomicU64::new(0),
-            last_restart_ms: AtomicU64::new(0),
+            counts: RelaunchCounters::default(),
             ended: AtomicBool::new(false),
             also: OnceLock::new(),
         }
@@ -316,9 +310,10 @@ impl Lifecycle {
         let also = |f: fn(&RelaunchCounters) -> &AtomicU64| {
             self.also.get().map_or(0, |(c, _)| f(c).load(Acquire))
         };
-        let reloads = self.reloads.load(Acquire) + also(|c| &c.reloads);
-        let epochs = self.epochs.load(Acquire) + also(|c| &c.epochs);
-        let restarts = self.restarts.load(Acquire) + also(|c| &c.restarts);
+        let own = &self.counts;
+        let reloads = own.reloads.load(Acquire) + also(|c| &c.reloads);
+        let epochs = own.epochs.load(Acquire) + also(|c| &c.epochs);
+        let restarts = own.restarts.load(Acquire) + also(|c| &c.restarts);
         Relaunches {
             generation: self.ch.region().control().generation.load(Acquire),
             reloads,
@@ -600,48 +595,17 @@ impl Lifecycle {
         if !self.current().writes_export_telemetry() {
             spec.export = None;
         }
-        let counted = count.map(|why| self.count(why));
+        let counted = count.map(|why| self.counts.count(why.kind()));
         match &self.place {
             Place::Shared(r) => self.imp.launch(r.clone(), &spec),
             Place::Resident(m) => self.imp.launch_resident(m.clone(), &spec),
         }
         .inspect_err(|_| {
             if let Some(c) = counted {
-                self.uncount(c);
+                self.counts.uncount(c);
             }
             ungenerate();
         })
-    }
-
-    /// Counts a relaunch for `why`: the times first, then the count with release.
-    /// Returns what [`Lifecycle::uncount`] needs to take it back.
-    fn count(&self, why: Why) -> Counted {
-        let now = gyre_core::shm::unix_ms();
-        let relaunch_ms = self.last_relaunch_ms.swap(now, Relaxed);
-        let restart_ms = (why == Why::Restart).then(|| self.last_restart_ms.swap(now, Relaxed));
-        self.counter(why).fetch_add(1, Release);
-        Counted {
-            why,
-            relaunch_ms,
-            restart_ms,
-        }
-    }
-
-    /// Takes back a relaunch counted for a launch that failed.
-    fn uncount(&self, c: Counted) {
-        self.counter(c.why).fetch_sub(1, AcqRel);
-        self.last_relaunch_ms.store(c.relaunch_ms, Relaxed);
-        if let Some(ms) = c.restart_ms {
-            self.last_restart_ms.store(ms, Relaxed);
-        }
-    }
-
-    fn counter(&self, why: Why) -> &AtomicU64 {
-        match why {
-            Why::Reload => &self.reloads,
-            Why::Epoch => &self.epochs,
-            Why::Restart => &self.restarts,
-        }
     }
 
     fn install(&self, inst: Box<dyn KernelInstance>, spec: LaunchSpec) {
@@ -681,8 +645,12 @@ impl ExportSource for Lifecycle {
             reloads: r.reloads,
             epochs: r.epochs,
             restarts: r.restarts,
-            last_relaunch_unix_ms: self.last_relaunch_ms.load(Relaxed).max(also_relaunch),
-            last_restart_unix_ms: self.last_restart_ms.load(Relaxed).max(also_restart),
+            last_relaunch_unix_ms: self
+                .counts
+                .last_relaunch_ms
+                .load(Relaxed)
+                .max(also_relaunch),
+            last_restart_unix_ms: self.counts.last_restart_ms.load(Relaxed).max(also_restart),
             epoch_us: self.epoch_us.max(also_epoch_us),
         }
     }

@@ -34,7 +34,7 @@ use gyre_abi::{command, state, ControlBlock};
 use gyre_core::{Error, LaunchSpec, Result};
 
 use super::Pipeline;
-use crate::lifecycle::{HeadHold, ReloadFuture, StageRelaunch};
+use crate::lifecycle::{HeadHold, RelaunchKind, ReloadFuture};
 use crate::spec::KernelSpec;
 
 /// What a reload of one stage checks and needs, fixed at launch.
@@ -371,10 +371,10 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
             });
         }
         // R4: the successor's command and generation.
-        cmds.hand_to_successor(cb);
+        cmds.hand_to_successor();
         // R6, counted before the launch: the successor may answer before it returns.
         let counters = self.counters.get(k);
-        let counted = counters.map(|c| c.count(StageRelaunch::Reload));
+        let counted = counters.map(|c| c.count(RelaunchKind::Reload));
         match self.running.launch_successor(k, &*meta.imp, &next) {
             Ok(()) => {
                 tracing::info!(
@@ -444,30 +444,33 @@ enum Commands<'a> {
 }
 
 impl Commands<'_> {
-    /// R4: the successor's command, and the next generation into `cb`.
-    fn hand_to_successor(&mut self, cb: &ControlBlock) {
+    /// R4: the successor's command and the next generation into the stage's control
+    /// block.
+    fn hand_to_successor(&mut self) {
         match self {
             Commands::Head(h) => h.hand_to_successor(),
-            Commands::Stage(c) => {
+            Commands::Stage(cb) => {
                 cb.generation.fetch_add(1, AcqRel);
-                // Back to RUN, unless a TERMINATE came in meanwhile: the successor obeys
-                // it (drains what it was given, then stops).
-                let _ =
-                    c.command
-                        .compare_exchange(command::HANDOVER, command::RUN, AcqRel, Acquire);
+                back_to_run(cb);
             }
         }
     }
+}
+
+/// `HANDOVER` back to `RUN`, unless a `TERMINATE` came in meanwhile: the successor (if
+/// any) obeys it, draining what it was given, then stopping.
+fn back_to_run(cb: &ControlBlock) {
+    let _ = cb
+        .command
+        .compare_exchange(command::HANDOVER, command::RUN, AcqRel, Acquire);
 }
 
 impl Drop for Commands<'_> {
     /// A handover that ended early leaves no `HANDOVER` behind (the first stage's
     /// [`HeadHold`] does the same for the host's commands).
     fn drop(&mut self) {
-        if let Commands::Stage(c) = self {
-            let _ = c
-                .command
-                .compare_exchange(command::HANDOVER, command::RUN, AcqRel, Acquire);
+        if let Commands::Stage(cb) = self {
+            back_to_run(cb);
         }
     }
 }

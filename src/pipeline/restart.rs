@@ -45,7 +45,7 @@ use gyre_core::chain::ChainView;
 use gyre_core::{Error, KernelInstance, LaunchSpec, Result, SharedRegion};
 use parking_lot::{Mutex, MutexGuard, RwLock};
 
-pub(crate) use crate::lifecycle::{RelaunchCounters, StageRelaunch};
+pub(crate) use crate::lifecycle::{RelaunchCounters, RelaunchKind};
 use crate::RestartPolicy;
 
 /// How often the supervisor looks at the stages it relaunches: a quarter of the shortest
@@ -422,7 +422,7 @@ fn relaunch(
     let which = match why {
         // Epochs end every few milliseconds: no warning each (the backend's launch logs
         // at info).
-        Why::Epoch => StageRelaunch::Epoch,
+        Why::Epoch => RelaunchKind::Epoch,
         Why::Fault(code) => {
             tracing::warn!(
                 stage = %w.r.name,
@@ -430,7 +430,7 @@ fn relaunch(
                 name = gyre_abi::error::name(code),
                 "pipeline stage faulted: restarting it"
             );
-            StageRelaunch::Restart
+            RelaunchKind::Restart
         }
     };
     // The stage's launch spec (a reload's, if one replaced the handler).
