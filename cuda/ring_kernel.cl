@@ -90,5 +90,5 @@ gyre_ring_kernel(__global unsigned char *region, __global unsigned char *loan_ba
     link.next = next == region ? 0 : next; /* the region itself: not chained */
     link.flags = link_flags;
     link.msg_type = next_type;
-    gyre_block_run(region, 0, 1u, (uint32_t)get_local_size(0), &sh, &r, &pool, &link);
+    gyre_block_run(region, 0, 1u, (uint32_t)get_local_size(0), &sh, &r, &pool, &link, 0, 0u);
 }

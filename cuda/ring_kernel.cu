@@ -33,15 +33,18 @@
  *   type; and a loan kernel's pool (gyre/loan.h's gyre_loan_pool): the device addresses
  *   of its bytes (mapped pinned memory under zero copy, device memory under a copy
  *   strategy) and of its state words (mapped pinned memory, which the kernel only reads),
- *   its size in bytes (0: not a loan kernel) and log2 of its smallest block. The
- *   kernel returns when its state is final: TERMINATED (drained after Terminate, or the
+ *   its size in bytes (0: not a loan kernel) and log2 of its smallest block; and the
+ *   device address and size of the kernel's scratch memory (device memory: a checked
+ *   ring's waves land there, gyre/wave.h; 0 and 0 on other rings). The kernel returns when
+ *   its state is final: TERMINATED (drained after Terminate, or the
  *   host heartbeat went stale) or FAULTED (bad control block at K0); it never traps.
  *
- * Per batch and per request, the barriers of gyre_block_answer (gyre/block.h): thread 0
- * takes the batch, checks each slot (K4), every thread runs the handler's phases with a
- * __syncthreads after each, thread 0 stamps the reply (K6: system fence, sequence last)
- * and publishes the batch (K7, K8). PTX release is cumulative, so the reply payload any
- * thread wrote before the last barrier is visible to the host before the sequence.
+ * Per batch, gyre_block_answer (gyre/block.h): thread 0 takes the batch (on a checked ring
+ * every thread loads its share of one read wave, gyre/wave.h); each warp answers every
+ * fourth request (K4 on its lane 0, the handler's phases on its 32 lanes with a
+ * __syncwarp after each, K6's header); then the batch is published: one system fence and
+ * the sequences (fence.sc.sys is cumulative over what the barrier made visible), or on a
+ * checked ring one store wave of replies carrying their check words.
  */
 #include "gyre/port_cuda.h"
 #include "gyre/handler.h"
@@ -72,7 +75,8 @@ extern "C" __global__ void __launch_bounds__(GYRE_MAX_LANES, 1)
     gyre_ring_kernel(unsigned char *region, gyre_telemetry_buffer *export_tel,
                      unsigned char *next, unsigned int link_flags, unsigned int next_type,
                      unsigned char *loan_base, unsigned char *loan_words,
-                     unsigned long long loan_bytes, unsigned int loan_shift) {
+                     unsigned long long loan_bytes, unsigned int loan_shift,
+                     unsigned char *scratch, unsigned long long scratch_bytes) {
     __shared__ gyre_block_shared sh;
     gyre_ring r; /* thread 0's */
     gyre_loan_pool pool; /* a loan kernel's (bytes 0: not one) */
@@ -88,5 +92,6 @@ extern "C" __global__ void __launch_bounds__(GYRE_MAX_LANES, 1)
     link.next = next;
     link.flags = link_flags;
     link.msg_type = next_type;
-    gyre_block_run(region, export_tel, 1u, (uint32_t)blockDim.x, &sh, &r, &pool, &link);
+    gyre_block_run(region, export_tel, 1u, (uint32_t)blockDim.x, &sh, &r, &pool, &link, scratch,
+                   (uint64_t)scratch_bytes);
 }

@@ -71,12 +71,19 @@ typedef struct gyre_c11_kernel {
     gyre_loan_pool pool;
     /* Where a pipeline stage's replies go (next 0: not chained). */
     gyre_link link;
+    /* A checked ring's waves land here (gyre/wave.h); NULL on other rings. */
+    unsigned char *scratch;
+    uint64_t scratch_bytes;
+    /* The cost model's counters (gyre/port_c11.h; the host's, or NULL: none). */
+    gyre_c11_cost *cost;
 } gyre_c11_kernel;
 
-/** The kernel whose block-shared handler memory is `b` (b == &k->sh.h). */
+/** The kernel whose block-shared handler memory is `b` (b == &k->sh.team[0].h: one team
+ *  here). */
 static inline gyre_c11_kernel *gyre_c11_kernel_of(gyre_hblock *b) {
     return (gyre_c11_kernel *)(void *)((unsigned char *)b - offsetof(gyre_c11_kernel, sh) -
-                                       offsetof(gyre_block_shared, h));
+                                       offsetof(gyre_block_shared, team) -
+                                       offsetof(gyre_team, h));
 }
 
 /** The host's handler, on lane 0 only (a host function is not a lane program). */
@@ -114,7 +121,20 @@ gyre_c11_kernel *gyre_c11_kernel_new(void) {
 }
 
 void gyre_c11_kernel_free(gyre_c11_kernel *k) {
+    if (k != NULL) {
+        free(k->scratch);
+    }
     free(k);
+}
+
+/** Slots one wave of a checked ring may stage: the batch, at most what
+ *  GYRE_SCRATCH_LIMIT bytes hold (requests and replies), at least one (gyre-core's
+ *  checked::scratch_slots is the same rule). */
+#define GYRE_SCRATCH_LIMIT (4u << 20)
+uint32_t gyre_c11_scratch_slots(uint32_t batch, uint32_t slot_size) {
+    const uint64_t fit = (GYRE_SCRATCH_LIMIT - GYRE_SCRATCH_STAGES) / (2u * (uint64_t)slot_size);
+    const uint64_t n = (uint64_t)batch < fit ? batch : fit;
+    return n > 0u ? (uint32_t)n : 1u;
 }
 
 /** K0 over `region`, then the first K8 (state ACTIVE). `kind` picks the handler (0: the
@@ -132,7 +152,9 @@ uint32_t gyre_c11_start(gyre_c11_kernel *k, unsigned char *region, uint32_t kind
                         gyre_c11_handler_fn handler, void *ctx, uint32_t lanes,
                         const gyre_c11_idle_cfg *idle, gyre_c11_park_fn park, void *park_ctx,
                         uint32_t telemetry, unsigned char *next, uint32_t link_flags,
-                        uint32_t next_type, gyre_c11_notify_fn notify, void *notify_ctx) {
+                        uint32_t next_type, gyre_c11_notify_fn notify, void *notify_ctx,
+                        gyre_c11_cost *cost) {
+    gyre_control_block *cb = gyre_control(region);
     k->link.next = next;
     k->link.flags = link_flags;
     k->link.msg_type = next_type;
@@ -148,10 +170,33 @@ uint32_t gyre_c11_start(gyre_c11_kernel *k, unsigned char *region, uint32_t kind
     k->lanes = lanes;
     gyre_c11_idle_set(idle, park, park_ctx);
     gyre_c11_tsc_init();
-    if (!gyre_block_start(region, 0, telemetry, lanes, &k->link, &k->sh, &k->r)) {
+    k->cost = cost;
+    gyre_c11_cost_now = cost;
+    /* A checked ring (the cost model) stages its waves: scratch for its window. */
+    if ((GYRE_LOAD_ACQUIRE_U32(&cb->host_flags) & GYRE_HOST_FLAG_CHECKED) != 0u &&
+        k->scratch == NULL) {
+        const uint32_t slot = GYRE_LOAD_ACQUIRE_U32(&cb->slot_size);
+        const uint32_t batch = GYRE_LOAD_ACQUIRE_U32(&cb->batch_size);
+        if (gyre_geometry_ok(GYRE_LOAD_ACQUIRE_U32(&cb->capacity), slot, batch)) {
+            k->scratch_bytes = GYRE_SCRATCH_BYTES(gyre_c11_scratch_slots(batch, slot), slot);
+            k->scratch = (unsigned char *)aligned_alloc(128u, (size_t)k->scratch_bytes);
+            if (k->scratch == NULL) {
+                k->scratch_bytes = 0u; /* K0 faults the kernel: BAD_GEOMETRY */
+            }
+        }
+    }
+    if (!gyre_block_start(region, 0, telemetry, lanes, &k->link, k->scratch, k->scratch_bytes,
+                          &k->sh, &k->r)) {
         return GYRE_LOAD_ACQUIRE_U32(&gyre_control(region)->error_code);
     }
     return GYRE_ERR_NONE;
+}
+
+/** gyre_check_slot of ring.h over `words` (a slot image, header first) of a slot with
+ *  `payload` payload bytes: the C twin of gyre_abi::check::slot, for the test that they
+ *  agree. */
+uint64_t gyre_c11_check_slot(const uint64_t *words, uint32_t payload) {
+    return gyre_check_slot(words, payload);
 }
 
 /** The most lanes a kernel emulates (GYRE_MAX_LANES). */
@@ -168,6 +213,7 @@ void gyre_c11_set_lane_order(gyre_c11_kernel *k, uint32_t descending) {
 /** Runs the loop until the kernel stops (terminated, faulted). */
 void gyre_c11_run(gyre_c11_kernel *k) {
     gyre_c11_lanes_descending = k->descending;
+    gyre_c11_cost_now = k->cost;
     for (;;) {
         if (gyre_block_poll(&k->sh, &k->r, 1u) == GYRE_POLL_STOPPED) {
             return;
@@ -187,6 +233,7 @@ int64_t gyre_c11_step(gyre_c11_kernel *k) {
         return -1;
     }
     gyre_c11_lanes_descending = k->descending;
+    gyre_c11_cost_now = k->cost;
     k->r.slow_next = 1u;
     n = gyre_block_poll(&k->sh, &k->r, 0u);
     if (n == GYRE_POLL_STOPPED) {

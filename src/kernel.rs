@@ -587,6 +587,25 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
         self.inner().transfer.as_ref().map(|t| t.stats())
     }
 
+    /// What the kernel's loop has paid for so far in the terms of a PCIe GPU: read waves,
+    /// system fences, remote loads and stores, telemetry writes, batches
+    /// (`docs/protocol.md`, "Checked slots"). Counted by the CPU backend under
+    /// [`RuntimeBuilder::cost_model`](crate::RuntimeBuilder::cost_model) only: `None`
+    /// elsewhere (a GPU does not count them). Since the kernel's launch (a relaunched
+    /// kernel starts again from zero).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let rt = gyre::Runtime::builder().backend(gyre::Backend::Cpu).build()?;
+    /// let k = rt.launch(gyre::KernelSpec::<u64, u64>::echo())?;
+    /// assert!(k.device_cost().is_none());
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
+    pub fn device_cost(&self) -> Option<gyre_core::cost::DeviceCost> {
+        self.inner().life.current().cost()
+    }
+
     /// Replies that failed the host's protocol checks so far (each was reported to its
     /// caller as [`Error::Protocol`] with `ring: "reply"`).
     ///

@@ -57,6 +57,7 @@ mod state;
 pub use future::{CallFuture, RecvFuture, RepliesStream, SendFuture, ShutdownFuture};
 pub use gyre_abi::TelemetrySnapshot;
 pub use gyre_core::bridge::TransferStats;
+pub use gyre_core::cost::DeviceCost;
 pub use gyre_core::kernels::{self, ReduceSum, Sum, VecF32, VecScale};
 pub use gyre_core::loan::{LoanConfig, LoanHandle, LoanStats};
 pub use gyre_core::plan::{MemoryPlan, Source};

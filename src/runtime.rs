@@ -431,6 +431,7 @@ pub struct RuntimeBuilder {
     backend: Backend,
     auto_device: Option<Backend>,
     cpu_lanes: Option<u32>,
+    cost_model: Option<std::time::Duration>,
     memory: Overrides,
 }
 
@@ -483,6 +484,40 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Runs the CPU backend's kernels under the cost model of a PCIe GPU: zero-copy
+    /// rings become checked rings read in waves (`docs/protocol.md`, "Checked slots"),
+    /// each kernel counts its read waves, fences and remote stores
+    /// ([`Kernel::device_cost`](crate::Kernel::device_cost)), and every wave and fence
+    /// costs `emulate` (a busy wait; zero: count only). `gyre bench --backend cpu
+    /// --emulate-remote-ns N` measures with it. For benchmarks and tests of the fast
+    /// path: it makes the CPU backend slower, never faster.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let rt = gyre::Runtime::builder()
+    ///     .backend(gyre::Backend::Cpu)
+    ///     .cost_model(Duration::ZERO)
+    ///     .build()?;
+    /// let k = rt.launch(gyre::KernelSpec::<u64, u64>::echo())?;
+    /// assert_eq!(k.call_blocking(7)?, 7);
+    /// let cost = k.device_cost().expect("counted under the cost model");
+    /// assert!(cost.batches >= 1 && cost.waves >= cost.batches);
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
+    pub fn cost_model(mut self, emulate: std::time::Duration) -> Self {
+        self.cost_model = Some(emulate);
+        self
+    }
+
+    fn cpu_opts(&self) -> CpuOpts {
+        CpuOpts {
+            lanes: self.cpu_lanes,
+            cost: self.cost_model,
+        }
+    }
+
     /// Overrides the detected memory visibility (and so the default transfer strategy).
     /// Takes precedence over `GYRE_MEMORY_VISIBILITY`, which is then not read; see
     /// [`Runtime::memory_plan`].
@@ -524,9 +559,9 @@ impl RuntimeBuilder {
                         reason: "must be a backend: cpu, cuda or opencl[:P[:D]]",
                     })
                 }
-                (Backend::Auto, Some(device)) => (device, open(device, self.cpu_lanes)?),
-                (Backend::Auto, None) => detect_device(cpu(self.cpu_lanes)?),
-                (explicit, _) => (explicit, open(explicit, self.cpu_lanes)?),
+                (Backend::Auto, Some(device)) => (device, open(device, self.cpu_opts())?),
+                (Backend::Auto, None) => detect_device(cpu(self.cpu_opts())?),
+                (explicit, _) => (explicit, open(explicit, self.cpu_opts())?),
             };
         // Builder > environment: a variable whose setting the builder decides is not even
         // read, so an invalid value there cannot fail this build.
@@ -536,7 +571,7 @@ impl RuntimeBuilder {
         let host = if self.backend == Backend::Auto && resolved != Backend::Cpu {
             Some(Target::new(
                 Backend::Cpu,
-                cpu(self.cpu_lanes)?,
+                cpu(self.cpu_opts())?,
                 &env,
                 &self.memory,
             )?)
@@ -551,16 +586,27 @@ impl RuntimeBuilder {
     }
 }
 
-/// The CPU backend, with `lanes` emulated lanes if given.
-fn cpu(lanes: Option<u32>) -> Result<Arc<dyn gyre_core::Backend>> {
-    Ok(match lanes {
-        Some(l) => Arc::new(gyre_cpu::CpuBackend::with_lanes(l)?),
-        None => Arc::new(gyre_cpu::CpuBackend::new()),
-    })
+/// What the builder says of the CPU backend.
+#[derive(Debug, Clone, Copy)]
+struct CpuOpts {
+    lanes: Option<u32>,
+    cost: Option<std::time::Duration>,
+}
+
+/// The CPU backend, with `lanes` emulated lanes if given, under the cost model if asked.
+fn cpu(o: CpuOpts) -> Result<Arc<dyn gyre_core::Backend>> {
+    let b = match o.lanes {
+        Some(l) => gyre_cpu::CpuBackend::with_lanes(l)?,
+        None => gyre_cpu::CpuBackend::new(),
+    };
+    Ok(Arc::new(match o.cost {
+        Some(e) => b.cost_model(e),
+        None => b,
+    }))
 }
 
 /// Opens an explicitly named backend.
-fn open(backend: Backend, lanes: Option<u32>) -> Result<Arc<dyn gyre_core::Backend>> {
+fn open(backend: Backend, lanes: CpuOpts) -> Result<Arc<dyn gyre_core::Backend>> {
     Ok(match backend {
         Backend::Auto => return Ok(detect_device(cpu(lanes)?).1),
         Backend::Cpu => cpu(lanes)?,
@@ -875,6 +921,14 @@ impl Runtime {
             .control()
             .epoch_us
             .store(epoch_us, std::sync::atomic::Ordering::Release);
+        if !strategy.copies() && imp.checked_slots() {
+            // The kernel reads these rings as remote memory, in waves: checked slots
+            // (before the channel exists, which reads the flag, and before the launch).
+            region.control().host_flags.fetch_or(
+                gyre_abi::host_flags::CHECKED,
+                std::sync::atomic::Ordering::Release,
+            );
+        }
         let (instance, transfer, place) = if strategy.copies() {
             let device = imp.alloc_resident(&g, host_timeout_ms)?;
             let bridge = Arc::new(RingBufferBridge::new(region.clone(), device.clone())?);

@@ -26,7 +26,7 @@ macro_rules! cuda_under {
                     return;
                 }
                 let s: Option<TransferStrategy> = $strategy;
-                Target { backend: Backend::Cuda { device: 0 }, strategy: s }
+                Target { backend: Backend::Cuda { device: 0 }, strategy: s, cost_model: None }
             }, guard = crate::support::serial());
         })*
     };

@@ -19,6 +19,7 @@ fn main() {
         "include/gyre/abi.h",
         "include/gyre/handler.h",
         "include/gyre/block.h",
+        "include/gyre/wave.h",
         "include/gyre/loan.h",
         "handlers/echo.h",
         "handlers/vec_scale.h",

@@ -12,6 +12,8 @@ pub struct Target {
     pub backend: Backend,
     /// The transfer strategy, when the suite pins one.
     pub strategy: Option<TransferStrategy>,
+    /// The CPU backend's cost model (checked rings), when the suite asks for it.
+    pub cost_model: Option<Duration>,
 }
 
 impl Target {
@@ -20,6 +22,17 @@ impl Target {
         Self {
             backend,
             strategy: Some(strategy),
+            cost_model: None,
+        }
+    }
+
+    /// The CPU backend under its cost model (zero copy over checked rings, read in waves
+    /// as a PCIe GPU reads them), charging `emulate` per wave and per fence.
+    pub fn checked(emulate: Duration) -> Self {
+        Self {
+            backend: Backend::Cpu,
+            strategy: Some(TransferStrategy::Unified),
+            cost_model: Some(emulate),
         }
     }
 }
@@ -29,6 +42,7 @@ impl From<Backend> for Target {
         Self {
             backend,
             strategy: None,
+            cost_model: None,
         }
     }
 }
@@ -37,6 +51,9 @@ pub fn rt(t: Target) -> Runtime {
     let mut b = Runtime::builder().backend(t.backend);
     if let Some(s) = t.strategy {
         b = b.transfer_strategy(s);
+    }
+    if let Some(e) = t.cost_model {
+        b = b.cost_model(e);
     }
     b.build().expect("runtime")
 }

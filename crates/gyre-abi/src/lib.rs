@@ -39,7 +39,7 @@ use static_assertions::{const_assert, const_assert_eq};
 /// `"GYRE"` in little-endian ASCII; the first word of every [`ControlBlock`].
 pub const MAGIC: u32 = u32::from_le_bytes(*b"GYRE");
 /// Version of this ABI. Bumped on any layout or protocol change; checked at launch.
-pub const ABI_VERSION: u32 = 5;
+pub const ABI_VERSION: u32 = 6;
 
 /// Alignment (and size granularity) of a message slot, in bytes.
 pub const SLOT_ALIGN: usize = 128;
@@ -275,6 +275,13 @@ pub mod host_flags {
     /// copy) the host's producers write the sequence last, and the kernel polls slot
     /// sequences directly.
     pub const DOORBELL: u32 = 1 << 0;
+    /// Checked slots (docs/protocol.md, "Checked slots"): the rings are remote memory the
+    /// kernel reads in waves of independent loads (zero copy over PCIe), where a slot's
+    /// words may arrive in any order. A slot is taken only when its sequence is the
+    /// index's **and** its [`SlotHeader::check`] is the [`check`](crate::check) of its
+    /// words; replies are written the same way, with no fence per message, and the host
+    /// accepts a reply only when its check holds. Set by the host before launch.
+    pub const CHECKED: u32 = 1 << 1;
 }
 
 /// The 128-byte control block of one ring kernel.
@@ -361,8 +368,12 @@ pub struct SlotHeader {
     pub flags: u32,
     /// Reply status: [`error::NONE`] or an [`error`] code. Zero in requests.
     pub status: u32,
+    /// The slot's check word on rings with [`host_flags::CHECKED`]: [`check::slot`] of
+    /// the header (this word taken out) and the payload's first `len` bytes, rounded up
+    /// to whole 8-byte words. Written before `sequence`; unused (any value) elsewhere.
+    pub check: u64,
     /// Reserved, zero.
-    pub _reserved: [u64; 3],
+    pub _reserved: [u64; 2],
 }
 
 /// Where a fan-out stage's replies go (a pipeline's link argument with
@@ -520,6 +531,11 @@ const_assert_eq!(core::mem::size_of::<SlotHeader>(), SLOT_HEADER_SIZE);
 const_assert_eq!(core::mem::align_of::<SlotHeader>(), 64);
 const_assert_eq!(core::mem::offset_of!(SlotHeader, sequence), 0);
 const_assert_eq!(core::mem::offset_of!(SlotHeader, status), 36);
+const_assert_eq!(core::mem::offset_of!(SlotHeader, check), 40);
+const_assert_eq!(
+    core::mem::offset_of!(SlotHeader, check),
+    check::CHECK_WORD * 8
+);
 
 const_assert_eq!(core::mem::size_of::<TelemetryBuffer>(), 64);
 const_assert_eq!(core::mem::align_of::<TelemetryBuffer>(), 64);
@@ -546,6 +562,94 @@ const_assert_eq!(core::mem::offset_of!(JoinTable, stopped), 16);
 const_assert!(SLOT_HEADER_SIZE < MIN_SLOT_SIZE);
 const_assert!(MAX_SLOT_SIZE % SLOT_ALIGN == 0);
 const_assert!(MAX_CAPACITY.is_power_of_two());
+
+/// The check word of a slot on a ring with [`host_flags::CHECKED`].
+///
+/// A kernel reading remote memory (mapped host memory over PCIe) issues its loads of a
+/// slot together, as one *read wave*, and they may be served in any order: a load issued
+/// after the host's last store can return new data while another returns the previous
+/// lap's. The sequence alone cannot tell, so the producer also writes a check word over
+/// every other word it wrote, and the consumer takes the slot only when the words it read
+/// hash to the check word it read. A stale word changes the sum by the difference of two
+/// distinct values of a bijective mix, so one stale word is always caught; several stale
+/// words are missed only if their differences cancel, about one chance in 2^64 (measured
+/// need: docs/protocol.md, "Checked slots").
+///
+/// The sum runs over 8-byte words `j` of the slot (little-endian): the header words 0..8
+/// except [`CHECK_WORD`](check::CHECK_WORD), then payload words 8.. up to the slot's
+/// `len` rounded up to a whole word (at most the payload). Each word contributes
+/// [`check::term`]`(word, j)`; the sum wraps. The C twin is `gyre_check_term` in
+/// `cuda/include/gyre/ring.h`.
+///
+/// # Examples
+///
+/// ```
+/// use gyre_abi::check;
+/// let mut words = [0u64; 16];
+/// words[0] = 1; // sequence of index 0
+/// words[3] = 8 << 32; // len = 8 in the high half of word 3
+/// words[8] = 42;
+/// let c = check::slot(&words, 64);
+/// words[check::CHECK_WORD] = c; // the check word itself is not summed
+/// assert_eq!(check::slot(&words, 64), c);
+/// words[8] = 43;
+/// assert_ne!(check::slot(&words, 64), c);
+/// ```
+pub mod check {
+    /// The header word that holds the check (byte offset 40).
+    pub const CHECK_WORD: usize = 5;
+    /// The header's words (64 bytes).
+    pub const HEADER_WORDS: usize = 8;
+    /// The per-position key: word `j` is mixed with `(j + 1) * KEY` before the mix.
+    pub const KEY: u64 = 0x9e37_79b9_7f4a_7c15;
+
+    /// MurmurHash3's 64-bit finaliser: a bijection of `u64` with full avalanche.
+    #[inline(always)]
+    pub const fn fmix64(mut x: u64) -> u64 {
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        x ^= x >> 33;
+        x
+    }
+
+    /// The contribution of `word` at word position `j` of a slot.
+    #[inline(always)]
+    pub const fn term(word: u64, j: u32) -> u64 {
+        fmix64(word ^ KEY.wrapping_mul(j as u64 + 1))
+    }
+
+    /// Words of a slot the check covers: the header's, and the payload's first `len`
+    /// bytes rounded up to a whole word, at most `payload` bytes.
+    #[inline(always)]
+    pub const fn words(len: u32, payload: usize) -> usize {
+        let len = if (len as usize) < payload {
+            len as usize
+        } else {
+            payload
+        };
+        HEADER_WORDS + len.div_ceil(8)
+    }
+
+    /// The check of a slot given as its words (header first): the wrapping sum of
+    /// [`term`] over [`words`]`(len, payload)` words, the check word excepted, where
+    /// `len` is the header's (the high half of word 3). `words` must hold at least that
+    /// many; extra words are ignored.
+    pub fn slot(words: &[u64], payload: usize) -> u64 {
+        let len = (words[3] >> 32) as u32;
+        let n = self::words(len, payload).min(words.len());
+        let mut sum = 0u64;
+        let mut j = 0;
+        while j < n {
+            if j != CHECK_WORD {
+                sum = sum.wrapping_add(term(words[j], j as u32));
+            }
+            j += 1;
+        }
+        sum
+    }
+}
 
 impl ControlBlock {
     /// Whether the magic and ABI version match this build.

@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use gyre_abi::{
-    command, error, flags, host_flags, link, loan, route, state, ControlBlock, JoinTable,
+    check, command, error, flags, host_flags, link, loan, route, state, ControlBlock, JoinTable,
     RingPlacement, RouteTable, SlotHeader, TelemetryBuffer, ABI_VERSION, MAGIC, MAX_CAPACITY,
     MAX_SLOT_SIZE, MIN_CAPACITY, MIN_SLOT_SIZE, PLACEMENT_OFFSET, SLOT_ALIGN, SLOT_HEADER_SIZE,
 };
@@ -146,7 +146,7 @@ fn layouts() -> Vec<Layout> {
             state, error_code, h2k_tail, k2h_head, kernel_heartbeat, processed, _reserved2,
         }),
         layout!(SlotHeader => "gyre_slot_header" {
-            sequence, correlation_id, enqueue_ns, msg_type, len, flags, status, _reserved,
+            sequence, correlation_id, enqueue_ns, msg_type, len, flags, status, check, _reserved,
         }),
         layout!(TelemetryBuffer => "gyre_telemetry_buffer" {
             seq, state, messages_in, messages_out, errors, busy_polls, idle_polls,
@@ -239,6 +239,10 @@ fn constants() -> Vec<Constant> {
         route::KEY => GYRE_ROUTE_KEY,
         flags::CALL => GYRE_FLAG_CALL,
         host_flags::DOORBELL => GYRE_HOST_FLAG_DOORBELL,
+        host_flags::CHECKED => GYRE_HOST_FLAG_CHECKED,
+        check::CHECK_WORD => GYRE_CHECK_WORD,
+        check::HEADER_WORDS => GYRE_CHECK_HEADER_WORDS,
+        check::KEY => GYRE_CHECK_KEY,
     ]
 }
 

@@ -124,6 +124,13 @@ pub trait KernelInstance: Send + Sync {
     fn writes_export_telemetry(&self) -> bool {
         false
     }
+
+    /// What the kernel's loop has paid for so far in the terms of the cost model
+    /// ([`crate::cost`]): read waves, fences, remote loads and stores. The default: not
+    /// counted (`None`; a GPU does not count them).
+    fn cost(&self) -> Option<crate::cost::DeviceCost> {
+        None
+    }
 }
 
 impl<T: KernelInstance + ?Sized> crate::channel::liveness::Liveness for T {
@@ -143,6 +150,15 @@ impl crate::channel::liveness::Liveness for std::sync::Weak<dyn KernelInstance> 
 pub trait Backend: Send + Sync {
     /// Short name (`cpu`, `cuda`, `opencl`).
     fn name(&self) -> &'static str;
+
+    /// Whether this backend's kernels read zero-copy rings as remote memory, in waves of
+    /// independent loads (`gyre_abi::host_flags::CHECKED`, `docs/protocol.md` "Checked
+    /// slots"): the host then sets the flag before launch and its channel writes and
+    /// checks every slot's check word. CUDA's zero copy over PCIe does; the CPU backend
+    /// does under its cost model. The default: no (the rings are coherent memory).
+    fn checked_slots(&self) -> bool {
+        false
+    }
 
     /// Memory for a shared region of `bytes` bytes, zeroed, 128-aligned, that both the
     /// host and the kernel address. The default is a host allocation.

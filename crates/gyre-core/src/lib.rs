@@ -13,6 +13,7 @@
 //! * [`shm`] — the telemetry export file: layout, writer, publisher, reader.
 //! * [`kernels`] — built-in kernels: layouts, CPU handlers, reference results.
 //! * [`backend`] — what a backend implements.
+//! * [`cost`] — what a kernel pays for over PCIe (checked rings), counted by the C11 port.
 
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -25,6 +26,7 @@ pub mod channel;
 pub mod clock;
 pub mod command_gate;
 pub mod copy;
+pub mod cost;
 pub mod doorbell;
 mod error;
 pub mod handler;

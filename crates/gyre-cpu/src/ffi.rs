@@ -112,7 +112,12 @@ extern "C" {
         next_type: u32,
         notify: Option<NotifyFn>,
         notify_ctx: *mut c_void,
+        cost: *mut c_void,
     ) -> u32;
+    #[cfg(test)]
+    pub(crate) fn gyre_c11_check_slot(words: *const u64, payload: u32) -> u64;
+    #[cfg(test)]
+    pub(crate) fn gyre_c11_scratch_slots(batch: u32, slot_size: u32) -> u32;
     pub(crate) fn gyre_c11_run(k: *mut RawKernel);
     #[cfg(test)]
     pub(crate) fn gyre_c11_max_lanes() -> u32;

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use gyre_abi::{error, state};
 use gyre_core::chain::StageLink;
+use gyre_core::cost::CostCounters;
 use gyre_core::doorbell::Doorbell;
 use gyre_core::kernels::ids;
 use gyre_core::{Handler, IdleStrategy, SharedRegion};
@@ -118,6 +119,7 @@ impl<'a> CKernel<'a> {
         telemetry: bool,
         doorbell: Option<&'a Doorbell>,
         link: Option<&'a StageLink>,
+        cost: Option<&'a CostCounters>,
     ) -> Option<Self> {
         if let Err(why) = handler.validate() {
             tracing::warn!(%why, "CPU kernel handler rejected");
@@ -159,7 +161,12 @@ impl<'a> CKernel<'a> {
         // and lanes were validated above. A link's argument is a live, initialised shared
         // region or link table entry naming such regions (the `StageLink` holds them, and
         // the caller holds the link for `'a`), and its doorbells outlive the kernel
-        // likewise (notify only with some).
+        // likewise (notify only with some). The cost counters, when given, outlive the
+        // kernel too (`'a`); the C port writes them through relaxed atomics of the same
+        // layout (`CostCounters` is `repr(C)` of eight `AtomicU64`, `gyre_c11_cost`).
+        let cost_ptr = cost.map_or(std::ptr::null_mut(), |c| {
+            (c as *const CostCounters).cast_mut().cast::<c_void>()
+        });
         let code = unsafe {
             ffi::gyre_c11_start(
                 k.raw,
@@ -177,6 +184,7 @@ impl<'a> CKernel<'a> {
                 next_type,
                 (!notify_ctx.is_null()).then_some(ffi::notify as ffi::NotifyFn),
                 notify_ctx.cast_mut().cast::<c_void>(),
+                cost_ptr,
             )
         };
         (code == error::NONE).then_some(k)
@@ -218,13 +226,14 @@ pub fn kernel_loop_with_doorbell(
     telemetry: bool,
     doorbell: Option<&Doorbell>,
 ) {
-    kernel_loop_linked(region, handler, idle, telemetry, doorbell, None);
+    kernel_loop_linked(region, handler, idle, telemetry, doorbell, None, None);
 }
 
 /// [`kernel_loop_with_doorbell`] for a pipeline stage: its replies go where `link` says
 /// (the next stage's request ring, or the chain head's reply ring; see
 /// `gyre_core::chain`), and the next stage's doorbell is rung after each publication to
-/// it. `None`: a kernel that is not chained.
+/// it. `None`: a kernel that is not chained. With `cost`, the loop counts (and, as the
+/// counters say, charges) what it would pay over PCIe (`gyre_core::cost`).
 pub fn kernel_loop_linked(
     region: &SharedRegion,
     handler: CpuHandler<'_>,
@@ -232,11 +241,12 @@ pub fn kernel_loop_linked(
     telemetry: bool,
     doorbell: Option<&Doorbell>,
     link: Option<&StageLink>,
+    cost: Option<&CostCounters>,
 ) {
     if let Some(d) = doorbell {
         d.register_current_thread();
     }
-    let Some(k) = CKernel::start(region, handler, idle, telemetry, doorbell, link) else {
+    let Some(k) = CKernel::start(region, handler, idle, telemetry, doorbell, link, cost) else {
         return;
     };
     // SAFETY: a started kernel over a live region (see `CKernel::start`); this thread runs
@@ -272,8 +282,35 @@ impl<'a> Stepper<'a> {
     /// control block's error code: [`error::HANDLER_REJECTED`] for a built-in that does
     /// not validate).
     pub fn with(region: &'a SharedRegion, handler: CpuHandler<'a>) -> Option<Self> {
-        CKernel::start(region, handler, IdleStrategy::BusySpin, true, None, None)
-            .map(|k| Self { k })
+        CKernel::start(
+            region,
+            handler,
+            IdleStrategy::BusySpin,
+            true,
+            None,
+            None,
+            None,
+        )
+        .map(|k| Self { k })
+    }
+
+    /// [`Stepper::with`] counting into `cost` (and charging its emulated latency): the
+    /// cost model's tests step a checked ring and read what each step paid.
+    pub fn with_cost(
+        region: &'a SharedRegion,
+        handler: CpuHandler<'a>,
+        cost: &'a CostCounters,
+    ) -> Option<Self> {
+        CKernel::start(
+            region,
+            handler,
+            IdleStrategy::BusySpin,
+            true,
+            None,
+            None,
+            Some(cost),
+        )
+        .map(|k| Self { k })
     }
 
     /// One loop iteration: commands and heartbeats (K1, K9), then at most one batch
@@ -303,6 +340,46 @@ impl<'a> Stepper<'a> {
 
 #[cfg(test)]
 mod tests {
+    /// The C check word (`gyre_check_slot` of ring.h) is gyre_abi's, over random slots
+    /// of every payload size class and length, a corrupt length among them.
+    #[test]
+    fn rust_and_c_agree_on_the_check_word() {
+        let mut x = 0x1234_5678_9abc_def0u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for payload in [64usize, 192, 448, 960] {
+            for len in [0u32, 1, 7, 8, 9, 63, 64, 65, payload as u32, u32::MAX] {
+                let mut w: Vec<u64> = (0..8 + payload / 8).map(|_| next()).collect();
+                w[3] = (w[3] & 0xffff_ffff) | (u64::from(len) << 32);
+                let rust = gyre_abi::check::slot(&w, payload);
+                // SAFETY: `w` holds 8 + payload / 8 words, all the check may read.
+                let c = unsafe { crate::ffi::gyre_c11_check_slot(w.as_ptr(), payload as u32) };
+                assert_eq!(rust, c, "payload {payload}, len {len}");
+            }
+        }
+    }
+
+    /// The C port stages as many slots as gyre-core's rule says (the CUDA backend sizes
+    /// its scratch with the Rust one).
+    #[test]
+    fn rust_and_c_agree_on_the_scratch_slots() {
+        for (batch, slot) in [
+            (1u32, 128u32),
+            (32, 128),
+            (4096, 128),
+            (64, 1 << 20),
+            (7, 4096),
+        ] {
+            // SAFETY: a pure function.
+            let c = unsafe { crate::ffi::gyre_c11_scratch_slots(batch, slot) };
+            assert_eq!(c, gyre_core::cost::scratch_slots(batch, slot as usize));
+        }
+    }
+
     #[test]
     fn rust_and_c_agree_on_the_most_lanes() {
         // SAFETY: returns a constant.

@@ -78,6 +78,9 @@ pub const LANES_ENV: &str = "GYRE_CPU_LANES";
 pub struct CpuBackend {
     /// The built-ins' lanes; `None`: [`LANES_ENV`], or 1.
     lanes: Option<u32>,
+    /// The cost model: checked rings, with this latency charged per read wave and per
+    /// fence (`None`: coherent rings, nothing counted).
+    cost: Option<std::time::Duration>,
 }
 
 impl CpuBackend {
@@ -104,7 +107,30 @@ impl CpuBackend {
     /// ```
     pub fn with_lanes(lanes: u32) -> Result<Self> {
         check_lanes(lanes, "CpuBackend::with_lanes")?;
-        Ok(Self { lanes: Some(lanes) })
+        Ok(Self {
+            lanes: Some(lanes),
+            cost: None,
+        })
+    }
+
+    /// This backend under the cost model of a PCIe GPU (`gyre_core::cost`): zero-copy
+    /// rings become checked rings (`docs/protocol.md`, "Checked slots"), read by the
+    /// kernel in waves, and the kernel counts its read waves, fences and remote stores
+    /// ([`gyre_core::KernelInstance::cost`]) and charges `emulate` for each wave and each
+    /// fence (a busy wait; zero: count only). The fast path's budget is measured and
+    /// tested with it without a GPU.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gyre_core::Backend;
+    /// let b = gyre_cpu::CpuBackend::new().cost_model(std::time::Duration::from_nanos(1000));
+    /// assert!(b.checked_slots());
+    /// assert!(!gyre_cpu::CpuBackend::new().checked_slots());
+    /// ```
+    pub fn cost_model(mut self, emulate: std::time::Duration) -> Self {
+        self.cost = Some(emulate);
+        self
     }
 
     /// The lanes built-in kernels run over.
@@ -153,6 +179,11 @@ impl Backend for CpuBackend {
         "cpu"
     }
 
+    /// Under the cost model ([`CpuBackend::cost_model`]) only.
+    fn checked_slots(&self) -> bool {
+        self.cost.is_some()
+    }
+
     /// A host allocation of its own: the same memory as an inline ring, but a chain's
     /// inner rings then take the path a GPU chain's take (placed apart from their region,
     /// `gyre_request_ring`), under every CPU pipeline test.
@@ -199,6 +230,10 @@ impl Backend for CpuBackend {
             .unwrap_or_else(|| Arc::new(Doorbell::new()));
         let bell = doorbell.clone();
         let link = spec.link.clone();
+        let cost = self
+            .cost
+            .map(|e| Arc::new(gyre_core::cost::CostCounters::new(e)));
+        let counters = cost.clone();
         let thread = std::thread::Builder::new()
             .name(format!("gyre-cpu-{}", spec.name))
             .spawn(move || {
@@ -208,7 +243,15 @@ impl Backend for CpuBackend {
                     None => CpuHandler::Host(&*handler),
                 };
                 tracing::info!(handler = ?h, "ring kernel started");
-                kernel_loop_linked(&region, h, idle, telemetry, Some(&bell), link.as_ref());
+                kernel_loop_linked(
+                    &region,
+                    h,
+                    idle,
+                    telemetry,
+                    Some(&bell),
+                    link.as_ref(),
+                    counters.as_deref(),
+                );
                 let (s, c) = {
                     let cb = region.control();
                     (
@@ -226,6 +269,7 @@ impl Backend for CpuBackend {
         Ok(Box::new(CpuKernel {
             thread: Mutex::new(Some(thread)),
             doorbell,
+            cost,
         }))
     }
 
@@ -268,9 +312,15 @@ struct CpuKernel {
     thread: Mutex<Option<JoinHandle<()>>>,
     /// Rung by the host when it publishes; the idle kernel parks on it.
     doorbell: Arc<Doorbell>,
+    /// The cost model's counters (the kernel's thread writes them).
+    cost: Option<Arc<gyre_core::cost::CostCounters>>,
 }
 
 impl KernelInstance for CpuKernel {
+    fn cost(&self) -> Option<gyre_core::cost::DeviceCost> {
+        self.cost.as_ref().map(|c| c.snapshot())
+    }
+
     fn doorbell(&self) -> Option<Arc<Doorbell>> {
         Some(self.doorbell.clone())
     }

@@ -307,6 +307,7 @@ impl CudaBackend {
         ctx: &Arc<Context>,
         region: u64,
         link: (u64, u32, u32),
+        checked: Option<&Geometry>,
         keep: Keep,
         spec: &LaunchSpec,
     ) -> Result<CudaKernel> {
@@ -352,7 +353,19 @@ impl CudaBackend {
             },
             |a| a.view(),
         );
-        let keep: Keep = Box::new((keep, export, spec.loans.clone()));
+        // A checked ring's waves land in device memory of its own (gyre/wave.h), sized
+        // for its batch (gyre_core::cost::scratch_bytes); freed after the kernel ends.
+        let scratch = match checked {
+            Some(g) => Some(DeviceBuffer::<u8>::zeroed(
+                ctx,
+                gyre_core::cost::scratch_bytes(g.batch(), g.slot_size() as usize),
+            )?),
+            None => None,
+        };
+        let scratch_arg = scratch
+            .as_ref()
+            .map_or((0, 0), |b| (b.device_ptr(), b.len() as u64));
+        let keep: Keep = Box::new((keep, export, spec.loans.clone(), scratch));
         // SAFETY: `region` is the device address of an initialised shared region (mapped
         // pinned memory or the copy engine's device buffer), `export_tel` a registered
         // telemetry line or 0, `link.0` another initialised region's device address or 0,
@@ -360,7 +373,17 @@ impl CudaBackend {
         // of 0); `keep` owns all of them until the kernel has finished.
         let k = unsafe {
             CudaKernel::launch(
-                ctx, &spec.name, module, stream, guard, LANES, region, export_tel, link, loans,
+                ctx,
+                &spec.name,
+                module,
+                stream,
+                guard,
+                LANES,
+                region,
+                export_tel,
+                link,
+                loans,
+                scratch_arg,
                 keep,
             )?
         };
@@ -428,6 +451,12 @@ fn peer_ring_link(
 impl gyre_core::Backend for CudaBackend {
     fn name(&self) -> &'static str {
         "cuda"
+    }
+
+    /// Zero copy is mapped host memory the kernel reads over PCIe (or a coherent link):
+    /// checked slots, read in waves (`docs/protocol.md`, "Checked slots").
+    fn checked_slots(&self) -> bool {
+        true
     }
 
     fn alloc_region(&self, bytes: usize) -> gyre_core::Result<Box<dyn RegionMemory>> {
@@ -586,10 +615,18 @@ impl gyre_core::Backend for CudaBackend {
                     }
                     None => (0, 0, 0),
                 };
+                let checked = region
+                    .control()
+                    .host_flags
+                    .load(std::sync::atomic::Ordering::Acquire)
+                    & gyre_abi::host_flags::CHECKED
+                    != 0;
+                let g = *region.geometry();
                 self.launch_on(
                     &ctx,
                     dptr,
                     link,
+                    checked.then_some(&g),
                     Box::new((region, spec.link.clone())),
                     spec,
                 )
@@ -643,7 +680,7 @@ impl gyre_core::Backend for CudaBackend {
         };
         let k = self
             .context()
-            .and_then(|ctx| self.launch_on(&ctx, dptr, (0, 0, 0), Box::new(mem), spec))
+            .and_then(|ctx| self.launch_on(&ctx, dptr, (0, 0, 0), None, Box::new(mem), spec))
             .map_err(|e| to_core(&spec.name, e))?;
         Ok(Box::new(k))
     }

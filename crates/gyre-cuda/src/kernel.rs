@@ -74,6 +74,7 @@ impl CudaKernel {
         mut export_tel: u64,
         (mut next, mut link_flags, mut next_type): (u64, u32, u32),
         loans: LoanPoolView,
+        (mut scratch, mut scratch_bytes): (u64, u64),
         keep: Keep,
     ) -> Result<Self> {
         let (mut loan_base, mut loan_words, mut loan_bytes, mut loan_shift) =
@@ -88,12 +89,15 @@ impl CudaKernel {
             std::ptr::addr_of_mut!(loan_words).cast::<std::ffi::c_void>(),
             std::ptr::addr_of_mut!(loan_bytes).cast::<std::ffi::c_void>(),
             std::ptr::addr_of_mut!(loan_shift).cast::<std::ffi::c_void>(),
+            std::ptr::addr_of_mut!(scratch).cast::<std::ffi::c_void>(),
+            std::ptr::addr_of_mut!(scratch_bytes).cast::<std::ffi::c_void>(),
         ];
         ctx.bind()?;
-        // SAFETY: the ring kernel's nine parameters are three pointers, two 32-bit words,
-        // two pointers, a 64-bit and a 32-bit word, passed as the addresses of `region`,
-        // `export_tel`, `next`, `link_flags`, `next_type`, `loan_base`, `loan_words`,
-        // `loan_bytes` and `loan_shift` (u64 for pointers and `unsigned long long`, u32 for
+        // SAFETY: the ring kernel's eleven parameters are three pointers, two 32-bit
+        // words, two pointers, a 64-bit and a 32-bit word, a pointer and a 64-bit word,
+        // passed as the addresses of `region`, `export_tel`, `next`, `link_flags`,
+        // `next_type`, `loan_base`, `loan_words`, `loan_bytes`, `loan_shift`, `scratch`
+        // and `scratch_bytes` (u64 for pointers and `unsigned long long`, u32 for
         // `unsigned int`; read by the driver during the call); `keep`, held until the
         // kernel has finished, owns what they point to (the caller's contract); the
         // stream is live and held.

@@ -21,6 +21,7 @@ const LINK_H: &str = include_str!("../../../cuda/include/gyre/link.h");
 const PORT_CUDA_H: &str = include_str!("../../../cuda/include/gyre/port_cuda.h");
 const HANDLER_H: &str = include_str!("../../../cuda/include/gyre/handler.h");
 const BLOCK_H: &str = include_str!("../../../cuda/include/gyre/block.h");
+const WAVE_H: &str = include_str!("../../../cuda/include/gyre/wave.h");
 const LOAN_H: &str = include_str!("../../../cuda/include/gyre/loan.h");
 const PORTABLE_H: &str = include_str!("../../../cuda/include/gyre/portable.h");
 
@@ -28,7 +29,7 @@ const PORTABLE_H: &str = include_str!("../../../cuda/include/gyre/portable.h");
 /// under its path from `cuda/include` (`gyre/abi.h`, as handlers and `ring_kernel.cu`
 /// include them) and its bare name (`abi.h`, as the headers include each other); the
 /// include guards make the two names one header.
-pub const HEADERS: [(&str, &str); 16] = [
+pub const HEADERS: [(&str, &str); 18] = [
     ("gyre/abi.h", ABI_H),
     ("abi.h", ABI_H),
     ("gyre/ring.h", RING_H),
@@ -41,6 +42,8 @@ pub const HEADERS: [(&str, &str); 16] = [
     ("handler.h", HANDLER_H),
     ("gyre/block.h", BLOCK_H),
     ("block.h", BLOCK_H),
+    ("gyre/wave.h", WAVE_H),
+    ("wave.h", WAVE_H),
     ("gyre/loan.h", LOAN_H),
     ("loan.h", LOAN_H),
     ("gyre/portable.h", PORTABLE_H),

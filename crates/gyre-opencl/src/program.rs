@@ -25,6 +25,7 @@ const LINK_H: &str = include_str!("../../../cuda/include/gyre/link.h");
 const PORT_OPENCL_H: &str = include_str!("../../../cuda/include/gyre/port_opencl.h");
 const HANDLER_H: &str = include_str!("../../../cuda/include/gyre/handler.h");
 const BLOCK_H: &str = include_str!("../../../cuda/include/gyre/block.h");
+const WAVE_H: &str = include_str!("../../../cuda/include/gyre/wave.h");
 const LOAN_H: &str = include_str!("../../../cuda/include/gyre/loan.h");
 const PORTABLE_H: &str = include_str!("../../../cuda/include/gyre/portable.h");
 const ECHO_H: &str = include_str!("../../../cuda/handlers/echo.h");
@@ -115,6 +116,7 @@ fn header(name: &str) -> Option<(&'static str, &'static str)> {
         "gyre/port_opencl.h" | "port_opencl.h" => Some(("gyre/port_opencl.h", PORT_OPENCL_H)),
         "gyre/handler.h" | "handler.h" => Some(("gyre/handler.h", HANDLER_H)),
         "gyre/block.h" | "block.h" => Some(("gyre/block.h", BLOCK_H)),
+        "gyre/wave.h" | "wave.h" => Some(("gyre/wave.h", WAVE_H)),
         "gyre/loan.h" | "loan.h" => Some(("gyre/loan.h", LOAN_H)),
         "gyre/portable.h" | "portable.h" => Some(("gyre/portable.h", PORTABLE_H)),
         _ => None,

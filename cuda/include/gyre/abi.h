@@ -81,7 +81,7 @@ typedef unsigned long long uint64_t;
 /** "GYRE" in little-endian ASCII; the first word of every control block. */
 #define GYRE_MAGIC 0x45525947u
 /** Version of this ABI; bumped on any layout or protocol change, checked at launch. */
-#define GYRE_ABI_VERSION 5u
+#define GYRE_ABI_VERSION 6u
 
 /** Alignment (and size granularity) of a message slot, in bytes. */
 #define GYRE_SLOT_ALIGN 128u
@@ -185,6 +185,18 @@ typedef unsigned long long uint64_t;
 /* Control-block host flags (gyre_abi::host_flags), gyre_control_block.host_flags:
  * requests exist only below h2k_head (a copy engine fills the request ring). */
 #define GYRE_HOST_FLAG_DOORBELL 1u
+/** Checked slots (gyre_abi::host_flags::CHECKED): the kernel reads each slot in one wave
+ *  of independent loads and takes it only when its check word is the check of what it
+ *  read; replies carry one too, written with no fence per message (docs/protocol.md). */
+#define GYRE_HOST_FLAG_CHECKED 2u
+
+/* The check word (gyre_abi::check): the wrapping sum over the slot's 8-byte words j (the
+ * header's 8 words but GYRE_CHECK_WORD, then the payload's first len bytes rounded up to
+ * whole words) of fmix64(word ^ (j + 1) * GYRE_CHECK_KEY). gyre_check_term in
+ * gyre/ring.h is the C twin of gyre_abi::check::term. */
+#define GYRE_CHECK_WORD 5u
+#define GYRE_CHECK_HEADER_WORDS 8u
+#define GYRE_CHECK_KEY 0x9e3779b97f4a7c15ull
 
 /* ---- structures ------------------------------------------------------------------- */
 
@@ -224,7 +236,8 @@ typedef struct gyre_slot_header {
     uint32_t len; /* <= slot_size - GYRE_SLOT_HEADER_SIZE */
     uint32_t flags; /* GYRE_FLAG_* */
     uint32_t status; /* GYRE_ERR_*; zero in requests */
-    uint64_t _reserved[3];
+    uint64_t check;  /* GYRE_HOST_FLAG_CHECKED rings: the check word; written before sequence */
+    uint64_t _reserved[2];
 } gyre_slot_header;
 
 /** The 64-byte telemetry line (gyre_abi::TelemetryBuffer), kernel-written under a
@@ -340,7 +353,11 @@ GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_slot_header, msg_type) == 24, "gyre_slot_h
 GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_slot_header, len) == 28, "gyre_slot_header.len");
 GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_slot_header, flags) == 32, "gyre_slot_header.flags");
 GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_slot_header, status) == 36, "gyre_slot_header.status");
-GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_slot_header, _reserved) == 40,
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_slot_header, check) == 40,
+                   "gyre_slot_header.check");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_slot_header, check) == GYRE_CHECK_WORD * 8u,
+                   "gyre_slot_header.check is word GYRE_CHECK_WORD");
+GYRE_STATIC_ASSERT(GYRE_OFFSETOF(gyre_slot_header, _reserved) == 48,
                    "gyre_slot_header._reserved");
 
 GYRE_STATIC_ASSERT(sizeof(gyre_telemetry_buffer) == 64, "sizeof(gyre_telemetry_buffer)");

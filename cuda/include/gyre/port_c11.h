@@ -7,7 +7,8 @@
  *   GYRE_LOAD_RELAXED_U32/U64(p)      atomic_load_explicit(memory_order_relaxed)
  *   GYRE_STORE_RELEASE_U32/U64(p, v)  atomic_store_explicit(memory_order_release)
  *   GYRE_STORE_RELAXED_U32/U64(p, v)  atomic_store_explicit(memory_order_relaxed)
- *   GYRE_FENCE_SYSTEM()               atomic_thread_fence(memory_order_seq_cst)
+ *   GYRE_FENCE_SYSTEM()               atomic_thread_fence(memory_order_seq_cst), counted (and
+ *                                     charged: the cost model of checked rings, below)
  *   GYRE_CAS_U64(p, expected, desired)  atomic_compare_exchange_strong (acq_rel): 1 if done
  *   GYRE_IDLE_PAUSE(r)                the kernel's idle strategy (spin, yield, then park on
  *                                     the host's doorbell, or sleep); GYRE_PAUSE() without r
@@ -58,7 +59,7 @@
     atomic_store_explicit(GYRE_C11_A32(p), (v), memory_order_relaxed)
 #define GYRE_STORE_RELAXED_U64(p, v)                                                           \
     atomic_store_explicit(GYRE_C11_A64(p), (v), memory_order_relaxed)
-#define GYRE_FENCE_SYSTEM() atomic_thread_fence(memory_order_seq_cst)
+#define GYRE_FENCE_SYSTEM() gyre_c11_fence()
 
 /** Compare-and-swap (acq_rel on success, acquire on failure): 1 when *p was `expected` and
  *  is now `desired`, else 0 (the loan pool's state words, gyre/loan.h). */
@@ -79,6 +80,101 @@ static inline uint64_t gyre_c11_now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 #define GYRE_NOW_NS() gyre_c11_now_ns()
+
+/* ---- the cost model (checked rings, gyre/wave.h) ----------------------------------- */
+/* The C11 port runs a checked ring's loop over host memory as if the rings were remote:
+ * it counts what a PCIe GPU pays for (read waves, system fences, 16-byte units loaded and
+ * stored, telemetry writes) and, with emulate_ns set, charges that many nanoseconds per
+ * wave and per fence (a busy wait: a wave's loads are one round trip, a fence about one).
+ * The counters (gyre_cpu's CostCounters, same layout) are the host's, given at
+ * gyre_c11_start; the kernel's thread alone writes them, as relaxed atomics, so the host
+ * may read them while it runs. */
+typedef struct gyre_c11_cost {
+    _Atomic uint64_t waves;            /* read waves (loads issued together, then used) */
+    _Atomic uint64_t fences;           /* system-scope fences */
+    _Atomic uint64_t loads;            /* 16-byte units the waves loaded */
+    _Atomic uint64_t stores;           /* 16-byte units the store waves wrote */
+    _Atomic uint64_t telemetry_writes; /* K8 writes of the region's telemetry line */
+    _Atomic uint64_t batches;          /* batches answered */
+    _Atomic uint64_t empty_polls;      /* polls that found nothing */
+    _Atomic uint64_t emulate_ns;       /* charged per wave and per fence; 0: count only */
+} gyre_c11_cost;
+
+static _Thread_local gyre_c11_cost *gyre_c11_cost_now;
+
+static inline void gyre_c11_cost_add(_Atomic uint64_t *c, uint64_t n) {
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
+                          memory_order_relaxed);
+}
+
+/** Spins for the emulated latency of one remote round trip. */
+static inline void gyre_c11_charge(const gyre_c11_cost *c) {
+    const uint64_t ns = atomic_load_explicit(&c->emulate_ns, memory_order_relaxed);
+    if (ns != 0u) {
+        const uint64_t until = gyre_c11_now_ns() + ns;
+        while (gyre_c11_now_ns() < until) {
+        }
+    }
+}
+
+static inline void gyre_c11_fence(void) {
+    atomic_thread_fence(memory_order_seq_cst);
+    if (gyre_c11_cost_now != 0) {
+        gyre_c11_cost_add(&gyre_c11_cost_now->fences, 1u);
+        gyre_c11_charge(gyre_c11_cost_now);
+    }
+}
+
+static inline void gyre_c11_wave_end(void) {
+    if (gyre_c11_cost_now != 0) {
+        gyre_c11_cost_add(&gyre_c11_cost_now->waves, 1u);
+        gyre_c11_charge(gyre_c11_cost_now);
+    }
+}
+
+#define GYRE_PORT_CHECKED 1
+/* One lane reads a wave slot by slot, a slot only after its sequence (acquire): the host
+ * and this thread share one memory model, so nothing may race (gyre/wave.h). */
+#define GYRE_WAVE_PER_SLOT 1
+/* Units per lane and round: only the window bound uses it here (a wave is one round). */
+#define GYRE_WAVE_UNITS 4096
+#define GYRE_WAVE_PREFIX 256u
+#define GYRE_UNROLL
+#define GYRE_SHARED_MIN_U32(p, v)                                                              \
+    do {                                                                                       \
+        const uint32_t gyre_min_v_ = (v);                                                      \
+        if (gyre_min_v_ < *(p)) {                                                              \
+            *(p) = gyre_min_v_;                                                                \
+        }                                                                                      \
+    } while (0)
+#define GYRE_WAVE_BEGIN() ((void)0)
+#define GYRE_WAVE_END() gyre_c11_wave_end()
+#define GYRE_WAVE_LOADS(units)                                                                 \
+    do {                                                                                       \
+        if (gyre_c11_cost_now != 0) {                                                          \
+            gyre_c11_cost_add(&gyre_c11_cost_now->loads, (units));                             \
+        }                                                                                      \
+    } while (0)
+#define GYRE_WAVE_STORES(units)                                                                \
+    do {                                                                                       \
+        if (gyre_c11_cost_now != 0) {                                                          \
+            gyre_c11_cost_add(&gyre_c11_cost_now->stores, (units));                            \
+        }                                                                                      \
+    } while (0)
+#define GYRE_COST_TELEMETRY()                                                                  \
+    do {                                                                                       \
+        if (gyre_c11_cost_now != 0) {                                                          \
+            gyre_c11_cost_add(&gyre_c11_cost_now->telemetry_writes, 1u);                       \
+        }                                                                                      \
+    } while (0)
+#define GYRE_COST_POLL(n)                                                                      \
+    do {                                                                                       \
+        if (gyre_c11_cost_now != 0) {                                                          \
+            gyre_c11_cost_add((n) != 0u ? &gyre_c11_cost_now->batches                          \
+                                        : &gyre_c11_cost_now->empty_polls,                     \
+                              1u);                                                             \
+        }                                                                                      \
+    } while (0)
 
 /* Handler time (GYRE_BATCH_STAMP, gyre/ring.h) from the TSC where it is invariant: a plain
  * RDTSC does not wait for earlier loads, so the request's payload load can overlap the

@@ -136,6 +136,46 @@ __device__ __forceinline__ uint64_t gyre_cuda_now_ns(void) {
 #endif
 #define GYRE_SHARED
 #define GYRE_BARRIER() __syncthreads()
+/* Teams (gyre/block.h): a warp answers one request at a time, its lanes the handler's,
+ * with __syncwarp between phases; the block's warps answer a batch's requests in turn. */
+#define GYRE_MAX_TEAMS (GYRE_MAX_LANES / 32)
+#define GYRE_TEAMS(lanes) (((lanes) + 31u) / 32u)
+#define GYRE_TEAM_BEGIN(team, tlanes, lanes)                                                   \
+    {                                                                                          \
+        const uint32_t team = (uint32_t)threadIdx.x >> 5;                                      \
+        const uint32_t tlanes = (lanes) - 32u * team < 32u ? (lanes) - 32u * team : 32u;       \
+        const uint32_t gyre_team_mask_ = tlanes >= 32u ? 0xffffffffu : ((1u << tlanes) - 1u);
+#define GYRE_TEAM_END }
+#define GYRE_TEAM_BARRIER() __syncwarp(gyre_team_mask_)
+#define GYRE_TEAM_LEADER_BEGIN if ((threadIdx.x & 31u) == 0u) {
+#define GYRE_TEAM_LEADER_END }
+#define GYRE_TEAM_EACH_LANE_BEGIN(lane, tlanes) {                                              \
+        const uint32_t lane = (uint32_t)threadIdx.x & 31u;
+#define GYRE_TEAM_EACH_LANE_END }
+
+/* ---- checked rings (gyre/wave.h) --------------------------------------------------- */
+/* One 16-byte volatile access (ld/st.volatile = relaxed at system scope, never cached
+ * stale): loads of one wave are all issued before any is used. */
+#define GYRE_PORT_CHECKED 1
+#ifndef GYRE_WAVE_UNITS
+#define GYRE_WAVE_UNITS 8
+#endif
+#ifndef GYRE_WAVE_PREFIX
+#define GYRE_WAVE_PREFIX 256u
+#endif
+#define GYRE_UNROLL _Pragma("unroll")
+#define GYRE_LOAD_REMOTE_UNIT(p, a, b)                                                         \
+    asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];"                                   \
+                 : "=l"(a), "=l"(b)                                                            \
+                 : "l"(p)                                                                      \
+                 : "memory")
+#define GYRE_STORE_REMOTE_UNIT(p, a, b)                                                        \
+    asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory")
+#define GYRE_SHARED_MIN_U32(p, v) atomicMin((p), (v))
+#define GYRE_WAVE_BEGIN() ((void)0)
+#define GYRE_WAVE_END() ((void)0)
+/* An empty wave already waited a round trip: poll again at once. */
+#define GYRE_WAVE_IDLE(r) ((void)0)
 #define GYRE_LANE0_BEGIN if (threadIdx.x == 0u) {
 #define GYRE_LANE0_END }
 #define GYRE_EACH_LANE_BEGIN(lane, lanes) {                                                           \

@@ -66,6 +66,45 @@
 /** Offset of the request ring (unless placed apart); the reply ring follows it. */
 #define GYRE_RINGS_OFFSET 256u
 
+/* ---- the check word of checked slots (gyre_abi::check) --------------------------- */
+
+/** MurmurHash3's 64-bit finaliser (gyre_abi::check::fmix64). */
+static inline GYRE_DEVICE_FN uint64_t gyre_fmix64(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return x;
+}
+
+/** Word `j`'s contribution to a slot's check (gyre_abi::check::term). */
+static inline GYRE_DEVICE_FN uint64_t gyre_check_term(uint64_t w, uint32_t j) {
+    return gyre_fmix64(w ^ (GYRE_CHECK_KEY * ((uint64_t)j + 1u)));
+}
+
+/** Words a slot's check covers (gyre_abi::check::words): the header's, then the payload's
+ *  first `len` bytes rounded up to whole words, at most `payload` bytes. */
+static inline GYRE_DEVICE_FN uint32_t gyre_check_words(uint32_t len, uint32_t payload) {
+    const uint32_t l = len < payload ? len : payload;
+    return GYRE_CHECK_HEADER_WORDS + (l + 7u) / 8u;
+}
+
+/** The check of the slot image at `w` (its words, header first: a staged copy, never the
+ *  shared ring itself), for a slot of `payload` payload bytes (gyre_abi::check::slot). */
+static inline GYRE_DEVICE_FN uint64_t gyre_check_slot(const GYRE_GLOBAL uint64_t *w,
+                                                     uint32_t payload) {
+    const uint32_t n = gyre_check_words((uint32_t)(w[3] >> 32), payload);
+    uint64_t sum = 0u;
+    uint32_t j;
+    for (j = 0u; j < n; ++j) {
+        if (j != GYRE_CHECK_WORD) {
+            sum += gyre_check_term(w[j], j);
+        }
+    }
+    return sum;
+}
+
 /* ---- tuning ----------------------------------------------------------------------- */
 /** Loop iterations between slow-path checks while Active (K1 command, K9 heartbeats,
  *  protocol errors under the head); every iteration otherwise. */
@@ -140,6 +179,15 @@ typedef struct gyre_ring {
     uint32_t next_type;   /* the message type of the next stage's requests (next_cb != 0) */
     uint32_t link_flags;  /* GYRE_LINK_* of link_next */
     uint32_t out;         /* GYRE_OUT_*: how replies leave (gyre/link.h) */
+    /* Checked slots (GYRE_HOST_FLAG_CHECKED, gyre/block.h's waves): the host line as the
+     * last wave read it (a staged copy in the scratch memory), the next wave's window,
+     * the tail last published to line 1 (K7 runs on the slow tick), and the head a
+     * fenced slow tick saw beyond the tail (K4's protocol-error check, next wave). */
+    GYRE_GLOBAL gyre_control_block *line0;
+    uint64_t published; /* h2k_tail / k2h_head as last written to line 1 */
+    uint64_t suspect;   /* a published head beyond the tail, seen after a fence; else 0 */
+    uint32_t checked;   /* GYRE_HOST_FLAG_CHECKED was set at K0 */
+    uint32_t window;    /* slots the next wave reads (1..window_max) */
 } gyre_ring;
 
 /** The header fields of one request, then of its reply (K4..K6). */
@@ -277,6 +325,11 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k0_validate(gyre_ring *r,
     r->out = 0u; /* GYRE_OUT_DIRECT */
     r->tail = GYRE_LOAD_ACQUIRE_U64(&cb->h2k_tail);
     r->k2h_tail = GYRE_LOAD_ACQUIRE_U64(&cb->k2h_tail);
+    r->checked = (GYRE_LOAD_ACQUIRE_U32(&cb->host_flags) & GYRE_HOST_FLAG_CHECKED) != 0u ? 1u : 0u;
+    r->line0 = cb; /* block.h points it at the wave's copy on checked rings */
+    r->published = r->tail;
+    r->suspect = 0u;
+    r->window = 1u;
     /* GYRE_HOST_FLAG_DOORBELL: requests exist only below h2k_head. Without it the cached
      * head is "infinite", so K2 never reads h2k_head on its fast path. */
     r->head = (GYRE_LOAD_ACQUIRE_U32(&cb->host_flags) & GYRE_HOST_FLAG_DOORBELL) != 0u
@@ -349,8 +402,14 @@ static inline GYRE_DEVICE_FN void gyre_k8_write(GYRE_GLOBAL gyre_telemetry_buffe
 /** K8 on the region's line, then on the export line if there is one (same values and
  *  sequence numbers: each line has this kernel as its single writer). Always written on a
  *  state change; see gyre_k8_refresh for the per-batch and idle writes. */
+/** What the cost model counts per write of the telemetry line (gyre/port_c11.h). */
+#ifndef GYRE_COST_TELEMETRY
+#define GYRE_COST_TELEMETRY() ((void)0)
+#endif
+
 static inline GYRE_DEVICE_FN void gyre_k8_telemetry(gyre_ring *r, uint32_t state) {
     const uint32_t odd = (r->tel_seq + 1u) | 1u;
+    GYRE_COST_TELEMETRY();
     gyre_k8_write(gyre_telemetry(r->region), r, state, odd);
     if (r->export_tel != 0) {
         gyre_k8_write(r->export_tel, r, state, odd);
@@ -363,6 +422,25 @@ static inline GYRE_DEVICE_FN void gyre_k8_telemetry(gyre_ring *r, uint32_t state
 static inline GYRE_DEVICE_FN void gyre_k8_refresh(gyre_ring *r, uint32_t state) {
     if (r->telemetry != 0u) {
         gyre_k8_telemetry(r, state);
+    }
+}
+
+/* ---- K7 on checked rings ----------------------------------------------------------- */
+
+/** K7 of a checked ring, run on the slow tick and when the kernel stops, not per batch:
+ *  one system fence (every reply written so far, and the host line the last wave read,
+ *  ordered before what follows), then h2k_tail, k2h_head and processed as relaxed stores.
+ *  The host needs neither index to take replies (it verifies each reply's check word) nor
+ *  to bound its claims (k2h_tail and h2k_head are its own): they serve the watchdog,
+ *  the protocol-error checks and a successor's K0, which all tolerate the lag. */
+static inline GYRE_DEVICE_FN void gyre_k7_flush(gyre_ring *r) {
+    GYRE_GLOBAL gyre_control_block *cb = gyre_control(r->region);
+    GYRE_FENCE_SYSTEM();
+    if (r->published != r->tail) {
+        GYRE_STORE_RELAXED_U64(&cb->h2k_tail, r->tail);
+        GYRE_STORE_RELAXED_U64(&cb->k2h_head, r->tail);
+        GYRE_STORE_RELAXED_U64(&cb->processed, r->processed);
+        r->published = r->tail;
     }
 }
 
@@ -391,6 +469,9 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k1_next_state(uint32_t cmd, uint32_t 
 static inline GYRE_DEVICE_FN void gyre_ring_stop(gyre_ring *r, uint32_t stop_state,
                                                  uint32_t code) {
     GYRE_GLOBAL gyre_control_block *cb = gyre_control(r->region);
+    if (r->checked) {
+        gyre_k7_flush(r); /* the counters K7 left for the slow tick, before the state */
+    }
     GYRE_STORE_RELEASE_U32(&cb->error_code, code);
     GYRE_STORE_RELEASE_U64(&cb->processed, r->processed);
     gyre_k8_telemetry(r, stop_state);
@@ -407,6 +488,9 @@ static inline GYRE_DEVICE_FN void gyre_ring_stop(gyre_ring *r, uint32_t stop_sta
  *  telemetry and return 1. Heartbeats are compared for change, never by value. */
 static inline GYRE_DEVICE_FN uint32_t gyre_k1_k9_slow_tick(gyre_ring *r) {
     GYRE_GLOBAL gyre_control_block *cb = gyre_control(r->region);
+    /* The host line: the control block itself, or on a checked ring the copy the last
+     * wave read (no dependent read of remote memory here). */
+    GYRE_GLOBAL gyre_control_block *l0 = r->line0;
     const uint64_t now = GYRE_NOW_NS();
     uint64_t hb;
     uint32_t next = r->state;
@@ -414,8 +498,17 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k1_k9_slow_tick(gyre_ring *r) {
     uint32_t stop_code = GYRE_ERR_NONE;
     r->last_now = now;
     /* K9: our heartbeat (nonzero, changes while we run), then the host's. */
-    GYRE_STORE_RELEASE_U64(&cb->kernel_heartbeat, now - r->epoch + 1u);
-    hb = GYRE_LOAD_ACQUIRE_U64(&cb->host_heartbeat);
+    if (r->checked) {
+        /* The deferred K7; its fence also orders the host line the last wave read before
+         * the next wave, so a command seen here is followed by a fresh h2k_head (the
+         * drain's end, K4's protocol-error check: gyre/block.h). */
+        gyre_k7_flush(r);
+        GYRE_STORE_RELAXED_U64(&cb->kernel_heartbeat, now - r->epoch + 1u);
+        r->suspect = GYRE_LOAD_RELAXED_U64(&l0->h2k_head) > r->tail ? r->tail + 1u : 0u;
+    } else {
+        GYRE_STORE_RELEASE_U64(&cb->kernel_heartbeat, now - r->epoch + 1u);
+    }
+    hb = GYRE_LOAD_ACQUIRE_U64(&l0->host_heartbeat);
     if (hb != r->host_hb) {
         r->host_hb = hb;
         r->host_hb_changed = now;
@@ -425,15 +518,15 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k1_k9_slow_tick(gyre_ring *r) {
     }
     /* K1: the host line's identity. A corrupt control block faults the kernel (the
      * host reports the code to every waiter) instead of being trusted. */
-    if (stop_state == 0u && (GYRE_LOAD_ACQUIRE_U32(&cb->magic) != GYRE_MAGIC ||
-                             GYRE_LOAD_ACQUIRE_U32(&cb->abi_version) != GYRE_ABI_VERSION)) {
+    if (stop_state == 0u && (GYRE_LOAD_ACQUIRE_U32(&l0->magic) != GYRE_MAGIC ||
+                             GYRE_LOAD_ACQUIRE_U32(&l0->abi_version) != GYRE_ABI_VERSION)) {
         stop_state = GYRE_STATE_FAULTED;
         stop_code = GYRE_ERR_BAD_MAGIC;
     }
     if (stop_state == 0u) {
         /* K1: the command; a handover (commanded, or the epoch ran out) stops the loop
          * here, at a batch boundary. */
-        r->last_cmd = GYRE_LOAD_ACQUIRE_U32(&cb->command);
+        r->last_cmd = GYRE_LOAD_ACQUIRE_U32(&l0->command);
         next = gyre_k1_next_state(r->last_cmd, r->state);
         if (next == GYRE_STATE_HANDED_OVER ||
             (r->epoch_ns != 0u && now - r->epoch >= r->epoch_ns)) {
@@ -542,13 +635,17 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k2_k3_take(gyre_ring *r, uint32_t che
 
 /* ---- K4 check slot ---------------------------------------------------------------- */
 
-/** K4: read the header of request `idx` (owned: its sequence was read with acquire) into
- *  `m` and validate it. A wrong sequence (`bad_seq`) is answered BAD_SEQUENCE with
- *  correlation `idx`; len > payload is answered BAD_LENGTH. Returns 1 when the handler
- *  should run (m->status == NONE, m->len = request length), else 0 (m->len = 0). */
-static inline GYRE_DEVICE_FN uint32_t gyre_k4_check(const gyre_ring *r, uint64_t idx,
-                                                   uint32_t bad_seq, gyre_slot_meta *m) {
-    const GYRE_GLOBAL gyre_slot_header *h = gyre_request_slot(r, idx);
+/** K4 over the request header at `h` (owned: published and not yet answered; the ring
+ *  slot, or a staged copy of it on a checked ring): read its fields into `m` and validate
+ *  them. A wrong sequence (`bad_seq`) is answered BAD_SEQUENCE with correlation `idx`; len
+ *  > `payload` is answered BAD_LENGTH; with `pass_status` (a stage fed by a stage) a
+ *  non-zero status is passed on as it is. Returns 1 when the handler should run
+ *  (m->status == NONE, m->len = request length), else 0 (m->len = 0). */
+static inline GYRE_DEVICE_FN uint32_t gyre_k4_check_at(const GYRE_GLOBAL gyre_slot_header *h,
+                                                      uint64_t idx, uint32_t bad_seq,
+                                                      uint32_t payload, uint32_t link_flags,
+                                                      uint32_t pass_status,
+                                                      gyre_slot_meta *m) {
     m->correlation_id = h->correlation_id;
     m->enqueue_ns = h->enqueue_ns;
     m->msg_type = h->msg_type;
@@ -557,17 +654,17 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k4_check(const gyre_ring *r, uint64_t
     m->status = GYRE_ERR_NONE;
     m->passed = 0u;
     m->pad = 0u;
-    if ((r->link_flags & GYRE_LINK_OWN_ID) != 0u) {
+    if ((link_flags & GYRE_LINK_OWN_ID) != 0u) {
         m->correlation_id = idx; /* later stages write by id: the host's index */
     }
     if (bad_seq) {
         m->correlation_id = idx;
         m->status = GYRE_ERR_BAD_SEQUENCE;
-    } else if (r->pass_status && h->status != GYRE_ERR_NONE) {
+    } else if (pass_status && h->status != GYRE_ERR_NONE) {
         /* A pipeline's earlier stage answered it with an error: passed on as it is. */
         m->status = h->status;
         m->passed = 1u;
-    } else if (m->len > r->payload) {
+    } else if (m->len > payload) {
         m->status = GYRE_ERR_BAD_LENGTH;
     }
     if (m->status != GYRE_ERR_NONE) {
@@ -575,6 +672,13 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k4_check(const gyre_ring *r, uint64_t
         return 0u;
     }
     return 1u;
+}
+
+/** K4 of request `idx` in the ring (gyre_k4_check_at with the poller's settings). */
+static inline GYRE_DEVICE_FN uint32_t gyre_k4_check(const gyre_ring *r, uint64_t idx,
+                                                   uint32_t bad_seq, gyre_slot_meta *m) {
+    return gyre_k4_check_at(gyre_request_slot(r, idx), idx, bad_seq, r->payload, r->link_flags,
+                            r->pass_status, m);
 }
 
 /* ---- K5 handle (result) ----------------------------------------------------------- */
@@ -585,19 +689,25 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k4_check(const gyre_ring *r, uint64_t
  *  any other code below USER_BASE (a protocol code: the host must never mistake a
  *  handler's status for one; gyre_core::handler::reply_status is the same rule); a reply
  *  longer than the payload is BAD_LENGTH; otherwise m->len = reply_len. */
-static inline GYRE_DEVICE_FN void gyre_k5_result(const gyre_ring *r, gyre_slot_meta *m,
-                                                uint32_t status, uint32_t reply_len) {
+static inline GYRE_DEVICE_FN void gyre_k5_result_at(uint32_t payload, gyre_slot_meta *m,
+                                                   uint32_t status, uint32_t reply_len) {
     m->len = 0u;
     if (status != GYRE_ERR_NONE) {
         m->status = (status >= GYRE_ERR_USER_BASE || status == GYRE_ERR_HANDLER_REJECTED ||
                      status == GYRE_ERR_UNKNOWN_TYPE || status == GYRE_ERR_BAD_LOAN)
                         ? status
                         : GYRE_ERR_HANDLER_REJECTED;
-    } else if (reply_len > r->payload) {
+    } else if (reply_len > payload) {
         m->status = GYRE_ERR_BAD_LENGTH;
     } else {
         m->len = reply_len;
     }
+}
+
+/** K5's result with the poller's payload size. */
+static inline GYRE_DEVICE_FN void gyre_k5_result(const gyre_ring *r, gyre_slot_meta *m,
+                                                uint32_t status, uint32_t reply_len) {
+    gyre_k5_result_at(r->payload, m, status, reply_len);
 }
 
 /* ---- K6 stamp reply --------------------------------------------------------------- */
@@ -606,6 +716,18 @@ static inline GYRE_DEVICE_FN void gyre_k5_result(const gyre_ring *r, gyre_slot_m
  *  capacity), a system fence (the reply payload, written by any thread of the block before
  *  the barrier that precedes this call, and the header), then sequence = idx + 1 last,
  *  with release. */
+/** K6's header of a reply (every field but the sequence, plain stores: the slot is the
+ *  writer's), with message type `msg_type`. */
+static inline GYRE_DEVICE_FN void gyre_k6_header(GYRE_GLOBAL gyre_slot_header *h,
+                                                const gyre_slot_meta *m, uint32_t msg_type) {
+    h->correlation_id = m->correlation_id;
+    h->enqueue_ns = m->enqueue_ns;
+    h->msg_type = msg_type;
+    h->len = m->len;
+    h->flags = m->flags;
+    h->status = m->status;
+}
+
 static inline GYRE_DEVICE_FN void gyre_k6_stamp_reply(gyre_ring *r, uint64_t idx,
                                                      const gyre_slot_meta *m) {
     const uint64_t at = gyre_reply_index(r, idx, m);
@@ -617,12 +739,7 @@ static inline GYRE_DEVICE_FN void gyre_k6_stamp_reply(gyre_ring *r, uint64_t idx
         gyre_route_pass(r, h, m); /* the reply, written here, goes on to its branch */
         return;
     }
-    h->correlation_id = m->correlation_id;
-    h->enqueue_ns = m->enqueue_ns;
-    h->msg_type = r->next_cb != 0 ? r->next_type : m->msg_type;
-    h->len = m->len;
-    h->flags = m->flags;
-    h->status = m->status;
+    gyre_k6_header(h, m, r->next_cb != 0 ? r->next_type : m->msg_type);
     GYRE_FENCE_SYSTEM();
     GYRE_STORE_RELEASE_U64(&h->sequence, at + 1u);
 }
@@ -638,6 +755,9 @@ static inline GYRE_DEVICE_FN void gyre_k7_publish(gyre_ring *r, uint32_t n) {
     r->tail += n;
     r->processed += n;
     r->messages += n;
+    if (r->checked) {
+        return; /* line 1 on the slow tick: gyre_k7_flush */
+    }
     GYRE_STORE_RELEASE_U64(&cb->h2k_tail, r->tail);
     if (r->out == GYRE_OUT_DIRECT) {
         GYRE_STORE_RELEASE_U64(r->reply_publish, r->tail);
@@ -771,6 +891,9 @@ static inline GYRE_DEVICE_FN void gyre_ring_fault_batch(gyre_ring *r, uint32_t a
     const uint32_t restarts = (r->link_flags & GYRE_LINK_RESTARTS) != 0u;
     const uint32_t stop_state = restarts ? GYRE_STATE_HANDED_OVER : GYRE_STATE_FAULTED;
     gyre_k7_publish(r, answered);
+    if (r->checked) {
+        gyre_k7_flush(r);
+    }
     GYRE_STORE_RELEASE_U32(&cb->error_code, code);
     gyre_k8_telemetry(r, stop_state);
     GYRE_STORE_RELEASE_U32(&cb->state, stop_state);
@@ -793,7 +916,9 @@ static inline GYRE_DEVICE_FN void gyre_ring_batch_done(gyre_ring *r, uint32_t n,
     }
     gyre_k7_publish(r, n);
     r->busy_polls++;
-    gyre_k8_refresh(r, r->state);
+    if (!r->checked) {
+        gyre_k8_refresh(r, r->state); /* checked rings: on the slow tick, at most every 1 ms */
+    }
     if (r->epoch_ns != 0u && now - r->epoch >= r->epoch_ns) {
         r->slow_next = 1u; /* the epoch ran out: hand over on the next poll (K1) */
     }

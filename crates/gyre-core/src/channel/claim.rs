@@ -81,6 +81,11 @@ impl Drop for ClaimGuard<'_> {
                     flags: 0,
                     status: 0,
                 });
+                if ch.checked {
+                    // A checked ring takes only slots whose check word holds: the
+                    // tombstone is answered BAD_LENGTH like any other.
+                    slot.write_check(slot.check_with(idx + 1, false));
+                }
             }
             slot.sequence().store(idx + 1, Release);
             ch.add_interest();

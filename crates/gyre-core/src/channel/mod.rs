@@ -149,6 +149,10 @@ pub struct Channel {
     driver_stop: AtomicBool,
     /// Whether producers stamp `enqueue_ns` (a clock read per publish).
     timestamps: bool,
+    /// Checked slots (`gyre_abi::host_flags::CHECKED`, set before the channel exists):
+    /// producers write each request's check word, and a reply is ready only when its
+    /// check word holds (the kernel writes replies with no fence).
+    checked: bool,
     /// The bridge to device-resident rings, for the copy strategies; `None` when the
     /// kernel reads these very rings (zero copy).
     transfer: Option<Arc<dyn Transfer>>,
@@ -197,7 +201,10 @@ impl Channel {
     /// A channel over `region`, which must be freshly initialised (all indices 0).
     pub fn new(region: Arc<SharedRegion>, name: impl Into<String>) -> Self {
         let g = *region.geometry();
+        let checked =
+            region.control().host_flags.load(Acquire) & gyre_abi::host_flags::CHECKED != 0;
         Self {
+            checked,
             name: name.into(),
             capacity: u64::from(g.capacity()),
             mask: g.mask(),
@@ -512,6 +519,11 @@ impl Channel {
                     status: 0,
                 });
             }
+            if self.checked {
+                // P3 of a checked ring: the check word over what was written, before the
+                // sequence. SAFETY: as above (owned, unpublished).
+                unsafe { slot.write_check(slot.check_with(idx + 1, false)) };
+            }
             // P3: the sequence is the last thing written, with release.
             slot.sequence().store(idx + 1, Release);
             guard.written = k as u64 + 1;
@@ -760,6 +772,11 @@ impl Channel {
                 w.wake();
             }
         }
+    }
+
+    /// Whether the rings are checked ([`gyre_abi::host_flags::CHECKED`]).
+    pub fn is_checked(&self) -> bool {
+        self.checked
     }
 
     /// Bytes of header plus payload of one slot.

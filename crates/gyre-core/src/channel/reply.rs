@@ -99,13 +99,21 @@ impl Channel {
     /// H1: where the reply of `index` stands (its slot's sequence, acquire).
     #[inline(always)]
     pub fn probe(&self, index: u64) -> Probe {
-        let seq = self.region.slot(RingId::Reply, index).sequence();
+        let slot = self.region.slot(RingId::Reply, index);
+        let seq = slot.sequence();
         let mut s = seq.load(Acquire);
         if s < index + 1 && self.refresh() {
             // Copy strategies: bring new replies up, then look again.
             s = seq.load(Acquire);
         }
         if s == index + 1 {
+            // A checked ring's reply is whole only when its check word holds: the kernel
+            // stores its words with no fence, so the sequence may land first.
+            // SAFETY: reply `index` is in flight (its slot is reused only after it is
+            // released); its words may still be landing, hence volatile reads.
+            if self.checked && unsafe { slot.check_with(s, true) != slot.check_word_volatile() } {
+                return Probe::Pending;
+            }
             Probe::Ready
         } else if s > index + 1 {
             Probe::Gone

@@ -115,6 +115,64 @@ impl<'a> SlotPtr<'a> {
         }
     }
 
+    /// The check word (`gyre_abi::check::slot`) of the slot as it would read with
+    /// sequence `seq`: the header's words and the payload's first `len` bytes (the
+    /// header's `len`), each read with `read_volatile` when `volatile` (a slot another
+    /// agent may still be writing, as a device's PCIe writes land), else plainly.
+    ///
+    /// # Safety
+    ///
+    /// Plain reads (`volatile` false): the caller owns the slot (claimed and unpublished,
+    /// or published to it and unreleased), so nobody writes it concurrently. Volatile
+    /// reads: the caller holds the slot's index in flight (it is not reused), and accepts
+    /// that the words it reads may be partly written.
+    #[inline]
+    pub unsafe fn check_with(&self, seq: u64, volatile: bool) -> u64 {
+        use gyre_abi::check;
+        let w = self.hdr.as_ptr().cast::<u64>();
+        // SAFETY: every index below is < words(len, payload) <= 8 + payload / 8 rounded
+        // up, inside the slot (the slot is SLOT_HEADER_SIZE + payload bytes, the payload a
+        // multiple of 64); the caller's contract covers concurrent writers.
+        let read = |j: usize| unsafe {
+            if volatile {
+                w.add(j).read_volatile()
+            } else {
+                w.add(j).read()
+            }
+        };
+        let len = (read(3) >> 32) as u32;
+        let n = check::words(len, self.payload);
+        let mut sum = check::term(seq, 0);
+        for j in 1..n {
+            if j != check::CHECK_WORD {
+                sum = sum.wrapping_add(check::term(read(j), j as u32));
+            }
+        }
+        sum
+    }
+
+    /// Writes the check word.
+    ///
+    /// # Safety
+    ///
+    /// The caller must own the slot under the protocol (claimed and not yet published).
+    #[inline(always)]
+    pub unsafe fn write_check(&self, c: u64) {
+        // SAFETY: the caller owns the slot; the field is in bounds and aligned.
+        unsafe { ptr::addr_of_mut!((*self.hdr.as_ptr()).check).write(c) }
+    }
+
+    /// The check word as written, read with `read_volatile`.
+    ///
+    /// # Safety
+    ///
+    /// As the volatile case of [`SlotPtr::check_with`].
+    #[inline(always)]
+    pub unsafe fn check_word_volatile(&self) -> u64 {
+        // SAFETY: the field is in bounds and aligned; the caller's contract.
+        unsafe { ptr::addr_of!((*self.hdr.as_ptr()).check).read_volatile() }
+    }
+
     /// Raw pointer to the payload.
     #[inline(always)]
     pub fn payload_ptr(&self) -> *mut u8 {
