@@ -3,35 +3,41 @@
 # bundle). Start it from the bundle's folder on a machine with the NVIDIA driver and a
 # CUDA toolkit or NVRTC wheel; no Rust toolchain or network is needed.
 #
-# Runs, in order, each step under a timeout, within one overall budget (9 minutes), and
-# writes one plain-text report (report.txt here, and $OUT/report.txt when OUT is set):
+# Runs, in order, each step under a timeout, within one overall budget (6 minutes), and
+# writes one plain-text report (report.txt here, and $OUT/report.txt when OUT is set),
+# ending with one table: step, result, seconds.
 #   env        nvidia-smi, the libraries found, NVRTC versions and architectures
+#   bench-*    FIRST, so its figures survive a cut: `gyre bench --backend cuda` under
+#              zero copy (the floor, launch+sync and graph+sync in the same process, RTT,
+#              throughput against the batch size, the ratios), then under each copy
+#              strategy (bench-*.txt beside the report)
 #   doctor     gyre doctor (backends, memory plan, CUDA driver environment, self-test)
 #   cuda-unit  gyre-cuda's unit tests, NVRTC compile tests, device tests
-#   suites-1   conformance and fault suites on CUDA, one test thread
+#   suites-1   conformance and fault suites on CUDA, one test thread (the relaunch cases
+#              and the device-fault cases in steps of their own: a device fault can
+#              leave a process unable to use CUDA)
 #   portable   handlers written once in Rust: the generated C on the GPU against Rust
 #   suites-par the two suites as two processes at once (two contexts on one GPU)
 #   toolchains the device tests again with every NVRTC found (toolkits, wheels: one
 #              newer than the driver takes the CUBIN route); SKIP when none is found
 #   demo-*     gyre demo --backend cuda under every transfer strategy
-#   soak       a 60 s soak (must print lost: 0)
-#   fault      a handler that faults, then a new launch in the same process
+#   soak       a 30 s soak (must print lost: 0)
+#   fault-*    a handler that faults, then a new launch in the same process
 #   serve-top  demo --serve, gyre top --once, SIGTERM: clean exit, export file removed
 #   kill       SIGKILL with a kernel running: how long until the process is gone, and a
 #              new launch afterwards
-#   bench      the GPU benchmark (ring kernel vs launch+sync vs graph+sync)
 # Every step runs with GYRE_REQUIRE_CUDA=1: a test that cannot reach the GPU fails.
 #
 # Without a usable GPU every step is reported as skipped, with the reason, and run.sh
 # exits 0; with GYRE_REQUIRE_CUDA=1 set by the caller it exits 1 instead.
-# Knobs: GYRE_KIT_BUDGET_S (overall budget, default 540), GYRE_KIT_SOAK (default 60s).
+# Knobs: GYRE_KIT_BUDGET_S (overall budget, default 360), GYRE_KIT_SOAK (default 30s).
 set -uo pipefail
 cd "$(dirname "$0")"
 KIT=$(pwd)
 BIN=$KIT/bin
 REPORT=$KIT/report.txt
-BUDGET=${GYRE_KIT_BUDGET_S:-540}
-SOAK=${GYRE_KIT_SOAK:-60s}
+BUDGET=${GYRE_KIT_BUDGET_S:-360}
+SOAK=${GYRE_KIT_SOAK:-30s}
 CALLER_REQUIRES=${GYRE_REQUIRE_CUDA:-0}
 START=$(date +%s)
 : >"$REPORT"
@@ -61,12 +67,12 @@ step() {
   local left=$((START + BUDGET - $(date +%s)))
   if [ -n "${SKIP_ALL:-}" ]; then
     say "== $name: SKIP ($SKIP_ALL)"
-    results+=("$name SKIP")
+    results+=("$name SKIP -")
     return 0
   fi
   if [ "$left" -lt 10 ]; then
     say "== $name: FAIL (not run: out of the ${BUDGET}s budget)"
-    results+=("$name FAIL(budget)")
+    results+=("$name FAIL(budget) -")
     failed=1
     return 0
   fi
@@ -81,14 +87,14 @@ step() {
   took=$(awk "BEGIN{printf \"%.1f\", $t1 - $t0}")
   if [ "$rc" -eq 0 ]; then
     say "== $name: PASS (${took}s)"
-    results+=("$name PASS ${took}s")
+    results+=("$name PASS ${took}")
   elif [ "$rc" -eq 77 ]; then
     say "== $name: SKIP (${took}s; see above)"
-    results+=("$name SKIP ${took}s")
+    results+=("$name SKIP ${took}")
   else
     [ "$rc" -eq 124 ] && say "== $name: TIMEOUT after ${limit}s"
     say "== $name: FAIL (exit $rc, ${took}s)"
-    results+=("$name FAIL(rc=$rc) ${took}s")
+    results+=("$name FAIL(rc=$rc) ${took}")
     failed=1
   fi
   publish
@@ -171,26 +177,40 @@ if ! grep -q 'available: yes' <<<"$cuda_row"; then
 fi
 export GYRE_REQUIRE_CUDA=1
 
-step doctor 90 "$BIN/gyre" doctor
+# Bench first: its figures survive a cut of the run. Each strategy's output is kept
+# beside the report too.
+bench() {
+  local strategy=$1 shift_args=("${@:2}")
+  "$BIN/gyre" bench --backend cuda --strategy "$strategy" "${shift_args[@]}" | tee "$KIT/bench-$strategy.txt"
+  if [ -n "${OUT:-}" ]; then cp "$KIT/bench-$strategy.txt" "$OUT/" 2>/dev/null || true; fi
+}
+export -f bench
+step bench-unified 90 bash -c 'set -o pipefail; bench unified --calls 20000 --max-ms-per-row 1000'
+for s in sync async dma-polling; do
+  step "bench-$s" 45 bash -c "set -o pipefail; bench $s --calls 5000 --batches 1,32,256 --max-ms-per-row 600"
+done
+
+step doctor 60 "$BIN/gyre" doctor
 step cuda-unit 60 "$BIN/gyre_cuda_unit" --test-threads=1
 step nvrtc-compile 90 env GYRE_REQUIRE_NVRTC=1 "$BIN/nvrtc_compile" --test-threads=2
-step cuda-device 150 "$BIN/cuda_backend" --test-threads=1 --nocapture
-step conformance-1 150 "$BIN/conformance_cuda" --test-threads=1
-step faults-1 120 "$BIN/faults_cuda" --test-threads=1
+step cuda-device 90 "$BIN/cuda_backend" --test-threads=1 --skip a_device_fault_is_noticed
+step conformance-1 90 "$BIN/conformance_cuda" --test-threads=1 --skip reload --skip epochs --skip restarts
+step relaunch-1 60 "$BIN/conformance_cuda" --test-threads=1 reload epochs restarts
+step faults-1 90 "$BIN/faults_cuda" --test-threads=1 --skip device_fault
 # Handlers written once in Rust (#[gyre::handler]): the generated C through NVRTC on the
 # GPU, every reply against the Rust function (tests/portable_handlers.rs).
-step portable 150 "$BIN/portable_handlers" --exact portable_handlers_on_cuda_match_rust --nocapture
+step portable 90 "$BIN/portable_handlers" --exact portable_handlers_on_cuda_match_rust --nocapture
 # A chain of three stages on the GPU, each writing the next stage's ring (tests/pipeline_cuda.rs).
-step pipeline 90 "$BIN/pipeline_cuda" --test-threads=1 --nocapture
+step pipeline 60 "$BIN/pipeline_cuda" --test-threads=1 --nocapture
 # Loan kernels on the GPU: zero copy (mapped pinned pool) and sync (device-memory pool the
 # bridge fills), every loan case (tests/loans_cuda.rs).
-step loans 120 "$BIN/loans_cuda" --test-threads=1
+step loans 90 "$BIN/loans_cuda" --test-threads=1
 
 # The two suites at once, as two processes: two contexts, two sets of ring kernels.
 both() {
-  "$BIN/conformance_cuda" >"$KIT/par-conformance.log" 2>&1 &
+  "$BIN/conformance_cuda" --skip reload --skip epochs --skip restarts >"$KIT/par-conformance.log" 2>&1 &
   local a=$!
-  "$BIN/faults_cuda" >"$KIT/par-faults.log" 2>&1 &
+  "$BIN/faults_cuda" --skip device_fault >"$KIT/par-faults.log" 2>&1 &
   local b=$!
   local ra=0 rb=0
   wait $a || ra=$?
@@ -200,7 +220,7 @@ both() {
   [ $ra -eq 0 ] && [ $rb -eq 0 ]
 }
 export BIN KIT
-fnstep suites-par 150 both
+fnstep suites-par 90 both
 
 # Every NVRTC on this machine, each by its library path (GYRE_NVRTC_LIB): the device
 # tests compile, load and run with it (a wheel newer than the driver takes the CUBIN
@@ -218,10 +238,10 @@ other_nvrtc() {
   [ $n -gt 0 ] || return 77
 }
 export -f find_nvrtc
-fnstep toolchains 150 other_nvrtc
+fnstep toolchains 60 other_nvrtc
 
 for s in unified sync async dma-polling; do
-  step "demo-$s" 60 "$BIN/gyre" demo --backend cuda --strategy "$s" -n 100000
+  step "demo-$s" 30 "$BIN/gyre" demo --backend cuda --strategy "$s" -n 50000
 done
 
 soak() {
@@ -232,9 +252,11 @@ soak() {
   [ $rc -eq 0 ] && grep -qx 'lost: 0' <<<"$out"
 }
 export SOAK
-fnstep soak 120 soak
+fnstep soak 60 soak
 
-step fault 60 "$BIN/faults_cuda" --exact device_fault_fails_callers_then_a_new_launch_works --nocapture
+# A device fault last among the tests: it can leave its process unable to use CUDA.
+step fault-device 40 "$BIN/cuda_backend" --exact a_device_fault_is_noticed_and_a_later_launch_works --nocapture
+step fault 40 "$BIN/faults_cuda" --exact device_fault_fails_callers_then_a_new_launch_works --nocapture
 
 serve_top() {
   rm -rf "${GYRE_SHM_DIR:?}"/*
@@ -260,7 +282,7 @@ serve_top() {
   echo "export files left: $left"
   [ $top_rc -eq 0 ] && [ $rc -eq 0 ] && [ "$left" -eq 0 ]
 }
-fnstep serve-top 60 serve_top
+fnstep serve-top 40 serve_top
 
 kill_running() {
   rm -rf "${GYRE_SHM_DIR:?}"/*
@@ -284,13 +306,15 @@ kill_running() {
   echo "a new process launched and ran 10000 round trips $(awk "BEGIN{printf \"%.3f\", $t2 - $t1}")s after the kill (exit $rc)"
   return $rc
 }
-fnstep kill 60 kill_running
-
-step bench 150 "$BIN/cuda_bench" --bench
+fnstep kill 40 kill_running
 
 say ""
 say "== summary ($(($(date +%s) - START))s of ${BUDGET}s)"
-for r in "${results[@]}"; do say "  $r"; done
+say "$(printf '%-16s %-14s %8s' step result seconds)"
+for r in "${results[@]}"; do
+  # shellcheck disable=SC2086 # "name result seconds"
+  say "$(printf '%-16s %-14s %8s' $r)"
+done
 if [ -n "${SKIP_ALL:-}" ]; then
   say "every step skipped: $SKIP_ALL"
   publish

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering::{Acquire, Release};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use gyre::{Backend, Error, KernelSpec, KernelState, TrySendError};
+use gyre::{Error, KernelSpec, KernelState, TrySendError};
 use gyre_abi::error as code;
 
 pub use super::host_killed::host_process_killed;
@@ -14,7 +14,7 @@ pub use super::ring_cases::{
     producer_dies_mid_claim, stalled_consumer,
 };
 use super::{
-    assert_all_released, counters, drain_replies, eventually, host_handlers, rt, tokio_rt,
+    assert_all_released, counters, drain_replies, eventually, host_handlers, rt, tokio_rt, Target,
 };
 
 const POISON: u64 = 0xdead;
@@ -22,7 +22,7 @@ const POISON: u64 = 0xdead;
 /// A handler panics in the middle of a batch of 29 requests (sends, blocking calls, async
 /// calls): the requests before it are answered, it gets `HANDLER_PANIC`, every later one
 /// `KernelFaulted(HANDLER_PANIC)` — each exactly once.
-pub fn handler_panic_mid_batch(b: Backend) {
+pub fn handler_panic_mid_batch(b: Target) {
     if !host_handlers(b) {
         return;
     }
@@ -155,7 +155,7 @@ const STUCK: u64 = 0x57c4;
 /// `Error::Unresponsive` exactly once, later requests are refused, and shutdown returns
 /// that error at once instead of joining the stuck thread. Once the handler is released
 /// the detached kernel drains and stops by itself.
-pub fn stuck_handler_watchdog(b: Backend) {
+pub fn stuck_handler_watchdog(b: Target) {
     if !host_handlers(b) {
         return;
     }
@@ -225,7 +225,7 @@ pub fn stuck_handler_watchdog(b: Backend) {
 /// reports it through the control block's error code: every waiter — blocking call, async
 /// call, the replies of sends — fails exactly once with `KernelFaulted` carrying that
 /// code, and `state()` and shutdown report it too.
-pub fn kernel_fault_error_code(b: Backend) {
+pub fn kernel_fault_error_code(b: Target) {
     let k = rt(b)
         .launch(KernelSpec::<u64, u64>::echo().capacity(32))
         .unwrap();
@@ -308,7 +308,7 @@ impl XorShift {
 /// shutdown drains: every accepted send is delivered with its real reply exactly once,
 /// every accepted call returns its reply, and the counters show that nothing else was
 /// accepted and every reply slot was released.
-pub fn shutdown_in_flight_random_timing(b: Backend) {
+pub fn shutdown_in_flight_random_timing(b: Target) {
     const ROUNDS: u64 = 100;
     let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
     for round in 0..ROUNDS {

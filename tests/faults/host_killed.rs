@@ -25,7 +25,7 @@ use gyre_core::region::RegionMemory;
 use gyre_core::ring::Geometry;
 use gyre_core::{Channel, IdleStrategy, Kind, PublishError, SharedRegion};
 
-use super::rt;
+use super::{rt, Target};
 
 /// Where the child finds the region file.
 const ENV_REGION: &str = "GYRE_FAULTS_CHILD_REGION";
@@ -112,7 +112,7 @@ fn region_file() -> PathBuf {
 
 /// The host process is SIGKILLed mid-traffic; the kernel (in this surviving process)
 /// terminates itself with `HOST_HEARTBEAT_STALE`.
-pub fn host_process_killed(b: Backend) {
+pub fn host_process_killed(b: Target) {
     if rt(b).backend() != Backend::Cpu {
         eprintln!("SKIP: the kernel of a device backend lives on the device; this case needs the CPU kernel loop in a surviving process");
         return;

@@ -48,9 +48,9 @@ macro_rules! faults_suite {
             fn $name() {
                 #[allow(clippy::let_unit_value)]
                 let _guard = $guard;
-                let backend = $backend;
+                let target: $crate::faults::Target = $backend.into();
                 $crate::faults::guarded(stringify!($name), move || {
-                    $crate::faults::cases::$name(backend)
+                    $crate::faults::cases::$name(target)
                 });
             }
         )*
@@ -122,8 +122,29 @@ pub fn guarded(name: &str, f: impl FnOnce() + Send + 'static) {
     }
 }
 
-pub fn rt(b: Backend) -> Runtime {
-    Runtime::builder().backend(b).build().expect("runtime")
+/// Where a fault case runs: a backend, and the CPU backend's cost model (checked rings,
+/// read in waves as a PCIe GPU reads them) when asked.
+#[derive(Debug, Clone, Copy)]
+pub struct Target {
+    pub backend: Backend,
+    pub cost_model: Option<Duration>,
+}
+
+impl From<Backend> for Target {
+    fn from(backend: Backend) -> Self {
+        Self {
+            backend,
+            cost_model: None,
+        }
+    }
+}
+
+pub fn rt(b: Target) -> Runtime {
+    let mut builder = Runtime::builder().backend(b.backend);
+    if let Some(e) = b.cost_model {
+        builder = builder.cost_model(e);
+    }
+    builder.build().expect("runtime")
 }
 
 pub fn tokio_rt() -> tokio::runtime::Runtime {
@@ -135,7 +156,7 @@ pub fn tokio_rt() -> tokio::runtime::Runtime {
 }
 
 /// Whether `b` runs Rust closure handlers (the CPU backend); prints why a case skips.
-pub fn host_handlers(b: Backend) -> bool {
+pub fn host_handlers(b: Target) -> bool {
     let resolved = rt(b).backend();
     if resolved != Backend::Cpu {
         eprintln!(

@@ -22,6 +22,44 @@ pub enum Command {
     /// Show the kernels that export their telemetry (`/dev/shm/gyre` or $GYRE_SHM_DIR),
     /// refreshed in place until Ctrl-C.
     Top(TopArgs),
+    /// Measure one backend and strategy against this machine's floor: RTT, throughput
+    /// against the batch size, and on CUDA the floor, launch+sync and graph+sync in the
+    /// same process; `key value` lines (or --json).
+    Bench(BenchArgs),
+}
+
+/// Arguments of `gyre bench`.
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// Backend: auto, cpu, cuda, cuda:D, opencl, opencl:P or opencl:P:D.
+    #[arg(long, default_value = "auto")]
+    pub backend: String,
+    /// Transfer strategy: sync, async, unified or dma-polling [default: the memory plan's].
+    #[arg(long)]
+    pub strategy: Option<String>,
+    /// The dma-polling interval in microseconds.
+    #[arg(long, requires = "strategy")]
+    pub poll_interval_us: Option<u64>,
+    /// Timed round trips per latency row (after a tenth as many, at least 1000, of warm-up).
+    #[arg(long, default_value_t = 20_000)]
+    pub calls: u64,
+    /// Most messages per throughput row.
+    #[arg(long, default_value_t = 2_000_000)]
+    pub messages: u64,
+    /// Longest time per throughput row, in milliseconds.
+    #[arg(long, default_value_t = 1500)]
+    pub max_ms_per_row: u64,
+    /// Batch sizes of the throughput rows (host and kernel batch), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,8,32,64,128,256")]
+    pub batches: Vec<usize>,
+    /// The CPU backend under the cost model of a PCIe GPU: this many nanoseconds per read
+    /// wave and per fence (0: count only); adds the kernel's read waves and fences per
+    /// batch and the same emulation's floor.
+    #[arg(long)]
+    pub emulate_remote_ns: Option<u64>,
+    /// One JSON object instead of `key value` lines.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Arguments of `gyre top`.

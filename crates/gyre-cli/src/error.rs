@@ -37,6 +37,9 @@ pub enum CliError {
         /// The byte received.
         got: u8,
     },
+    /// `gyre bench` could not run a row (bad arguments, a baseline, a wrong reply).
+    #[error("bench: {0}")]
+    Bench(String),
     /// A latency histogram could not be created or merged.
     #[error("latency histogram: {0}")]
     Histogram(String),

@@ -4,11 +4,14 @@
 //!   throughput and the kernel's telemetry.
 //! * `gyre doctor` — backends, versions, host, and a quick self-test.
 //! * `gyre top` — a live table of the kernels exporting their telemetry (read-only).
+//! * `gyre bench` — RTT and throughput against this machine's floor (and, on CUDA,
+//!   launch+sync and graph+sync) in one process.
 //!
 //! Logging goes to stderr, filtered by `GYRE_LOG` (default `warn`). Errors are printed as
 //! `error: <message>` with a non-zero exit code.
 
 mod args;
+mod bench;
 mod config;
 mod demo;
 mod doctor;
@@ -41,6 +44,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(args, &mut out),
         Command::Doctor => doctor::run(&mut out),
         Command::Top(args) => return top::main(args, &mut out),
+        Command::Bench(args) => bench::run(args, &mut out),
     }
     .and_then(|()| out.flush().map_err(CliError::from));
     match result {

@@ -46,6 +46,15 @@ pub enum Error {
         /// NVRTC's log.
         log: String,
     },
+    /// Work on the device did not finish within its deadline (a stream that was to be
+    /// idle, a kernel that was to answer): nothing waits past it.
+    #[error("{what} did not finish within {after:?}")]
+    Timeout {
+        /// What was waited for.
+        what: String,
+        /// The deadline.
+        after: std::time::Duration,
+    },
     /// An input cannot be passed to NVRTC or the driver (a NUL byte, a path that is not
     /// UTF-8, memory of another backend).
     #[error("invalid input {what}: {reason}")]

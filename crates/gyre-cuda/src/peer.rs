@@ -7,6 +7,11 @@
 //!   graph captured once), then `cuStreamSynchronize`: what CUDA offers to cut launch
 //!   overhead.
 //!
+//! And the floor a ring kernel is measured against: [`FloorPeer`], a word ping-pong
+//! between the host and a persistent kernel through mapped pinned memory (the reference
+//! program's, `cuda/probes/fastpath_probe.cu`): no message can make the round trip
+//! faster on this machine.
+//!
 //! Request and reply live in mapped pinned memory, as the ring kernel's zero-copy rings
 //! do, so the peers pay no copy the ring kernel does not: the difference is launch and
 //! synchronisation against a kernel that is already running.
@@ -28,7 +33,7 @@ use std::sync::Arc;
 
 use crate::backend::CudaBackend;
 use crate::context::Context;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::memory::PinnedBuffer;
 use crate::module::Module;
 use crate::result;
@@ -180,5 +185,169 @@ impl Drop for LaunchPeer {
                 tracing::warn!(error = %e, "destroying the peer's CUDA graph");
             }
         }
+    }
+}
+
+/// Entry point of [`FLOOR_SOURCE`].
+pub const FLOOR_ENTRY: &str = "gyre_peer_floor";
+
+/// The floor kernel: one thread answers word `i` with `i` until `n` words or the word
+/// `u64::MAX` (the host's stop).
+pub const FLOOR_SOURCE: &str = r#"
+extern "C" __global__ void gyre_peer_floor(volatile unsigned long long *h2k,
+                                           volatile unsigned long long *k2h,
+                                           unsigned long long n) {
+    for (unsigned long long i = 1; i <= n; ++i) {
+        unsigned long long w;
+        while ((w = *h2k) != i) {
+            if (w == ~0ull) {
+                return;
+            }
+        }
+        *k2h = i;
+    }
+}
+"#;
+
+/// The floor of host <-> persistent-kernel messaging on this machine: a word ping-pong
+/// through mapped pinned memory with a kernel that polls it (one dependent read of host
+/// memory per poll, one posted write per answer), measured in the same process as a ring
+/// kernel.
+///
+/// Load it before any ring kernel runs in the context (a module load next to a running
+/// persistent kernel can wait for it).
+///
+/// # Examples
+///
+/// ```no_run
+/// use gyre_cuda::{peer::FloorPeer, CudaBackend};
+/// let backend = CudaBackend::new()?;
+/// let mut floor = FloorPeer::new(&backend)?;
+/// let mut rtts = Vec::new();
+/// floor.ping_pong(1000, std::time::Duration::from_secs(5), |d| rtts.push(d))?;
+/// assert_eq!(rtts.len(), 1000);
+/// # Ok::<(), gyre_cuda::Error>(())
+/// ```
+pub struct FloorPeer {
+    ctx: Arc<Context>,
+    module: Arc<Module>,
+    io: PinnedBuffer<u8>,
+    stream: StreamLease,
+}
+
+impl core::fmt::Debug for FloorPeer {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("FloorPeer").finish_non_exhaustive()
+    }
+}
+
+impl FloorPeer {
+    /// Compiles the floor kernel and allocates its two words (mapped pinned memory, on
+    /// separate 128-byte lines).
+    ///
+    /// # Errors
+    ///
+    /// NVRTC's or the driver's error.
+    pub fn new(backend: &CudaBackend) -> Result<Self> {
+        let ctx = backend.context()?;
+        let module = backend.load_program(&ctx, "gyre_peer_floor.cu", FLOOR_SOURCE, FLOOR_ENTRY)?;
+        let io = PinnedBuffer::<u8>::zeroed(&ctx, 256)?;
+        let stream = StreamPool::lease(&ctx, "the floor peer")?;
+        Ok(Self {
+            ctx,
+            module,
+            io,
+            stream,
+        })
+    }
+
+    /// The word at byte `at` of the buffer.
+    fn word(&self, at: usize) -> &core::sync::atomic::AtomicU64 {
+        debug_assert!(at + 8 <= self.io.len() && at % 8 == 0);
+        // SAFETY: `io` is at least 256 bytes of page-aligned mapped pinned memory that
+        // lives as long as `self`; the word is 8-aligned and in bounds; the kernel
+        // accesses it with volatile 8-byte loads and stores, which are atomic.
+        unsafe {
+            &*self
+                .io
+                .host_ptr()
+                .as_ptr()
+                .add(at)
+                .cast::<core::sync::atomic::AtomicU64>()
+        }
+    }
+
+    /// Launches the kernel for `rounds` words and ping-pongs them, calling `each` with
+    /// every round trip's duration. Waits at most `within` for the whole (a kernel that
+    /// stops answering is stopped, and the stream waited for, again within `within`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`]; the driver's error.
+    pub fn ping_pong(
+        &mut self,
+        rounds: u64,
+        within: std::time::Duration,
+        mut each: impl FnMut(std::time::Duration),
+    ) -> Result<()> {
+        use core::sync::atomic::Ordering::{Acquire, Release};
+        let (h2k, k2h) = (self.word(0), self.word(128));
+        h2k.store(0, Release);
+        k2h.store(0, Release);
+        let base = self.io.device_ptr();
+        let mut d_h2k = base;
+        let mut d_k2h = base + 128;
+        let mut n = rounds;
+        let mut params = [
+            std::ptr::addr_of_mut!(d_h2k).cast::<std::ffi::c_void>(),
+            std::ptr::addr_of_mut!(d_k2h).cast::<std::ffi::c_void>(),
+            std::ptr::addr_of_mut!(n).cast::<std::ffi::c_void>(),
+        ];
+        self.ctx.bind()?;
+        // SAFETY: the kernel takes (u64*, u64*, u64), passed as the addresses of the
+        // three values (read during the call); `io` lives as long as `self`, and the
+        // launch is waited for below before this returns.
+        unsafe {
+            result::launch(self.module.function(), 1, 1, self.stream.get(), &mut params)?;
+        }
+        let start = std::time::Instant::now();
+        let mut late = false;
+        for i in 1..=rounds {
+            let t = std::time::Instant::now();
+            h2k.store(i, Release);
+            while k2h.load(Acquire) != i {
+                if start.elapsed() > within {
+                    late = true;
+                    break;
+                }
+                core::hint::spin_loop();
+            }
+            if late {
+                break;
+            }
+            each(t.elapsed());
+        }
+        if late {
+            h2k.store(u64::MAX, Release);
+        }
+        self.stream.wait_idle("the floor peer's kernel", within)?;
+        if late {
+            return Err(Error::Timeout {
+                what: "the floor peer's answer".into(),
+                after: within,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Drop for FloorPeer {
+    fn drop(&mut self) {
+        // The kernel ends after its words, or at the stop word.
+        use core::sync::atomic::Ordering::Release;
+        self.word(0).store(u64::MAX, Release);
+        let _ = self
+            .stream
+            .wait_idle("the floor peer's kernel", std::time::Duration::from_secs(5));
     }
 }

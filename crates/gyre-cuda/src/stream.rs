@@ -175,6 +175,26 @@ impl StreamLease {
         // SAFETY: a live stream of the bound context.
         unsafe { result::stream_synchronize(self.stream, what) }
     }
+
+    /// Waits for the stream's work by polling `cuStreamQuery`, for at most `within`:
+    /// a synchronisation that cannot hang (a persistent kernel that never ends).
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Error::Timeout`] naming `what`; the driver's error.
+    pub(crate) fn wait_idle(&self, what: &str, within: std::time::Duration) -> Result<()> {
+        let start = std::time::Instant::now();
+        while !self.query()? {
+            if start.elapsed() >= within {
+                return Err(crate::Error::Timeout {
+                    what: what.to_owned(),
+                    after: within,
+                });
+            }
+            std::thread::yield_now();
+        }
+        Ok(())
+    }
 }
 
 impl Drop for StreamLease {

@@ -476,18 +476,30 @@ static inline GYRE_DEVICE_FN uint32_t gyre_block_answer(GYRE_SHARED gyre_block_s
     }
     GYRE_LANE0_BEGIN
     sh->answered = sh->n;
+    GYRE_LANE0_END
     if (sh->checked && pool->bytes != 0u) {
         /* A loan kernel's handlers read the pool the host wrote before it published the
-         * slots; a checked wave read the slots without ordering: one fence (an acquire
-         * for the whole block, after the barrier that followed the wave). */
+         * slots, which a checked wave read without ordering: a fence on every lane (in
+         * parallel: one round trip), as an acquire. */
+        GYRE_EACH_LANE_BEGIN(lane, sh->lanes)
+        (void)lane;
         GYRE_FENCE_SYSTEM();
+        GYRE_EACH_LANE_END
     }
-    GYRE_LANE0_END
     GYRE_BARRIER();
     gyre_block_answer_direct(sh, pool);
     GYRE_BARRIER(); /* every team's replies and headers */
 #if defined(GYRE_PORT_CHECKED)
     if (sh->checked) {
+        if (pool->bytes != 0u) {
+            /* ... and the pool bytes its handlers wrote must reach the host before the
+             * replies that hand them back: a release fence on every lane that wrote. */
+            GYRE_EACH_LANE_BEGIN(lane, sh->lanes)
+            (void)lane;
+            GYRE_FENCE_SYSTEM();
+            GYRE_EACH_LANE_END
+            GYRE_BARRIER();
+        }
         gyre_wave_publish(sh, sh->answered);
     }
 #endif
