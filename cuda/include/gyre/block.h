@@ -372,9 +372,16 @@ static inline GYRE_DEVICE_FN void gyre_block_answer_direct(GYRE_SHARED gyre_bloc
         if (m.status != GYRE_ERR_NONE && !m.passed) {
             t->errors++;
         }
-        /* K6: the header; the sequence comes with the batch's publication. */
+        /* K6: the header; the sequence comes with the batch's publication, or at once
+         * where a release store is free and the host may take it meanwhile
+         * (GYRE_PUBLISH_EACH_REPLY: the C11 port; ordered rings only). */
         gyre_k6_header((GYRE_GLOBAL gyre_slot_header *)rep, &m,
                        sh->has_next ? sh->next_type : m.msg_type);
+#if defined(GYRE_PUBLISH_EACH_REPLY)
+        if (!sh->checked) {
+            GYRE_STORE_RELEASE_U64(&((GYRE_GLOBAL gyre_slot_header *)rep)->sequence, idx + 1u);
+        }
+#endif
         GYRE_TEAM_LEADER_END
         GYRE_TEAM_BARRIER(); /* the team's next K4 after this K6 (sh->stopped) */
     }
@@ -507,6 +514,7 @@ static inline GYRE_DEVICE_FN uint32_t gyre_block_answer(GYRE_SHARED gyre_block_s
     for (k = 0u; k < sh->teams; ++k) {
         r->errors += sh->team[k].errors;
     }
+#if !defined(GYRE_PUBLISH_EACH_REPLY)
     if (!sh->checked && sh->answered > 0u) {
         /* K6's sequences, one fence for the batch: every reply's payload and header (the
          * block's writes, synchronised by the barrier) before any of its sequences. */
@@ -517,6 +525,7 @@ static inline GYRE_DEVICE_FN uint32_t gyre_block_answer(GYRE_SHARED gyre_block_s
                 sh->first + k + 1u);
         }
     }
+#endif
     if (sh->stopped) {
         gyre_ring_fault_batch(r, sh->answered, GYRE_ERR_HANDLER_PANIC);
     } else {

@@ -132,6 +132,11 @@ static inline void gyre_c11_wave_end(void) {
     }
 }
 
+/* An ordered ring's reply is published as soon as it is written (a release store is a
+ * plain store here, and the host takes it while the batch goes on), not after the batch
+ * with one fence as on a GPU. */
+#define GYRE_PUBLISH_EACH_REPLY 1
+
 #define GYRE_PORT_CHECKED 1
 /* One lane reads a wave slot by slot, a slot only after its sequence (acquire): the host
  * and this thread share one memory model, so nothing may race (gyre/wave.h). */
