@@ -34,8 +34,9 @@
  *   of its bytes (mapped pinned memory under zero copy, device memory under a copy
  *   strategy) and of its state words (mapped pinned memory, which the kernel only reads),
  *   its size in bytes (0: not a loan kernel) and log2 of its smallest block; and the
- *   device address and size of the kernel's scratch memory (device memory: a checked
- *   ring's waves land there, gyre/wave.h; 0 and 0 on other rings). The kernel returns when
+ *   device address and size of the kernel's scratch memory (a checked ring's waves land
+ *   there, gyre/wave.h: device memory, or with a null address the dynamic shared memory
+ *   the launch reserved, of that size; 0 and 0 on other rings). The kernel returns when
  *   its state is final: TERMINATED (drained after Terminate, or the
  *   host heartbeat went stale) or FAULTED (bad control block at K0); it never traps.
  *
@@ -78,6 +79,9 @@ extern "C" __global__ void __launch_bounds__(GYRE_MAX_LANES, 1)
                      unsigned long long loan_bytes, unsigned int loan_shift,
                      unsigned char *scratch, unsigned long long scratch_bytes) {
     __shared__ gyre_block_shared sh;
+    /* A checked ring's waves (gyre/wave.h) land here when the launch reserved dynamic
+     * shared memory for them (a null scratch pointer with a size), else in `scratch`. */
+    extern __shared__ __align__(16) unsigned char gyre_stage_shared[];
     gyre_ring r; /* thread 0's */
     gyre_loan_pool pool; /* a loan kernel's (bytes 0: not one) */
     gyre_link link;      /* a pipeline stage's replies go to `next` (0: not chained) */
@@ -92,6 +96,9 @@ extern "C" __global__ void __launch_bounds__(GYRE_MAX_LANES, 1)
     link.next = next;
     link.flags = link_flags;
     link.msg_type = next_type;
+    if (scratch == 0 && scratch_bytes != 0u) {
+        scratch = gyre_stage_shared;
+    }
     gyre_block_run(region, export_tel, 1u, (uint32_t)blockDim.x, &sh, &r, &pool, &link, scratch,
                    (uint64_t)scratch_bytes);
 }

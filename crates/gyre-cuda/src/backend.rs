@@ -28,6 +28,7 @@ use crate::context::Context;
 use crate::copy::CudaCopyEngine;
 use crate::error::{Error, Result};
 use crate::export::ExportRegistration;
+use crate::kernel::Scratch;
 use crate::kernel::{CudaKernel, Keep};
 use crate::memory::{DeviceBuffer, PinnedBuffer};
 use crate::module::{Module, Modules};
@@ -353,18 +354,24 @@ impl CudaBackend {
             },
             |a| a.view(),
         );
-        // A checked ring's waves land in device memory of its own (gyre/wave.h), sized
-        // for its batch (gyre_core::cost::scratch_bytes); freed after the kernel ends.
-        let scratch = match checked {
-            Some(g) => Some(DeviceBuffer::<u8>::zeroed(
-                ctx,
-                gyre_core::cost::scratch_bytes(g.batch(), g.slot_size() as usize),
-            )?),
-            None => None,
+        // A checked ring's waves land in the block's shared memory when a window of at
+        // least one slot fits there (a handler's reads of its staged request then cost
+        // tens of cycles, not an L2 round trip), else in device memory of its own, sized
+        // for its batch (gyre_core::cost::scratch_bytes) and freed after the kernel ends.
+        let (scratch, scratch_arg) = match checked {
+            None => (None, Scratch::None),
+            Some(g) => match shared_scratch(g) {
+                Some(bytes) => (None, Scratch::Shared(bytes)),
+                None => {
+                    let b = DeviceBuffer::<u8>::zeroed(
+                        ctx,
+                        gyre_core::cost::scratch_bytes(g.batch(), g.slot_size() as usize),
+                    )?;
+                    let arg = Scratch::Device(b.device_ptr(), b.len() as u64);
+                    (Some(b), arg)
+                }
+            },
         };
-        let scratch_arg = scratch
-            .as_ref()
-            .map_or((0, 0), |b| (b.device_ptr(), b.len() as u64));
         let keep: Keep = Box::new((keep, export, spec.loans.clone(), scratch));
         // SAFETY: `region` is the device address of an initialised shared region (mapped
         // pinned memory or the copy engine's device buffer), `export_tel` a registered
@@ -396,6 +403,20 @@ impl CudaBackend {
         );
         Ok(k)
     }
+}
+
+/// Dynamic shared memory a checked ring may stage its waves in: under the 48 KiB a launch
+/// may ask for without opting in, beside the loop's own block-shared state.
+const SHARED_STAGE_LIMIT: usize = 40 << 10;
+
+/// The shared-memory scratch of a checked ring of geometry `g`: the bytes for as many
+/// slots as `gyre_core::cost::scratch_slots` stages, at most what
+/// [`SHARED_STAGE_LIMIT`] holds; `None` when not even one slot fits (device memory then).
+fn shared_scratch(g: &Geometry) -> Option<u32> {
+    let slot = g.slot_size() as usize;
+    let fit = (SHARED_STAGE_LIMIT - gyre_core::cost::SCRATCH_STAGES) / (2 * slot);
+    let slots = (gyre_core::cost::scratch_slots(g.batch(), slot) as usize).min(fit);
+    (slots >= 1).then(|| (gyre_core::cost::SCRATCH_STAGES + 2 * slots * slot) as u32)
 }
 
 /// The handler `spec` runs here: a user's CUDA source wins over a built-in id (a spec

@@ -27,6 +27,16 @@ use crate::stream::StreamLease;
 /// export file), dropped only once the kernel has finished.
 pub(crate) type Keep = Box<dyn core::any::Any + Send + Sync>;
 
+/// Where a checked ring's waves land (`cuda/include/gyre/wave.h`): nowhere (an ordered
+/// ring), device memory (its device address and size), or the kernel's dynamic shared
+/// memory (its size: the launch reserves it, and the kernel's scratch argument is null).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scratch {
+    None,
+    Device(u64, u64),
+    Shared(u32),
+}
+
 /// What a running kernel holds.
 struct Running {
     /// Counts the kernel as running on the context until it is seen finished.
@@ -74,9 +84,15 @@ impl CudaKernel {
         mut export_tel: u64,
         (mut next, mut link_flags, mut next_type): (u64, u32, u32),
         loans: LoanPoolView,
-        (mut scratch, mut scratch_bytes): (u64, u64),
+        scratch: Scratch,
         keep: Keep,
     ) -> Result<Self> {
+        let (mut scratch, mut scratch_bytes, shared_bytes) = match scratch {
+            Scratch::None => (0u64, 0u64, 0u32),
+            Scratch::Device(ptr, bytes) => (ptr, bytes, 0),
+            // A null pointer with a size: the kernel stages in its dynamic shared memory.
+            Scratch::Shared(bytes) => (0, u64::from(bytes), bytes),
+        };
         let (mut loan_base, mut loan_words, mut loan_bytes, mut loan_shift) =
             (loans.base, loans.words, loans.bytes, loans.min_shift);
         let mut params = [
@@ -102,7 +118,14 @@ impl CudaKernel {
         // kernel has finished, owns what they point to (the caller's contract); the
         // stream is live and held.
         unsafe {
-            crate::result::launch(module.function(), 1, lanes, stream.get(), &mut params)?;
+            crate::result::launch(
+                module.function(),
+                1,
+                lanes,
+                shared_bytes,
+                stream.get(),
+                &mut params,
+            )?;
         }
         Ok(Self {
             ctx: ctx.clone(),

@@ -130,6 +130,7 @@ impl LaunchPeer {
                 self.module.function(),
                 1,
                 MESSAGE as u32,
+                0,
                 self.stream.get(),
                 &mut params,
             )
@@ -308,7 +309,14 @@ impl FloorPeer {
         // three values (read during the call); `io` lives as long as `self`, and the
         // launch is waited for below before this returns.
         unsafe {
-            result::launch(self.module.function(), 1, 1, self.stream.get(), &mut params)?;
+            result::launch(
+                self.module.function(),
+                1,
+                1,
+                0,
+                self.stream.get(),
+                &mut params,
+            )?;
         }
         let start = std::time::Instant::now();
         let mut late = false;

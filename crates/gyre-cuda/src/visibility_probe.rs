@@ -87,7 +87,7 @@ pub fn mapped_round_trip(
     // of `dptr` and `polls`; `flags` outlives the kernel (the stream is synchronised below,
     // before `flags` drops); the stream is live and held.
     let launched =
-        unsafe { crate::result::launch(module.function(), 1, 1, stream.get(), &mut params) };
+        unsafe { crate::result::launch(module.function(), 1, 1, 0, stream.get(), &mut params) };
     let outcome = launched.map(|()| {
         // SAFETY: `flags` is two live, 4-aligned u32s of mapped pinned memory; the kernel
         // accesses them with system-scope atomics, so atomics here.

@@ -127,6 +127,7 @@ pub(crate) unsafe fn launch(
     f: sys::CUfunction,
     blocks: u32,
     threads: u32,
+    shared_bytes: u32,
     stream: sys::CUstream,
     params: &mut [*mut c_void],
 ) -> Result<()> {
@@ -141,13 +142,15 @@ pub(crate) unsafe fn launch(
             threads,
             1,
             1,
-            0,
+            shared_bytes,
             stream,
             params.as_mut_ptr(),
             std::ptr::null_mut(),
         )
     };
     check("cuLaunchKernel", r, || {
-        format!(", grid {blocks}x1x1, block {threads}x1x1")
+        format!(
+            ", grid {blocks}x1x1, block {threads}x1x1, {shared_bytes} B of dynamic shared memory"
+        )
     })
 }
