@@ -16,7 +16,10 @@ use crate::keep_alive::KeepAlive;
 
 enum CallState {
     Start,
-    Wait { index: u64, spun: bool },
+    Wait {
+        index: u64,
+        spin_until: Option<std::time::Instant>,
+    },
     Done,
 }
 
@@ -67,22 +70,25 @@ impl<Req: Pod, Resp: Pod> Future for CallFuture<Req, Resp> {
         loop {
             match this.state {
                 CallState::Start => match poll_publish(inner, Kind::Call, &this.req, this.id, cx) {
-                    Poll::Ready(Ok(index)) => this.state = CallState::Wait { index, spun: false },
+                    Poll::Ready(Ok(index)) => {
+                        this.state = CallState::Wait {
+                            index,
+                            spin_until: None,
+                        }
+                    }
                     Poll::Ready(Err(e)) => {
                         this.state = CallState::Done;
                         return Poll::Ready(Err(e));
                     }
                     Poll::Pending => return Poll::Pending,
                 },
-                CallState::Wait { index, spun } => {
-                    let spin = if spun {
-                        Default::default()
-                    } else {
-                        inner.polling.async_spin
-                    };
-                    this.state = CallState::Wait { index, spun: true };
+                CallState::Wait {
+                    index,
+                    ref mut spin_until,
+                } => {
+                    let spin = inner.polling.async_spin;
                     let ch = &inner.ch;
-                    let r = ch.poll_reply(index, cx, &mut this.registered, spin, |v| {
+                    let r = ch.poll_reply(index, cx, &mut this.registered, spin_until, spin, |v| {
                         decode::<Resp>(ch, v)
                     });
                     if r.is_ready() {

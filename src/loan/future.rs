@@ -106,7 +106,10 @@ fn polled_after_completion() -> Error {
 
 enum CallState {
     Start,
-    Wait { index: u64, spun: bool },
+    Wait {
+        index: u64,
+        spin_until: Option<std::time::Instant>,
+    },
     Done,
 }
 
@@ -146,24 +149,27 @@ impl Future for LoanCallFuture {
         loop {
             match this.state {
                 CallState::Start => match this.out.poll_publish(Kind::Call, cx) {
-                    Poll::Ready(Ok(index)) => this.state = CallState::Wait { index, spun: false },
+                    Poll::Ready(Ok(index)) => {
+                        this.state = CallState::Wait {
+                            index,
+                            spin_until: None,
+                        }
+                    }
                     Poll::Ready(Err(e)) => {
                         this.state = CallState::Done;
                         return Poll::Ready(Err(e));
                     }
                     Poll::Pending => return Poll::Pending,
                 },
-                CallState::Wait { index, spun } => {
+                CallState::Wait {
+                    index,
+                    ref mut spin_until,
+                } => {
                     let inner = &this.out.keep.inner;
-                    let spin = if spun {
-                        Default::default()
-                    } else {
-                        inner.polling.async_spin
-                    };
-                    this.state = CallState::Wait { index, spun: true };
+                    let spin = inner.polling.async_spin;
                     let ch = &inner.ch;
                     let arena = &this.out.arena;
-                    let r = ch.poll_reply(index, cx, &mut this.registered, spin, |v| {
+                    let r = ch.poll_reply(index, cx, &mut this.registered, spin_until, spin, |v| {
                         claim(arena, ch, v)
                     });
                     if r.is_ready() {

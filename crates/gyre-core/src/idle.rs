@@ -2,6 +2,11 @@
 
 use std::time::Duration;
 
+/// How much later than asked a park or sleep typically ends: Linux's default timer slack
+/// for a normal thread (`PR_GET_TIMERSLACK`, 50 µs). Waiters never park for less, and never
+/// park when less than about this is left before their deadline ([`Idler::idle_until`]).
+pub const TIMER_SLACK: Duration = Duration::from_micros(50);
+
 /// What a polling thread (a CPU kernel, a blocking waiter, the completion driver) does
 /// between polls that found nothing.
 ///
@@ -138,6 +143,32 @@ impl Idler {
                 }
             }
         }
+    }
+
+    /// [`Idler::idle`] for a waiter with a `deadline`: a park never runs past the
+    /// deadline, and when less than [`TIMER_SLACK`] is left the waiter yields instead of
+    /// parking (a park overshoots by about the timer's slack, 50 µs by default on Linux:
+    /// a shorter one cannot be honoured). The first park is no shorter than
+    /// [`TIMER_SLACK`] either, for the same reason.
+    #[inline]
+    pub fn idle_until(&mut self, deadline: Option<std::time::Instant>) {
+        let IdleStrategy::Backoff { max_park, .. } = self.strategy else {
+            return self.idle(false);
+        };
+        if !self.is_parking() {
+            return self.idle(false);
+        }
+        let mut park = self.park.max(TIMER_SLACK).min(max_park.max(TIMER_SLACK));
+        if let Some(d) = deadline {
+            let left = d.saturating_duration_since(std::time::Instant::now());
+            if left <= 2 * TIMER_SLACK {
+                std::thread::yield_now();
+                return;
+            }
+            park = park.min(left - TIMER_SLACK);
+        }
+        std::thread::park_timeout(park);
+        self.park = (park * 2).min(max_park);
     }
 
     /// Back to the first (spinning) phase.

@@ -3,6 +3,7 @@
 
 use core::sync::atomic::Ordering::{AcqRel, Acquire};
 use core::task::{Context, Poll};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
@@ -292,6 +293,12 @@ impl Channel {
     /// Waits on the calling thread for the reply of `index` (owned by the caller), for at
     /// most `timeout` (`None`: until the reply or the kernel's end).
     ///
+    /// The waiter polls under its idle strategy. Once that strategy parks, it registers
+    /// with the completion driver, which unparks it when the reply lands, and checks its
+    /// deadline at every poll: a park never runs past the deadline, and none starts when
+    /// less than the timer can honour is left ([`crate::idle::Idler::idle_until`]), so
+    /// the call returns within about [`crate::idle::TIMER_SLACK`] of its deadline.
+    ///
     /// On timeout the call is abandoned: its reply is discarded when it arrives.
     pub fn wait_blocking<R>(
         &self,
@@ -303,67 +310,62 @@ impl Channel {
         let mut idler = idle.idler();
         let mut polls: u32 = 0;
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        let mut registered = false;
+        let mut waker: Option<core::task::Waker> = None;
         loop {
             if self.probe(index) == Probe::Ready {
+                self.unregister(index, &mut registered);
                 return self.take(index, f);
             }
             polls = polls.wrapping_add(1);
-            if polls % SLOW_CHECK_EVERY == 0 {
+            let parking = idler.is_parking();
+            if parking || polls % SLOW_CHECK_EVERY == 0 {
                 match self.slow_check(index) {
                     Slow::Wait => {}
-                    Slow::Take => return self.take(index, f),
-                    Slow::Fail(e) => return Err(e),
+                    Slow::Take => {
+                        self.unregister(index, &mut registered);
+                        return self.take(index, f);
+                    }
+                    Slow::Fail(e) => {
+                        self.unregister(index, &mut registered);
+                        return Err(e);
+                    }
                 }
             }
-            // A deadline is checked often: once the idler parks, 256 polls can be 25 ms.
+            // A deadline is checked at every poll once the idler parks (a park can be
+            // 100 us), every few polls while it spins.
             if let (Some(d), Some(t)) = (deadline, timeout) {
-                if polls % DEADLINE_CHECK_EVERY == 0 && Instant::now() >= d {
-                    self.abandon(index, false);
+                if (parking || polls % DEADLINE_CHECK_EVERY == 0) && Instant::now() >= d {
+                    // The registration, if any, goes with the abandoned cell.
+                    self.abandon(index, registered);
                     return Err(Error::Timeout {
                         op: "call",
                         after: t,
                     });
                 }
             }
-            idler.idle(false);
+            if parking && !registered {
+                // From here on this thread parks: the driver unparks it when the reply
+                // lands. Registered, then probed again before the first park.
+                let w = waker.get_or_insert_with(|| {
+                    core::task::Waker::from(Arc::new(ThreadWaker(std::thread::current())))
+                });
+                self.register(index, w, &mut registered);
+                continue;
+            }
+            idler.idle_until(deadline);
         }
     }
 
-    /// Polls for the reply of `index` (owned by the caller) from an async task.
-    ///
-    /// `registered` must start `false` and be kept by the future: it records whether the
-    /// future holds a registration with the completion driver, which [`Channel::abandon`]
-    /// and completion hand back. On the first poll (`spin` non-zero) the task spins up
-    /// to `spin` for the reply before registering its waker.
-    pub fn poll_reply<R>(
-        &self,
-        index: u64,
-        cx: &mut Context<'_>,
-        registered: &mut bool,
-        spin: Duration,
-        f: impl FnOnce(ReplyView<'_>) -> Result<R>,
-    ) -> Poll<Result<R>> {
-        if self.probe(index) == Probe::Ready || self.spin_for(index, spin) {
-            self.unregister(index, registered);
-            return Poll::Ready(self.take(index, f));
-        }
-        match self.slow_check(index) {
-            Slow::Wait => {}
-            Slow::Take => {
-                self.unregister(index, registered);
-                return Poll::Ready(self.take(index, f));
-            }
-            Slow::Fail(e) => {
-                self.unregister(index, registered);
-                return Poll::Ready(Err(e));
-            }
-        }
+    /// Registers `waker` as the waiter of `index` (owned by the caller) with the
+    /// completion driver: the cell's waker, its state `WAITING`, one unit of interest.
+    fn register(&self, index: u64, waker: &core::task::Waker, registered: &mut bool) {
         let cell = self.cell(index);
         {
             let mut w = cell.waker.lock();
             match w.as_ref() {
-                Some(old) if old.will_wake(cx.waker()) => {}
-                _ => *w = Some(cx.waker().clone()),
+                Some(old) if old.will_wake(waker) => {}
+                _ => *w = Some(waker.clone()),
             }
         }
         let _ = cell.word.compare_exchange(
@@ -376,6 +378,50 @@ impl Channel {
             *registered = true;
             self.add_interest();
         }
+    }
+
+    /// Polls for the reply of `index` (owned by the caller) from an async task.
+    ///
+    /// `registered` must start `false` and `spin_until` `None`, both kept by the future:
+    /// `registered` records whether the future holds a registration with the completion
+    /// driver, which [`Channel::abandon`] and completion hand back; `spin_until` when its
+    /// spin started (`Some` after the first poll). On the first poll the task spins up to
+    /// `spin` for the reply; then it registers its waker with the completion driver.
+    pub fn poll_reply<R>(
+        &self,
+        index: u64,
+        cx: &mut Context<'_>,
+        registered: &mut bool,
+        spin_until: &mut Option<Instant>,
+        spin: Duration,
+        f: impl FnOnce(ReplyView<'_>) -> Result<R>,
+    ) -> Poll<Result<R>> {
+        if self.probe(index) == Probe::Ready {
+            self.unregister(index, registered);
+            return Poll::Ready(self.take(index, f));
+        }
+        if spin_until.is_none() {
+            // The first poll spins on the worker for up to `spin` (the reply is usually a
+            // round trip away). Measured on two cores against tokio's mpsc + oneshot
+            // (benches/waiters.rs): not spinning under concurrency, or spinning through
+            // the runtime (self-wakes), answered fewer calls per second than this.
+            *spin_until = Some(Instant::now() + spin);
+            if self.spin_for(index, spin) {
+                return Poll::Ready(self.take(index, f));
+            }
+        }
+        match self.slow_check(index) {
+            Slow::Wait => {}
+            Slow::Take => {
+                self.unregister(index, registered);
+                return Poll::Ready(self.take(index, f));
+            }
+            Slow::Fail(e) => {
+                self.unregister(index, registered);
+                return Poll::Ready(Err(e));
+            }
+        }
+        self.register(index, cx.waker(), registered);
         // Re-check after registering: the driver may have looked before we registered.
         if self.probe(index) == Probe::Ready {
             self.unregister(index, registered);
@@ -631,5 +677,18 @@ impl Channel {
             }
             None => false,
         }
+    }
+}
+
+/// Unparks a blocking waiter's thread: its waker, for the completion driver.
+struct ThreadWaker(std::thread::Thread);
+
+impl std::task::Wake for ThreadWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
     }
 }
