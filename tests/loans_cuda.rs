@@ -82,13 +82,14 @@ fn loan_handlers_compile_with_nvrtc() {
                 .compile_ring_kernel(&handler, &CompileOptions::new(Arch::Ptx(arch)))
                 .unwrap_or_else(|e| panic!("{name} sm_{arch}: {e}"));
             let ptx = compiled.ptx().unwrap_or_default();
-            // The kernel takes the loan pool: nine parameters (_param_0.._param_8), the
-            // last four the pool's. (Counting `_param_` matches would pass with five: the
-            // entry declares each and loads each at least once.)
+            // The kernel takes the loan pool and the scratch memory: eleven parameters
+            // (_param_0.._param_10), the pool's four (5..8) before the scratch's two
+            // (9, 10: gyre/wave.h). (Counting `_param_` matches would pass with fewer:
+            // the entry declares each and loads each at least once.)
             let param = |i: u32| format!("{RING_KERNEL_ENTRY}_param_{i}");
             assert!(
-                ptx.contains(&param(8)) && !ptx.contains(&param(9)),
-                "{name} sm_{arch}: the ring kernel does not take exactly nine parameters"
+                ptx.contains(&param(10)) && !ptx.contains(&param(11)),
+                "{name} sm_{arch}: the ring kernel does not take exactly eleven parameters"
             );
             let Some(ptxas) = toolchain.ptxas.as_ref() else {
                 assert!(!required, "GYRE_REQUIRE_NVRTC=1 but no ptxas");

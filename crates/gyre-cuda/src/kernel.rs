@@ -60,11 +60,11 @@ pub(crate) struct CudaKernel {
 
 impl CudaKernel {
     /// Launches `module`'s entry point, one block of `lanes` threads, on `stream`, with
-    /// the nine arguments of the ring kernel's launch contract (`cuda/ring_kernel.cu`):
+    /// the eleven arguments of the ring kernel's launch contract (`cuda/ring_kernel.cu`):
     /// the region, the export file's telemetry line (or 0), a pipeline stage's link
     /// (`next`: the next stage's region or 0; its flags; the next stage's message type)
-    /// and a loan kernel's pool (`gyre_core::loan::LoanPoolView`: bytes, state words, size
-    /// or 0, log2 of the smallest block).
+    /// a loan kernel's pool (`gyre_core::loan::LoanPoolView`: bytes, state words, size
+    /// or 0, log2 of the smallest block), and a checked ring's scratch ([`Scratch`]).
     ///
     /// # Safety
     ///
