@@ -102,11 +102,14 @@ unsafe impl RegionMemory for Mapped {
     }
 }
 
+/// A region file of its own for each call (two suites of one test binary may run this
+/// case at the same time: the pid alone does not tell them apart).
 fn region_file() -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     std::env::temp_dir().join(format!(
         "gyre-faults-host-killed-{}-{}",
         std::process::id(),
-        Instant::now().elapsed().as_nanos()
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ))
 }
 
