@@ -278,7 +278,7 @@ pub mod host_flags {
     /// Checked slots (docs/protocol.md, "Checked slots"): the rings are remote memory the
     /// kernel reads in waves of independent loads (zero copy over PCIe), where a slot's
     /// words may arrive in any order. A slot is taken only when its sequence is the
-    /// index's **and** its [`SlotHeader::check`] is the [`check`](crate::check) of its
+    /// index's **and** its [`SlotHeader::check`](crate::SlotHeader::check) is the [`check`](crate::check) of its
     /// words; replies are written the same way, with no fence per message, and the host
     /// accepts a reply only when its check holds. Set by the host before launch.
     pub const CHECKED: u32 = 1 << 1;
