@@ -132,6 +132,21 @@ gyre_block_rep(GYRE_SHARED const gyre_block_shared *sh, uint32_t k) {
     return gyre_slot_at(sh->reply_ring, sh->mask, sh->slot_size, sh->first + k);
 }
 
+#if defined(GYRE_PORT_CHECKED)
+/** The fields of the host line (control block line 0) a checked ring's slow tick reads,
+ *  from `cb` into the scratch copy `c0` (acquire loads: the host writes them with release;
+ *  the copy is the kernel's own memory). */
+static inline GYRE_DEVICE_FN void gyre_copy_host_line(GYRE_GLOBAL gyre_control_block *c0,
+                                                     GYRE_GLOBAL gyre_control_block *cb) {
+    c0->magic = GYRE_LOAD_ACQUIRE_U32(&cb->magic);
+    c0->abi_version = GYRE_LOAD_ACQUIRE_U32(&cb->abi_version);
+    c0->command = GYRE_LOAD_ACQUIRE_U32(&cb->command);
+    c0->h2k_head = GYRE_LOAD_ACQUIRE_U64(&cb->h2k_head);
+    c0->k2h_tail = GYRE_LOAD_ACQUIRE_U64(&cb->k2h_tail);
+    c0->host_heartbeat = GYRE_LOAD_ACQUIRE_U64(&cb->host_heartbeat);
+}
+#endif
+
 /** K0 on lane 0 (r: lane 0's poller state, `export_tel` the export line or 0,
  *  `telemetry` 0 for state-change-only K8, `lanes` the block's size, 1..=GYRE_MAX_LANES,
  *  `link` where a pipeline stage's replies go: gyre_k0_link, `scratch` / `scratch_bytes`
@@ -197,18 +212,8 @@ static inline GYRE_DEVICE_FN uint32_t gyre_block_start(GYRE_GLOBAL unsigned char
             w = w < r->batch ? w : r->batch;
             sh->window_max = w > 0u ? (uint32_t)w : 1u;
             /* The first tick reads the host line from the copy: start it from the line. */
-            {
-                GYRE_GLOBAL gyre_control_block *c0 =
-                    (GYRE_GLOBAL gyre_control_block *)(scratch + GYRE_SCRATCH_LINE0);
-                GYRE_GLOBAL gyre_control_block *cb = gyre_control(region);
-                c0->magic = GYRE_LOAD_ACQUIRE_U32(&cb->magic);
-                c0->abi_version = GYRE_LOAD_ACQUIRE_U32(&cb->abi_version);
-                c0->command = GYRE_LOAD_ACQUIRE_U32(&cb->command);
-                c0->h2k_head = GYRE_LOAD_ACQUIRE_U64(&cb->h2k_head);
-                c0->k2h_tail = GYRE_LOAD_ACQUIRE_U64(&cb->k2h_tail);
-                c0->host_heartbeat = GYRE_LOAD_ACQUIRE_U64(&cb->host_heartbeat);
-                r->line0 = c0;
-            }
+            r->line0 = (GYRE_GLOBAL gyre_control_block *)(scratch + GYRE_SCRATCH_LINE0);
+            gyre_copy_host_line(r->line0, gyre_control(region));
         }
 #endif
         gyre_k8_telemetry(r, GYRE_STATE_ACTIVE);

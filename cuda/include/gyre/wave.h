@@ -103,18 +103,9 @@ static inline GYRE_DEVICE_FN void gyre_port_wave_load_slot(GYRE_SHARED const gyr
         GYRE_WAVE_LOADS(sh->extra);
         return;
     }
-    {
-        GYRE_GLOBAL gyre_control_block *cb = gyre_control(sh->region);
-        GYRE_GLOBAL gyre_control_block *c0 =
-            (GYRE_GLOBAL gyre_control_block *)(sh->scratch + GYRE_SCRATCH_LINE0);
-        c0->magic = GYRE_LOAD_ACQUIRE_U32(&cb->magic);
-        c0->abi_version = GYRE_LOAD_ACQUIRE_U32(&cb->abi_version);
-        c0->command = GYRE_LOAD_ACQUIRE_U32(&cb->command);
-        c0->h2k_head = GYRE_LOAD_ACQUIRE_U64(&cb->h2k_head);
-        c0->k2h_tail = GYRE_LOAD_ACQUIRE_U64(&cb->k2h_tail);
-        c0->host_heartbeat = GYRE_LOAD_ACQUIRE_U64(&cb->host_heartbeat);
-        GYRE_WAVE_LOADS(4u);
-    }
+    gyre_copy_host_line((GYRE_GLOBAL gyre_control_block *)(sh->scratch + GYRE_SCRATCH_LINE0),
+                        gyre_control(sh->region));
+    GYRE_WAVE_LOADS(4u);
     for (s = 0u; s < sh->wave_slots; ++s) {
         const uint64_t idx = sh->first + s;
         GYRE_GLOBAL uint64_t *src =
