@@ -16,10 +16,7 @@ use crate::keep_alive::KeepAlive;
 
 enum CallState {
     Start,
-    Wait {
-        index: u64,
-        spin_until: Option<std::time::Instant>,
-    },
+    Wait { index: u64, spun: bool },
     Done,
 }
 
@@ -70,12 +67,7 @@ impl<Req: Pod, Resp: Pod> Future for CallFuture<Req, Resp> {
         loop {
             match this.state {
                 CallState::Start => match poll_publish(inner, Kind::Call, &this.req, this.id, cx) {
-                    Poll::Ready(Ok(index)) => {
-                        this.state = CallState::Wait {
-                            index,
-                            spin_until: None,
-                        }
-                    }
+                    Poll::Ready(Ok(index)) => this.state = CallState::Wait { index, spun: false },
                     Poll::Ready(Err(e)) => {
                         this.state = CallState::Done;
                         return Poll::Ready(Err(e));
@@ -84,11 +76,11 @@ impl<Req: Pod, Resp: Pod> Future for CallFuture<Req, Resp> {
                 },
                 CallState::Wait {
                     index,
-                    ref mut spin_until,
+                    ref mut spun,
                 } => {
                     let spin = inner.polling.async_spin;
                     let ch = &inner.ch;
-                    let r = ch.poll_reply(index, cx, &mut this.registered, spin_until, spin, |v| {
+                    let r = ch.poll_reply(index, cx, &mut this.registered, spun, spin, |v| {
                         decode::<Resp>(ch, v)
                     });
                     if r.is_ready() {

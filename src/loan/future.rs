@@ -106,10 +106,7 @@ fn polled_after_completion() -> Error {
 
 enum CallState {
     Start,
-    Wait {
-        index: u64,
-        spin_until: Option<std::time::Instant>,
-    },
+    Wait { index: u64, spun: bool },
     Done,
 }
 
@@ -149,12 +146,7 @@ impl Future for LoanCallFuture {
         loop {
             match this.state {
                 CallState::Start => match this.out.poll_publish(Kind::Call, cx) {
-                    Poll::Ready(Ok(index)) => {
-                        this.state = CallState::Wait {
-                            index,
-                            spin_until: None,
-                        }
-                    }
+                    Poll::Ready(Ok(index)) => this.state = CallState::Wait { index, spun: false },
                     Poll::Ready(Err(e)) => {
                         this.state = CallState::Done;
                         return Poll::Ready(Err(e));
@@ -163,13 +155,13 @@ impl Future for LoanCallFuture {
                 },
                 CallState::Wait {
                     index,
-                    ref mut spin_until,
+                    ref mut spun,
                 } => {
                     let inner = &this.out.keep.inner;
                     let spin = inner.polling.async_spin;
                     let ch = &inner.ch;
                     let arena = &this.out.arena;
-                    let r = ch.poll_reply(index, cx, &mut this.registered, spin_until, spin, |v| {
+                    let r = ch.poll_reply(index, cx, &mut this.registered, spun, spin, |v| {
                         claim(arena, ch, v)
                     });
                     if r.is_ready() {

@@ -282,16 +282,7 @@ impl<'a> Stepper<'a> {
     /// control block's error code: [`error::HANDLER_REJECTED`] for a built-in that does
     /// not validate).
     pub fn with(region: &'a SharedRegion, handler: CpuHandler<'a>) -> Option<Self> {
-        CKernel::start(
-            region,
-            handler,
-            IdleStrategy::BusySpin,
-            true,
-            None,
-            None,
-            None,
-        )
-        .map(|k| Self { k })
+        Self::start(region, handler, None)
     }
 
     /// [`Stepper::with`] counting into `cost` (and charging its emulated latency): the
@@ -301,6 +292,14 @@ impl<'a> Stepper<'a> {
         handler: CpuHandler<'a>,
         cost: &'a CostCounters,
     ) -> Option<Self> {
+        Self::start(region, handler, Some(cost))
+    }
+
+    fn start(
+        region: &'a SharedRegion,
+        handler: CpuHandler<'a>,
+        cost: Option<&'a CostCounters>,
+    ) -> Option<Self> {
         CKernel::start(
             region,
             handler,
@@ -308,7 +307,7 @@ impl<'a> Stepper<'a> {
             true,
             None,
             None,
-            Some(cost),
+            cost,
         )
         .map(|k| Self { k })
     }

@@ -382,17 +382,17 @@ impl Channel {
 
     /// Polls for the reply of `index` (owned by the caller) from an async task.
     ///
-    /// `registered` must start `false` and `spin_until` `None`, both kept by the future:
+    /// `registered` and `spun` must start `false`, both kept by the future:
     /// `registered` records whether the future holds a registration with the completion
-    /// driver, which [`Channel::abandon`] and completion hand back; `spin_until` when its
-    /// spin started (`Some` after the first poll). On the first poll the task spins up to
+    /// driver, which [`Channel::abandon`] and completion hand back; `spun` whether the
+    /// first poll has spun already. On the first poll the task spins up to
     /// `spin` for the reply; then it registers its waker with the completion driver.
     pub fn poll_reply<R>(
         &self,
         index: u64,
         cx: &mut Context<'_>,
         registered: &mut bool,
-        spin_until: &mut Option<Instant>,
+        spun: &mut bool,
         spin: Duration,
         f: impl FnOnce(ReplyView<'_>) -> Result<R>,
     ) -> Poll<Result<R>> {
@@ -400,12 +400,12 @@ impl Channel {
             self.unregister(index, registered);
             return Poll::Ready(self.take(index, f));
         }
-        if spin_until.is_none() {
+        if !*spun {
             // The first poll spins on the worker for up to `spin` (the reply is usually a
             // round trip away). Measured on two cores against tokio's mpsc + oneshot
             // (benches/waiters.rs): not spinning under concurrency, or spinning through
             // the runtime (self-wakes), answered fewer calls per second than this.
-            *spin_until = Some(Instant::now() + spin);
+            *spun = true;
             if self.spin_for(index, spin) {
                 return Poll::Ready(self.take(index, f));
             }
