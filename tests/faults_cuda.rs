@@ -48,6 +48,10 @@ __device__ unsigned int gyre_handler(unsigned int msg_type, const unsigned char 
 
 #[test]
 fn device_fault_fails_callers_then_a_new_launch_works() {
+    // A sticky error may leave the process unable to use CUDA: a process of its own.
+    if !gyre_cuda::testing::isolated("device_fault_fails_callers_then_a_new_launch_works") {
+        return;
+    }
     let _one = support::serial();
     if !support::available("device_fault_fails_callers_then_a_new_launch_works") {
         return;

@@ -17,13 +17,16 @@
 //! * **Fixed streams.** At most `CUDA_DEVICE_MAX_CONNECTIONS` streams exist per context
 //!   (`crate::stream`), so no work ever shares a hardware queue with a persistent kernel.
 //! * **Sticky errors.** A kernel fault corrupts the context: every later call fails with
-//!   the same error. The first such error *poisons* the context ([`Context::poison`]); once
-//!   nothing holds it any more, [`Context::recover`] drops it, which resets the device's
-//!   primary context, and makes a fresh one, checked before use (`crate::registry`), so
-//!   a later launch in the same process works where the driver allows it. NVIDIA documents
-//!   sticky errors as needing a new process; where the check shows the reset did not
-//!   help, the device is unusable for the rest of the process
-//!   ([`Error::ProcessRestartRequired`]).
+//!   the same error. The first such error *poisons* the context ([`Context::poison`]);
+//!   from then on gyre makes no driver call to free anything of it (frees are deferred).
+//!   Once nothing holds it any more, [`Context::recover`] drops it: its `Drop` resets the
+//!   device's primary context *before* releasing it, forgetting its modules, streams
+//!   and memory without driver calls (the reset destroys them), and the next context is
+//!   checked before use. A refused retain is met with another reset. Where no reset
+//!   helps, the device is unusable for the rest of the process and every later use gets
+//!   [`Error::ProcessRestartRequired`] naming the original fault (`crate::recovery`,
+//!   unit-tested against a fake driver). NVIDIA documents sticky errors as needing a new
+//!   process; `docs/reliability.md` says what a service does then.
 
 use std::ffi::c_void;
 use std::sync::{Arc, OnceLock};
@@ -33,6 +36,7 @@ use parking_lot::Mutex;
 use crate::error::{Error, Result};
 use crate::module::Modules;
 use crate::probe::{CudaInfo, DeviceInfo};
+use crate::recovery::Fault;
 use crate::result;
 use crate::stream::StreamPool;
 use crate::sys;
@@ -134,13 +138,10 @@ impl Context {
         crate::registry::primary(info)
     }
 
-    /// Retains the device's primary context into a new value (the registry makes sure
-    /// there is one at a time).
-    pub(crate) fn retain(info: &CudaInfo) -> Result<Arc<Self>> {
-        let ordinal = info.device.ordinal;
-        let dev = result::device_get(ordinal)?;
-        let ctx = result::primary_ctx_retain(dev)?;
-        Ok(Arc::new(Self {
+    /// A context value over `ctx`, the primary context of `dev` just retained (the
+    /// registry makes sure there is one at a time).
+    pub(crate) fn wrap(info: &CudaInfo, dev: sys::CUdevice, ctx: sys::CUcontext) -> Arc<Self> {
+        Arc::new(Self {
             dev,
             ctx,
             info: info.clone(),
@@ -148,7 +149,7 @@ impl Context {
             life: Mutex::new(Life::default()),
             streams: StreamPool::new(info.env.max_connections),
             modules: Modules::default(),
-        }))
+        })
     }
 
     /// Makes this context current on the calling thread.
@@ -303,7 +304,9 @@ impl Context {
     /// Failures are logged: nothing else can be done about them in a `Drop`.
     pub(crate) fn release(&self, r: Release) {
         let mut life = self.life.lock();
-        if life.running > 0 {
+        if life.running > 0 || self.poisoned().is_some() {
+            // A poisoned context is reset when its last holder goes, which frees this
+            // with everything else: no driver call on it meanwhile.
             life.deferred.push(r);
             return;
         }
@@ -358,50 +361,46 @@ impl Context {
 impl Drop for Context {
     fn drop(&mut self) {
         // The registry stays locked until the device's primary context is released (and,
-        // if poisoned, reset): no other context of this device is made meanwhile.
+        // if poisoned, reset first): no other context of this device is made meanwhile.
         let registry = crate::registry::lock_for_release();
-        let poisoned = self.poisoned().cloned();
-        if let Err(e) = self.bind() {
-            tracing::error!(error = %e, "dropping a CUDA context that cannot be bound");
-        }
+        let poisoned = self.poisoned().map(|(code, name)| Fault {
+            code: *code,
+            name: name.clone(),
+        });
         let life = self.life.get_mut();
         life.running = 0;
         let deferred: Vec<Release> = life.deferred.drain(..).collect();
-        for r in deferred {
-            let freed = r.free();
-            self.log_free(freed);
-        }
-        self.modules.unload_all(poisoned.is_some());
-        self.streams.destroy_all(poisoned.is_some());
-        // SAFETY: retained in `retain`, released once here; nothing uses the context any
-        // more (every user held an Arc). Then no context is current on this thread.
-        unsafe {
-            if let Err(e) = result::primary_ctx_release(self.dev) {
-                tracing::warn!(error = %e, "releasing the CUDA primary context");
+        if poisoned.is_some() {
+            // Reset before release (`crate::recovery`): the reset destroys every
+            // allocation, registration, module and stream of the context, so gyre's
+            // handles of them go without a driver call. The owners of registered memory
+            // are dropped after the reset, when no registration covers them any more.
+            self.modules.forget_all();
+            self.streams.forget_all();
+            let reset = registry.close(self.info.device.ordinal, self.dev, poisoned);
+            if !reset {
+                tracing::error!(
+                    device = self.info.device.ordinal,
+                    blocks = deferred.len(),
+                    "a poisoned CUDA context was not reset: its memory stays allocated"
+                );
             }
-            let _ = result::ctx_set_current(std::ptr::null_mut());
-        }
-        let mut reset = false;
-        if let Some((code, name)) = poisoned {
-            // The driver resets a primary context when its last retain goes, but another
-            // library of this process may hold it too; a sticky error leaves it useless
-            // to everyone, so reset it explicitly. The next context is checked
-            // (`registry`): NVIDIA documents sticky errors as needing a new process.
-            // SAFETY: gyre holds no handle of it any more (this was the last Arc).
-            match unsafe { result::primary_ctx_reset(self.dev) } {
-                Ok(()) => {
-                    reset = true;
-                    tracing::warn!(
-                        device = self.info.device.ordinal,
-                        code,
-                        %name,
-                        "CUDA primary context reset after a sticky error"
-                    );
-                }
-                Err(e) => tracing::error!(error = %e, "resetting a poisoned CUDA context"),
+            drop(deferred);
+        } else {
+            if let Err(e) = self.bind() {
+                tracing::error!(error = %e, "dropping a CUDA context that cannot be bound");
             }
+            for r in deferred {
+                let freed = r.free();
+                self.log_free(freed);
+            }
+            self.modules.unload_all();
+            self.streams.destroy_all();
+            registry.close(self.info.device.ordinal, self.dev, None);
         }
-        registry.done(self.info.device.ordinal, reset);
+        // SAFETY: clears this thread's current context (no context is current after the
+        // release; a null context is always valid here).
+        let _ = unsafe { result::ctx_set_current(std::ptr::null_mut()) };
     }
 }
 

@@ -19,7 +19,7 @@ use gyre_core::KernelInstance;
 use parking_lot::Mutex;
 
 use crate::context::{Context, RunningKernel};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::module::Module;
 use crate::stream::StreamLease;
 
@@ -202,9 +202,25 @@ impl KernelInstance for CudaKernel {
 
     fn join(&self) -> gyre_core::Result<()> {
         let taken = self.running.lock().take();
+        if let Some(r) = &taken {
+            match r
+                .stream
+                .wait_idle("the ring kernel's stream", crate::stream::SYNC_DEADLINE)
+            {
+                // Still running: put back everything it uses, and say so.
+                Err(Error::Timeout { after, .. }) => {
+                    *self.running.lock() = taken;
+                    return Err(gyre_core::Error::Timeout {
+                        op: "joining a CUDA ring kernel (its stream never went idle)",
+                        after,
+                    });
+                }
+                synced => {
+                    self.record(synced);
+                }
+            }
+        }
         if let Some(r) = taken {
-            let synced = r.stream.synchronize("the ring kernel's stream");
-            self.record(synced);
             // The stream is idle (or the context is broken): release everything. The
             // guard last, so the kernel's own memory is among what it may free.
             let Running {

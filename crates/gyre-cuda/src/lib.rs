@@ -15,7 +15,7 @@
 //! code), then the safe types, which make no raw call: [`probe`] (is there a driver and a
 //! device; the driver environment), [`context`] (the device's primary context, bound on
 //! every calling thread, frees deferred while ring kernels run, reset after a sticky
-//! error), `stream` (a fixed set of streams), `module` (modules loaded once),
+//! error under the rules of `recovery`), `stream` (a fixed set of streams), `module` (modules loaded once),
 //! [`memory`] (RAII buffers), [`cache`] (compiled kernels on disk), [`copy`] (the copy
 //! strategies' engine), [`alloc`] (a memory pool's allocator), [`export`] (the telemetry
 //! export file registered with the device), [`visibility_probe`], [`peer`] (the
@@ -38,6 +38,7 @@ pub mod p2p;
 pub mod peer;
 pub mod probe;
 pub mod ptxas;
+mod recovery;
 mod registry;
 pub mod result;
 pub mod source;

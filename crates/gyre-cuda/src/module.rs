@@ -126,17 +126,19 @@ impl Modules {
     }
 
     /// Unloads every module (the context is going away, so none of their kernels runs).
-    pub(crate) fn unload_all(&self, poisoned: bool) {
+    pub(crate) fn unload_all(&self) {
         for (_, m) in self.loaded.lock().drain() {
             // SAFETY: loaded by `get_or_load`, unloaded once; the context is being
             // dropped, so no kernel of it runs or will run.
             if let Err(e) = unsafe { result::module_unload(m.handle) } {
-                if poisoned {
-                    tracing::debug!(error = %e, "unloading a module of a poisoned context");
-                } else {
-                    tracing::warn!(error = %e, "unloading a CUDA module");
-                }
+                tracing::warn!(error = %e, "unloading a CUDA module");
             }
         }
+    }
+
+    /// Forgets every module without a driver call: the context is reset, which unloads
+    /// them.
+    pub(crate) fn forget_all(&self) {
+        self.loaded.lock().clear();
     }
 }

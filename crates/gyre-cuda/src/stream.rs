@@ -11,6 +11,10 @@
 //! streams are destroyed with the context. When every stream is held,
 //! [`StreamPool::lease`] fails with [`Error::StreamsExhausted`] instead of creating one
 //! more. No stream is ever the legacy default stream.
+//!
+//! Nothing waits on a stream without a deadline: every synchronisation polls
+//! `cuStreamQuery` (`result::stream_wait`) for at most [`SYNC_DEADLINE`], or a shorter
+//! limit of its own, and a wait past it is [`Error::Timeout`], never a hang.
 
 use std::sync::Arc;
 
@@ -20,6 +24,11 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::result;
 use crate::sys::CUstream;
+
+/// The longest any stream synchronisation waits (a copy, a zeroing, a kernel's end after
+/// it was told to stop): far past any work gyre queues, so reaching it means the work is
+/// stuck behind something that never ends.
+pub(crate) const SYNC_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
 
 #[derive(Debug, Default)]
 struct Pool {
@@ -107,21 +116,25 @@ impl StreamPool {
         Ok(UtilityStream(g))
     }
 
-    /// Destroys every stream (the context is going away). Failures are logged, quietly
-    /// when the context is poisoned (its reset destroys them anyway).
-    pub(crate) fn destroy_all(&self, poisoned: bool) {
-        let mut p = self.pool.lock();
-        let streams: Vec<CUstream> = p.free.drain(..).chain(self.utility.lock().take()).collect();
-        for s in streams {
+    /// Destroys every stream (the context is going away). Failures are logged.
+    pub(crate) fn destroy_all(&self) {
+        for s in self.take_all() {
             // SAFETY: created by this pool, destroyed once; no lease holds it.
             if let Err(e) = unsafe { result::stream_destroy(s) } {
-                if poisoned {
-                    tracing::debug!(error = %e, "destroying a stream of a poisoned context");
-                } else {
-                    tracing::warn!(error = %e, "destroying a CUDA stream");
-                }
+                tracing::warn!(error = %e, "destroying a CUDA stream");
             }
         }
+    }
+
+    /// Forgets every stream without a driver call: the context is reset, which destroys
+    /// them.
+    pub(crate) fn forget_all(&self) {
+        self.take_all();
+    }
+
+    fn take_all(&self) -> Vec<CUstream> {
+        let mut p = self.pool.lock();
+        p.free.drain(..).chain(self.utility.lock().take()).collect()
     }
 }
 
@@ -135,10 +148,14 @@ impl UtilityStream<'_> {
         self.0.unwrap_or(std::ptr::null_mut())
     }
 
-    /// Waits for the work issued on it.
+    /// Waits for the work issued on it, for at most [`SYNC_DEADLINE`].
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Error::Timeout`] naming `what`; the driver's error.
     pub(crate) fn synchronize(&self, what: &str) -> Result<()> {
         // SAFETY: a live stream of the bound context (the caller bound it).
-        unsafe { result::stream_synchronize(self.get(), what) }
+        unsafe { result::stream_wait(self.get(), what, SYNC_DEADLINE) }
     }
 }
 
@@ -169,11 +186,13 @@ impl StreamLease {
         unsafe { result::stream_query(self.stream) }
     }
 
-    /// `cuStreamSynchronize` with the context bound.
+    /// Waits for the stream's work, for at most [`SYNC_DEADLINE`].
+    ///
+    /// # Errors
+    ///
+    /// [`crate::Error::Timeout`] naming `what`; the driver's error.
     pub(crate) fn synchronize(&self, what: &str) -> Result<()> {
-        self.ctx.bind()?;
-        // SAFETY: a live stream of the bound context.
-        unsafe { result::stream_synchronize(self.stream, what) }
+        self.wait_idle(what, SYNC_DEADLINE)
     }
 
     /// Waits for the stream's work by polling `cuStreamQuery`, for at most `within`:
@@ -183,17 +202,9 @@ impl StreamLease {
     ///
     /// [`crate::Error::Timeout`] naming `what`; the driver's error.
     pub(crate) fn wait_idle(&self, what: &str, within: std::time::Duration) -> Result<()> {
-        let start = std::time::Instant::now();
-        while !self.query()? {
-            if start.elapsed() >= within {
-                return Err(crate::Error::Timeout {
-                    what: what.to_owned(),
-                    after: within,
-                });
-            }
-            std::thread::yield_now();
-        }
-        Ok(())
+        self.ctx.bind()?;
+        // SAFETY: a live stream of the bound context.
+        unsafe { result::stream_wait(self.stream, what, within) }
     }
 }
 

@@ -40,3 +40,42 @@ pub fn serial() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(|p| p.into_inner())
 }
+
+/// The environment variable that marks a test process started by [`isolated`].
+pub const CHILD_ENV: &str = "GYRE_ISOLATED_TEST";
+
+/// Runs the test `name` of the current test binary in a process of its own and returns
+/// whether this process is that child (then the caller runs the test's body). In the
+/// parent, it starts the child (`<exe> --exact <name> --test-threads=1 --nocapture`),
+/// forwards its output, and panics if the child fails or runs nothing.
+///
+/// For tests that end a CUDA context for good (a device fault): NVIDIA documents sticky
+/// errors as leaving the process unable to use CUDA, so such a test must not share its
+/// process with the rest of a suite.
+///
+/// # Panics
+///
+/// In the parent, when the child cannot start, fails, or did not run the test.
+pub fn isolated(name: &str) -> bool {
+    if std::env::var(CHILD_ENV).is_ok_and(|v| v == name) {
+        return true;
+    }
+    let exe = std::env::current_exe().unwrap_or_else(|e| panic!("{name}: current_exe: {e}"));
+    let out = std::process::Command::new(exe)
+        .args(["--exact", name, "--test-threads=1", "--nocapture"])
+        .env(CHILD_ENV, name)
+        .output()
+        .unwrap_or_else(|e| panic!("{name}: starting its own process: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprint!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{name} failed in its own process ({})",
+        out.status
+    );
+    assert!(
+        stdout.contains("1 passed"),
+        "{name}: its own process ran no test"
+    );
+    false
+}

@@ -270,6 +270,10 @@ __device__ unsigned int gyre_handler(unsigned int msg_type, const unsigned char 
 
 #[test]
 fn a_device_fault_is_noticed_and_a_later_launch_works() {
+    // A sticky error may leave the process unable to use CUDA: a process of its own.
+    if !gyre_cuda::testing::isolated("a_device_fault_is_noticed_and_a_later_launch_works") {
+        return;
+    }
     on_device("a_device_fault_is_noticed_and_a_later_launch_works", |b| {
         let r = launch(&b, &spec("faults", None, Some(FAULTS))).unwrap();
         let idx = r.ch.try_publish(Kind::Call, 1, b"boom").unwrap();
@@ -306,7 +310,14 @@ fn a_device_fault_is_noticed_and_a_later_launch_works() {
             }
             Err(e) => {
                 assert!(e.to_string().contains("restart the process"), "{e}");
+                assert!(e.to_string().contains("CUDA_ERROR_"), "names the fault: {e}");
                 eprintln!("after the fault: the driver needs a new process: {e}");
+                // Every later use says the same, typed, without a raw driver code.
+                let again = b.context().expect_err("the device stays unusable");
+                assert!(
+                    matches!(again, Error::ProcessRestartRequired { .. }),
+                    "{again:?}"
+                );
             }
         }
     });

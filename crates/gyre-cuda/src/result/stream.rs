@@ -51,16 +51,50 @@ pub(crate) unsafe fn stream_query(s: sys::CUstream) -> Result<bool> {
     }
 }
 
-/// `cuStreamSynchronize`.
+/// Waits for everything issued on `s` by polling `cuStreamQuery`, for at most `within`:
+/// gyre never calls `cuStreamSynchronize`, which waits without end for work queued
+/// behind a kernel that never finishes (a persistent one, a hung one). The first 50 us
+/// poll back to back (a copy's completion is seen at once); then the thread yields,
+/// and past 1 ms it sleeps up to 100 us between polls.
+///
+/// # Errors
+///
+/// [`Error::Timeout`] naming `what` past the deadline; `cuStreamQuery`'s error (a sticky
+/// one when the work faulted), naming `what`.
 ///
 /// # Safety
 ///
 /// `s` is a live stream of the current context.
-pub(crate) unsafe fn stream_synchronize(s: sys::CUstream, what: &str) -> Result<()> {
+pub(crate) unsafe fn stream_wait(
+    s: sys::CUstream,
+    what: &str,
+    within: std::time::Duration,
+) -> Result<()> {
+    use std::time::{Duration, Instant};
     let d = api()?;
-    // SAFETY: the caller's contract.
-    let r = unsafe { (d.cuStreamSynchronize)(s) };
-    check("cuStreamSynchronize", r, || format!(", {what}"))
+    let start = Instant::now();
+    loop {
+        // SAFETY: the caller's contract.
+        match unsafe { (d.cuStreamQuery)(s) } {
+            CUDA_SUCCESS => return Ok(()),
+            sys::CUDA_ERROR_NOT_READY => {}
+            r => return check("cuStreamQuery", r, || format!(", waiting for {what}")),
+        }
+        let waited = start.elapsed();
+        if waited >= within {
+            return Err(Error::Timeout {
+                what: what.to_owned(),
+                after: within,
+            });
+        }
+        if waited < Duration::from_micros(50) {
+            core::hint::spin_loop();
+        } else if waited < Duration::from_millis(1) {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep((within - waited).min(Duration::from_micros(100)));
+        }
+    }
 }
 
 /// `cuEventCreate(CU_EVENT_DISABLE_TIMING)`.
