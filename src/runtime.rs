@@ -867,6 +867,37 @@ impl Runtime {
         &self.primary.plan
     }
 
+    /// Validates `spec` and builds its program (compiles a device handler, and on CUDA
+    /// loads it into the device's context) without launching anything, so that a later
+    /// [`Runtime::launch`] of it builds nothing.
+    ///
+    /// On CUDA a module load next to a running ring kernel can wait for that kernel to
+    /// end, which it never does, so gyre refuses it (`gyre_cuda::Error::WouldWait`,
+    /// inside [`Error::Launch`]). To run kernels with *different* device handlers side by
+    /// side, prepare each before launching the first. On other backends this builds what
+    /// the backend builds, or nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`Runtime::launch`]'s checks of the spec, and the build's errors
+    /// ([`Error::Launch`] with the compiler's log).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let rt = gyre::Runtime::builder().backend(gyre::Backend::Cpu).build()?;
+    /// let spec = gyre::KernelSpec::<u64, u64>::echo().capacity(64);
+    /// rt.prepare(&spec)?;
+    /// let k = rt.launch(spec)?;
+    /// assert_eq!(k.call_blocking(7)?, 7);
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
+    pub fn prepare<Req: Pod, Resp: Pod>(&self, spec: &KernelSpec<Req, Resp>) -> Result<()> {
+        let target = self.target_for(spec)?;
+        Checked::of(spec, target)?;
+        target.imp.prepare(&spec.launch_spec())
+    }
+
     /// Validates `spec`, allocates its shared region, launches the kernel and starts its
     /// completion driver.
     ///

@@ -42,6 +42,10 @@ pub use reload::ReloadFuture;
 pub(crate) use supervisor::Supervisor;
 pub(crate) use watch::Watcher;
 
+/// The longest a relaunch waits for the kernel to stop at a batch boundary and its
+/// execution to end (R2): far past any batch of a healthy kernel.
+const HANDOVER_DEADLINE: Duration = Duration::from_secs(30);
+
 /// Where a kernel's rings are, for its successors.
 pub(crate) enum Place {
     /// Shared with the kernel (zero copy).
@@ -516,8 +520,14 @@ impl Lifecycle {
     /// follows) and its execution ended; returns its error code. A kernel that ended for
     /// good (terminated, faulted without a restart, lost, unresponsive) is the error its
     /// waiters get.
+    ///
+    /// Waits at most [`HANDOVER_DEADLINE`]: a kernel whose batch never ends (a handler
+    /// that never returns, without a watchdog) fails the relaunch with [`Error::Timeout`]
+    /// instead of hanging it; the caller puts the user's command back, so the kernel
+    /// serves on if it ever comes back.
     fn wait_stopped(&self, old: &dyn KernelInstance) -> Result<u32> {
         let mut pause = Duration::from_micros(1);
+        let start = Instant::now();
         loop {
             if let Some(e) = self.ch.check_stopped() {
                 return Err(e);
@@ -525,6 +535,13 @@ impl Lifecycle {
             let (st, code) = self.ch.kernel_state();
             if state::is_stopped(st) && old.is_finished() {
                 return Ok(code);
+            }
+            if start.elapsed() >= HANDOVER_DEADLINE {
+                tracing::error!(kernel = %self.ch.name(), state = st, "the kernel did not stop for its relaunch in time");
+                return Err(Error::Timeout {
+                    op: "a relaunch waiting for the kernel to stop at a batch boundary",
+                    after: HANDOVER_DEADLINE,
+                });
             }
             if pause < Duration::from_micros(16) {
                 std::thread::yield_now();

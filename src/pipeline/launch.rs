@@ -260,6 +260,12 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
                 exports.push(p);
             }
         }
+        // Every stage's program is built and loaded before the first stage runs: on CUDA
+        // a module load next to a running ring kernel can wait for it forever, and is
+        // refused (`gyre_cuda::Error::WouldWait`).
+        for k in 0..n {
+            imps[k].prepare(&launches[k])?;
+        }
         // The last stage first: each stage's next is running when it starts.
         let mut running: Vec<Arc<dyn KernelInstance>> = Vec::with_capacity(n);
         for k in (0..n).rev() {

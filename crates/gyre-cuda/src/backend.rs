@@ -199,29 +199,17 @@ impl CudaBackend {
         let arch = ctx.device().arch();
         let supported = self.nvrtc.ring_kernel_archs()?;
         let load = |target: Target| -> Result<Arc<Module>> {
-            let opts = CompileOptions::new(target);
-            let key = CacheKey::new(source, &opts.args()?, target, self.nvrtc.version());
-            let what = format!(
-                "{} of {name} from NVRTC {}",
-                target.name(),
-                self.nvrtc.version_string()
-            );
-            Modules::get_or_load(ctx, key.source_hash, entry, &what, || {
-                let compile = || {
-                    self.nvrtc
-                        .compile(name, source, &opts)
-                        .map(|c| c.loadable())
-                };
-                match &self.cache {
-                    Some(c) => c.get_or_compile(&key, compile),
-                    None => compile(),
-                }
-            })
+            let (key, what) = self.image_key(name, source, target)?;
+            Modules::get_or_load(ctx, key, entry, &what, || self.image(name, source, target))
         };
         let cubin = if supported.contains(&arch) {
             match load(Target::Cubin(arch)) {
                 Ok(m) => return Ok(m),
-                Err(e @ (Error::Compile { .. } | Error::InvalidInput { .. })) => return Err(e),
+                Err(
+                    e @ (Error::Compile { .. }
+                    | Error::InvalidInput { .. }
+                    | Error::WouldWait { .. }),
+                ) => return Err(e),
                 Err(e) => e.to_string(),
             }
         } else {
@@ -244,7 +232,7 @@ impl CudaBackend {
                 tracing::warn!(%cubin, ptx_arch, "CUBIN route failed; running PTX JIT-compiled by the driver");
                 Ok(m)
             }
-            Err(e @ Error::Compile { .. }) => Err(e),
+            Err(e @ (Error::Compile { .. } | Error::WouldWait { .. })) => Err(e),
             Err(e) => Err(Error::CodeNotLoadable {
                 driver: self.info.driver_version_string(),
                 nvrtc: self.nvrtc.version_string(),
@@ -253,6 +241,66 @@ impl CudaBackend {
                 ptx: e.to_string(),
             }),
         }
+    }
+
+    /// The module key of `source` compiled for `target`, and a description of the image
+    /// for errors.
+    fn image_key(&self, name: &str, source: &str, target: Target) -> Result<(u128, String)> {
+        let opts = CompileOptions::new(target);
+        let key = CacheKey::new(source, &opts.args()?, target, self.nvrtc.version());
+        let what = format!(
+            "{} of {name} from NVRTC {}",
+            target.name(),
+            self.nvrtc.version_string()
+        );
+        Ok((key.source_hash, what))
+    }
+
+    /// `source` compiled for `target`: from the disk cache, or by NVRTC (and cached).
+    fn image(&self, name: &str, source: &str, target: Target) -> Result<Vec<u8>> {
+        let opts = CompileOptions::new(target);
+        let key = CacheKey::new(source, &opts.args()?, target, self.nvrtc.version());
+        let compile = || {
+            self.nvrtc
+                .compile(name, source, &opts)
+                .map(|c| c.loadable())
+        };
+        match &self.cache {
+            Some(c) => c.get_or_compile(&key, compile),
+            None => compile(),
+        }
+    }
+
+    /// Compiles `source` for this device without loading it (ring kernels run, and a
+    /// load could wait for them, see `crate::context`), staged for the load that
+    /// follows once none runs: the CUBIN where NVRTC can make one, else the PTX route of
+    /// [`CudaBackend::load_program`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Compile`] and the other errors of compiling.
+    fn stage_program(&self, ctx: &Context, name: &str, source: &str) -> Result<()> {
+        let arch = ctx.device().arch();
+        let supported = self.nvrtc.ring_kernel_archs()?;
+        let target = if supported.contains(&arch) {
+            Target::Cubin(arch)
+        } else {
+            match supported.iter().rev().find(|&&a| a <= arch) {
+                Some(&a) => Target::Ptx(a),
+                None => {
+                    return Err(Error::UnsupportedArch {
+                        arch,
+                        why: format!(
+                            "NVRTC {} supports no architecture from sm_{MIN_ARCH} up to it \
+                             ({supported:?})",
+                            self.nvrtc.version_string()
+                        ),
+                    })
+                }
+            }
+        };
+        let (key, _) = self.image_key(name, source, target)?;
+        Modules::stage(ctx, key, || self.image(name, source, target))
     }
 
     /// Loads the ring kernel with `handler` and reports its resources on this device.
@@ -318,6 +366,17 @@ impl CudaBackend {
         }
         let module = self.ring_module(ctx, &handler)?;
         let per_sm = module.occupancy(ctx, LANES)?;
+        // The export file's telemetry line, registered so K8 writes it directly. A
+        // registration can wait for the context to idle, so it is made only while no
+        // ring kernel runs; without one (no export, other kernels run, or the driver
+        // refused) the host copies the line instead.
+        let export = spec.export.clone().and_then(|file| {
+            ExportRegistration::new(ctx, file)
+            .map_err(|e| {
+                tracing::info!(error = %e, "telemetry export: the device does not write the file; the host copies it");
+            })
+            .ok()
+        });
         let guard = ctx.begin_kernel(
             self.kernel_limit(ctx, per_sm),
             &format!(
@@ -328,15 +387,6 @@ impl CudaBackend {
             ),
         )?;
         let stream = StreamPool::lease(ctx, "a ring kernel")?;
-        // The export file's telemetry line, registered so K8 writes it directly; without
-        // a registration (no export, or the driver refused) the host copies it instead.
-        let export = spec.export.clone().and_then(|file| {
-            ExportRegistration::new(ctx, file)
-                .map_err(|e| {
-                    tracing::warn!(error = %e, "telemetry export: the device cannot write the file; the host copies it");
-                })
-                .ok()
-        });
         let export_tel = export.as_ref().map_or(0, ExportRegistration::telemetry_ptr);
         if let Some(a) = &spec.loans {
             // The ring kernel resolves handles by reading the words only: from now on
@@ -602,15 +652,27 @@ impl gyre_core::Backend for CudaBackend {
             .then_some(crate::DISPLAY_WATCHDOG)
     }
 
-    /// Compiles the ring kernel with the spec's handler and loads it into the context
-    /// (both cached), so the launch that follows loads nothing.
+    /// Compiles the ring kernel with the spec's handler and, while no ring kernel runs
+    /// on the context, loads it (both cached), so the launch that follows loads nothing.
+    /// While one runs (a reload, a second kernel) a load could wait for it forever
+    /// (`crate::context`): the image is compiled and staged, and the launch loads it,
+    /// which succeeds once no ring kernel runs (a reload's launch comes after its R3
+    /// join) and is refused with [`Error::WouldWait`] otherwise.
     fn prepare(&self, spec: &LaunchSpec) -> gyre_core::Result<()> {
         spec.idle.validate()?;
         self.context()
             .and_then(|ctx| {
                 ctx.bind()?;
                 let handler = handler_of(spec)?;
-                self.ring_module(&ctx, &handler).map(|_| ())
+                if ctx.running_kernels() == 0 {
+                    self.preload(&ctx);
+                    match self.ring_module(&ctx, &handler) {
+                        Err(Error::WouldWait { .. }) => {}
+                        r => return r.map(|_| ()),
+                    }
+                }
+                let name = format!("gyre_ring_kernel[{}]", handler.name());
+                self.stage_program(&ctx, &name, &ring_kernel_source(&handler))
             })
             .map_err(|e| to_core(&spec.name, e))
     }

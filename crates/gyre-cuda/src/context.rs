@@ -12,6 +12,12 @@
 //!   else kept on a deferred list that the last ring kernel to finish frees. A deferred
 //!   block of the right size is reused by the next allocation instead of allocating anew
 //!   (`Context::reuse`). Modules stay loaded for the context's life (`crate::module`).
+//! * **No wait under a running kernel.** `cuModuleLoadDataEx` and `cuMemHostRegister`
+//!   can wait for the context to idle too (a load next to a running ring kernel hung on
+//!   an H200): they run only through [`Context::while_idle`], which refuses them with
+//!   [`Error::WouldWait`] while a ring kernel runs and keeps launches out meanwhile.
+//!   Handlers are compiled ahead and loaded before the first launch or after the last
+//!   kernel is joined (a reload loads after its R3 join).
 //!   The running count and the deferred list share one lock, so a free never overlaps a
 //!   launch.
 //! * **Fixed streams.** At most `CUDA_DEVICE_MAX_CONNECTIONS` streams exist per context
@@ -52,8 +58,6 @@ pub(crate) enum Release {
     /// A `cuMemHostRegister` registration, and the owner of the registered memory, kept
     /// until the registration is gone.
     Unregister(*mut c_void, Option<Box<dyn core::any::Any + Send + Sync>>),
-    /// A loaded module none of whose kernels ever ran (a load that failed half way).
-    Module(sys::CUmodule),
 }
 
 impl core::fmt::Debug for Release {
@@ -63,7 +67,6 @@ impl core::fmt::Debug for Release {
             Release::Host(p, b) => write!(f, "Host({p:p}, {b})"),
             Release::Managed(p) => write!(f, "Managed({p:#x})"),
             Release::Unregister(p, _) => write!(f, "Unregister({p:p})"),
-            Release::Module(m) => write!(f, "Module({m:p})"),
         }
     }
 }
@@ -91,7 +94,6 @@ impl Release {
                     drop(owner);
                     r
                 }
-                Release::Module(m) => result::module_unload(m),
             }
         }
     }
@@ -279,6 +281,32 @@ impl Context {
         })
     }
 
+    /// Runs `f` (which makes `op` for `what`, a driver call that can wait for every
+    /// kernel of the context to finish) only if no ring kernel runs, and with none
+    /// launched until it returns.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::WouldWait`] while ring kernels run; `f`'s error.
+    pub(crate) fn while_idle<T>(
+        &self,
+        op: &'static str,
+        what: &str,
+        f: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
+        let life = self.life.lock();
+        if life.running > 0 {
+            return Err(Error::WouldWait {
+                op,
+                what: what.to_owned(),
+                running: life.running,
+            });
+        }
+        let r = f();
+        drop(life);
+        r
+    }
+
     /// Ring kernels running on this context.
     pub fn running_kernels(&self) -> usize {
         self.life.lock().running
@@ -434,5 +462,101 @@ impl RunningKernel {
 impl Drop for RunningKernel {
     fn drop(&mut self) {
         self.end();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The rules that need no driver: a load is refused while a ring kernel runs, and
+    //! its compiled image is kept for the load after. (Dropping these contexts makes
+    //! driver calls that fail without a driver; they are logged.)
+    use super::*;
+    use crate::module::Modules;
+    use crate::probe::{DeviceInfo, DriverEnv};
+
+    fn info() -> CudaInfo {
+        let device = DeviceInfo {
+            ordinal: 97,
+            name: "no device (test)".into(),
+            compute_capability: (9, 0),
+            total_mem: 0,
+            multiprocessors: 1,
+            kernel_exec_timeout: false,
+            can_map_host_memory: true,
+            unified_addressing: true,
+            concurrent_managed_access: false,
+            pageable_memory_access: false,
+            host_native_atomic_supported: false,
+        };
+        CudaInfo {
+            driver_version: 13000,
+            device_count: 1,
+            devices: vec![device.clone()],
+            device,
+            env: DriverEnv {
+                module_loading: "EAGER".into(),
+                max_connections: 8,
+                set_by_gyre: Vec::new(),
+                not_set: None,
+                initialized_before_gyre: false,
+            },
+        }
+    }
+
+    #[test]
+    fn a_call_that_can_wait_is_refused_while_a_ring_kernel_runs() {
+        let ctx = Context::wrap(&info(), 97, std::ptr::null_mut());
+        assert_eq!(ctx.while_idle("op", "idle", || Ok(1)).unwrap(), 1);
+        let k = ctx.begin_kernel(4, "test").unwrap();
+        let mut ran = false;
+        let e = ctx
+            .while_idle("cuModuleLoadDataEx", "a handler", || {
+                ran = true;
+                Ok(())
+            })
+            .unwrap_err();
+        assert!(!ran, "refused before the call");
+        match &e {
+            Error::WouldWait { op, running, .. } => {
+                assert_eq!(*op, "cuModuleLoadDataEx");
+                assert_eq!(*running, 1);
+            }
+            other => panic!("expected WouldWait, got {other:?}"),
+        }
+        assert!(e.to_string().contains("before the first launch"), "{e}");
+        k.finished();
+        assert_eq!(ctx.while_idle("op", "idle again", || Ok(2)).unwrap(), 2);
+    }
+
+    #[test]
+    fn a_staged_image_survives_a_refused_load_and_is_not_compiled_again() {
+        let ctx = Context::wrap(&info(), 97, std::ptr::null_mut());
+        let mut compiles = 0;
+        Modules::stage(&ctx, 7, || {
+            compiles += 1;
+            Ok(vec![1, 2, 3])
+        })
+        .unwrap();
+        // Staging twice compiles once.
+        Modules::stage(&ctx, 7, || {
+            compiles += 1;
+            Ok(vec![1, 2, 3])
+        })
+        .unwrap();
+        assert_eq!(compiles, 1);
+        let _k = ctx.begin_kernel(4, "test").unwrap();
+        for _ in 0..2 {
+            let e = Modules::get_or_load(&ctx, 7, "entry", "a handler", || {
+                compiles += 1;
+                Ok(vec![1, 2, 3])
+            })
+            .unwrap_err();
+            assert!(matches!(e, Error::WouldWait { .. }), "{e:?}");
+        }
+        assert_eq!(
+            compiles, 1,
+            "the staged image is used, and kept after a refusal"
+        );
+        assert_eq!(ctx.loaded_modules(), 0);
     }
 }

@@ -205,6 +205,22 @@ pub enum Error {
         /// What bounds it.
         why: String,
     },
+    /// A driver call that can wait for every kernel of its context to finish (a module
+    /// load, a host registration) was refused because persistent ring kernels run on
+    /// it: they never finish, so the call could wait forever.
+    #[error(
+        "{op} for {what} refused: {running} ring kernel(s) run on this context, and it can \
+         wait for them to finish, which they never do; load handlers before the first \
+         launch (launch or prepare them first) or while no ring kernel runs"
+    )]
+    WouldWait {
+        /// The driver call (`cuModuleLoadDataEx`).
+        op: &'static str,
+        /// What it was for.
+        what: String,
+        /// Ring kernels running on the context.
+        running: usize,
+    },
     /// A kernel fault left the context unusable (a sticky error) and it cannot be reset
     /// while something still holds it.
     #[error(

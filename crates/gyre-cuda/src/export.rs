@@ -48,7 +48,8 @@ impl ExportRegistration {
     ///
     /// # Errors
     ///
-    /// The driver's error (e.g. a device without `CAN_MAP_HOST_MEMORY`), naming the call.
+    /// [`crate::Error::WouldWait`] while a ring kernel runs on `ctx`; the driver's error
+    /// (e.g. a device without `CAN_MAP_HOST_MEMORY`), naming the call.
     pub fn new(ctx: &Arc<Context>, file: Arc<ExportWriter>) -> Result<Self> {
         let export: *const TelemetryExport = file.export();
         let host = export.cast_mut().cast::<c_void>();
@@ -59,10 +60,14 @@ impl ExportRegistration {
             .cast::<c_void>();
         let bytes = core::mem::size_of::<TelemetryExport>();
         ctx.bind()?;
-        // SAFETY: the context is current; `host` is the start of a live, page-aligned
-        // shared mapping of `bytes` bytes owned by `file`, which this value keeps alive
-        // until the registration is released.
-        unsafe { result::host_register_mapped(host, bytes)? };
+        // A registration can wait for the context to idle: only while no ring kernel
+        // runs (`Context::while_idle`).
+        ctx.while_idle("cuMemHostRegister", "the telemetry export file", || {
+            // SAFETY: the context is current; `host` is the start of a live, page-aligned
+            // shared mapping of `bytes` bytes owned by `file`, which this value keeps
+            // alive until the registration is released.
+            unsafe { result::host_register_mapped(host, bytes) }
+        })?;
         let mut reg = Self {
             ctx: ctx.clone(),
             host,

@@ -6,7 +6,9 @@
 //! [`crate::cache::CacheKey`]) and unloads them only when it is dropped. Functions are
 //! loaded with the module (`cuFuncLoad` where the driver has it), never at their first
 //! launch, so no load happens behind a running ring kernel (see [`crate::probe`] on eager
-//! loading).
+//! loading). A load itself runs only while no ring kernel runs (`Context::while_idle`);
+//! while one does, an image is compiled and *staged* ([`Modules::stage`]) and loaded
+//! later.
 
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -14,7 +16,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::context::{Context, Release};
+use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::result;
 use crate::sys::{CUfunction, CUfunction_attribute, CUmodule};
@@ -65,6 +67,8 @@ impl Module {
 #[derive(Debug, Default)]
 pub(crate) struct Modules {
     loaded: Mutex<HashMap<u128, Arc<Module>>>,
+    /// Images compiled ahead ([`Modules::stage`]) and not loaded yet, by key.
+    staged: Mutex<HashMap<u128, Vec<u8>>>,
 }
 
 impl Modules {
@@ -87,7 +91,11 @@ impl Modules {
         // Compiled outside the lock (NVRTC can take seconds): other launches keep
         // finding their modules meanwhile. Two threads may compile the same image; the
         // first to load it wins.
-        let bytes = image()?;
+        let staged = ctx.modules.staged.lock().remove(&key);
+        let bytes = match staged {
+            Some(b) => b,
+            None => image()?,
+        };
         let name = CString::new(entry).map_err(|_| Error::InvalidInput {
             what: format!("entry name {entry:?}"),
             reason: "contains a NUL byte",
@@ -96,17 +104,29 @@ impl Modules {
         if let Some(m) = loaded.get(&key) {
             return Ok(m.clone());
         }
-        ctx.bind()?;
-        // SAFETY: the context is current; `bytes` is a CUBIN or NUL-terminated PTX (the
-        // callers' images).
-        let handle = unsafe { result::module_load(&bytes, what)? };
-        // SAFETY: `handle` was just loaded in the current context.
-        let func = match unsafe { result::module_function(handle, &name) } {
-            Ok(f) => f,
+        let made = ctx.while_idle("cuModuleLoadDataEx", what, || {
+            ctx.bind()?;
+            // SAFETY: the context is current; `bytes` is a CUBIN or NUL-terminated PTX
+            // (the callers' images).
+            let handle = unsafe { result::module_load(&bytes, what)? };
+            // SAFETY: `handle` was just loaded in the current context.
+            match unsafe { result::module_function(handle, &name) } {
+                Ok(f) => Ok((handle, f)),
+                Err(e) => {
+                    // No kernel runs (`while_idle`): unloading cannot wait.
+                    // SAFETY: loaded just above; none of its kernels ever ran.
+                    let _ = unsafe { result::module_unload(handle) };
+                    Err(e)
+                }
+            }
+        });
+        let (handle, func) = match made {
+            Ok(m) => m,
             Err(e) => {
-                // Unloading may wait for running kernels: the context does it when none
-                // runs.
-                ctx.release(Release::Module(handle));
+                if matches!(e, Error::WouldWait { .. }) {
+                    // Kept for a load once no kernel runs.
+                    ctx.modules.staged.lock().insert(key, bytes);
+                }
                 return Err(e);
             }
         };
@@ -118,6 +138,28 @@ impl Modules {
         loaded.insert(key, m.clone());
         tracing::debug!(entry, what, bytes = bytes.len(), "CUDA module loaded");
         Ok(m)
+    }
+
+    /// Compiles the image of `key` now (`image()`), unless it is loaded or staged, and
+    /// keeps it for the [`Modules::get_or_load`] that follows: a reload compiles its
+    /// handler while the old kernel runs and loads it once that kernel is joined.
+    ///
+    /// # Errors
+    ///
+    /// `image()`'s error (a compile error).
+    pub(crate) fn stage(
+        ctx: &Context,
+        key: u128,
+        image: impl FnOnce() -> Result<Vec<u8>>,
+    ) -> Result<()> {
+        if ctx.modules.loaded.lock().contains_key(&key)
+            || ctx.modules.staged.lock().contains_key(&key)
+        {
+            return Ok(());
+        }
+        let bytes = image()?;
+        ctx.modules.staged.lock().insert(key, bytes);
+        Ok(())
     }
 
     /// How many modules are loaded.
@@ -140,5 +182,6 @@ impl Modules {
     /// them.
     pub(crate) fn forget_all(&self) {
         self.loaded.lock().clear();
+        self.staged.lock().clear();
     }
 }

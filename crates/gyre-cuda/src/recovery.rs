@@ -394,8 +394,7 @@ mod tests {
     }
 
     #[test]
-    fn a_sticky_code_that_survives_the_resets_is_process_restart_required_naming_the_first_fault(
-    ) {
+    fn a_sticky_code_that_survives_the_resets_is_process_restart_required_naming_the_first_fault() {
         // Poisoned by an illegal address; every retain after it fails with the launch
         // failure code (as the driver reports it), and resets do not help.
         let d = Fake::with(&[719, 719, 719, 719], &[], &[]);

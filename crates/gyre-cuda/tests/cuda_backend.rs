@@ -173,8 +173,24 @@ fn a_second_kernel_a_module_load_and_the_probe_next_to_a_running_kernel() {
     on_device("a_second_kernel_...", |b| {
         let first = launch(&b, &echo_spec("first")).unwrap();
         round_trips(&first, 10).unwrap();
-        // A new module (compiled now, loaded next to the running kernel), launched.
-        let second = launch(&b, &spec("negate", None, Some(NEGATE))).unwrap();
+        // A new module next to the running kernel: refused, typed, never a hang (a load
+        // can wait for the running kernel to finish).
+        let negate = spec("negate", None, Some(NEGATE));
+        let refused = launch(&b, &negate)
+            .err()
+            .expect("a load next to a running kernel");
+        assert!(
+            refused.to_string().contains("cuModuleLoadDataEx"),
+            "{refused}"
+        );
+        // Prepared, it compiles now and loads once no ring kernel runs.
+        gyre_core::Backend::prepare(&*b, &negate).unwrap();
+        assert!(launch(&b, &negate).is_err(), "still refused while one runs");
+        stop(first).unwrap();
+        gyre_core::Backend::prepare(&*b, &negate).unwrap();
+        let first = launch(&b, &echo_spec("first-again")).unwrap();
+        // Loaded before: launches next to the running one.
+        let second = launch(&b, &negate).unwrap();
         let idx = second.ch.try_publish(Kind::Call, 1, &[1, 2, 3, 4]).unwrap();
         let reply = second
             .ch
@@ -183,7 +199,7 @@ fn a_second_kernel_a_module_load_and_the_probe_next_to_a_running_kernel() {
             })
             .unwrap();
         assert_eq!(reply, [!1u8, !2, !3, !4]);
-        // The visibility probe, a short kernel next to two persistent ones.
+        // The visibility probe (preloaded), a short kernel next to two persistent ones.
         let rtt = b
             .confirm_system_scope(Duration::from_secs(2))
             .unwrap()
@@ -310,7 +326,10 @@ fn a_device_fault_is_noticed_and_a_later_launch_works() {
             }
             Err(e) => {
                 assert!(e.to_string().contains("restart the process"), "{e}");
-                assert!(e.to_string().contains("CUDA_ERROR_"), "names the fault: {e}");
+                assert!(
+                    e.to_string().contains("CUDA_ERROR_"),
+                    "names the fault: {e}"
+                );
                 eprintln!("after the fault: the driver needs a new process: {e}");
                 // Every later use says the same, typed, without a raw driver code.
                 let again = b.context().expect_err("the device stays unusable");
