@@ -84,6 +84,7 @@ macro_rules! conformance_suite {
             cases::batch_send_and_recv_order, cases::call_timeout_abandons,
             cases::replies_stream_yields_last_error, cases::call_timeout_while_ring_full,
             cases::mixed_batch_and_single_senders_always_shut_down,
+            cases::copies_wait_once_per_push_and_pull,
             lifecycle::refused_requests_are_closed_on_every_path,
             lifecycle::every_shutdown_removes_the_export,
             lifecycle::last_handle_ends_streams_and_receivers,

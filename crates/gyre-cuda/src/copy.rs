@@ -4,10 +4,9 @@
 //! The kernel's region is a [`DeviceBuffer<u8>`] (`cuMemAlloc`). Every copy is issued with
 //! `cuMemcpyHtoDAsync` / `cuMemcpyDtoHAsync` on the engine's non-blocking copy stream, so
 //! copies complete in issue order (the stream order the bridge's doorbell relies on) and
-//! never wait on the persistent kernel's stream. A synchronous copy waits for its stream;
-//! [`CopyEngine::synchronize`] records an event behind everything issued and waits for it
-//! (`cuEventRecord` + `cuEventSynchronize`), which is what the bridge's async strategy does
-//! once per step. Staging memory is mapped pinned memory (not write-combined: the bridge
+//! never wait on the persistent kernel's stream. A synchronous copy waits for its stream,
+//! and so does [`CopyEngine::synchronize`] (once per bridge step): by polling
+//! `cuStreamQuery` with a deadline (`crate::stream`), never a wait without end. Staging memory is mapped pinned memory (not write-combined: the bridge
 //! reads it back on the CPU), so async copies are true DMA.
 //!
 //! **Not validated on a GPU** (none was available while this was written): it compiles,
@@ -32,20 +31,11 @@ pub struct CudaCopyEngine {
     ctx: Arc<Context>,
     buf: DeviceBuffer<u8>,
     stream: StreamLease,
-    event: sys::CUevent,
 }
-
-// SAFETY: the event is a driver handle usable from any thread once the context is bound,
-// which every method does first; the buffer and the stream lease are Send + Sync.
-unsafe impl Send for CudaCopyEngine {}
-// SAFETY: as above; copies issued from several threads are serialised by the bridge's
-// locks, and the driver API is thread-safe.
-unsafe impl Sync for CudaCopyEngine {}
 
 impl CudaCopyEngine {
     /// Allocates `bytes` of zeroed device memory (zeroed before this returns, so before
-    /// any copy or launch), holds a stream of the context's pool for the copies, and
-    /// creates an event (timing disabled).
+    /// any copy or launch) and holds a stream of the context's pool for the copies.
     ///
     /// # Errors
     ///
@@ -53,14 +43,10 @@ impl CudaCopyEngine {
     pub fn new(ctx: &Arc<Context>, bytes: usize) -> Result<Self> {
         let stream = StreamPool::lease(ctx, "a bridge's copies")?;
         let buf = DeviceBuffer::<u8>::zeroed(ctx, bytes)?;
-        ctx.bind()?;
-        // SAFETY: the context is current.
-        let event = unsafe { result::event_create()? };
         Ok(Self {
             ctx: ctx.clone(),
             buf,
             stream,
-            event,
         })
     }
 
@@ -170,14 +156,7 @@ unsafe impl CopyEngine for CudaCopyEngine {
     }
 
     fn synchronize(&self) -> gyre_core::Result<()> {
-        const OP: &str = "synchronize the copy stream";
-        self.ctx
-            .bind()
-            .map_err(|e| Self::transfer_error(OP, 0, 0, e))?;
-        // SAFETY: a live event and stream in the bound context; blocks this (non-tokio)
-        // thread until the copies are done.
-        unsafe { result::event_wait_behind(self.event, self.stream.get()) }
-            .map_err(|e| Self::transfer_error(OP, 0, 0, e))
+        self.wait_stream("synchronize the copy stream", 0, 0)
     }
 
     fn alloc_staging(&self, bytes: usize) -> gyre_core::Result<Box<dyn RegionMemory>> {
@@ -194,20 +173,10 @@ unsafe impl CopyEngine for CudaCopyEngine {
 impl Drop for CudaCopyEngine {
     fn drop(&mut self) {
         // Copies still in flight must land before the stream goes back to the pool and
-        // the buffer is released; the event goes with them. The buffer and the stream
-        // are released by their own drops, after this.
-        let synced = self.stream.synchronize("the bridge's copy stream");
-        // SAFETY: created in `new`, destroyed once; nothing is issued after drop starts
-        // (destroying an event with work pending on it is allowed).
-        let destroyed = self
-            .ctx
-            .bind()
-            .and_then(|()| unsafe { result::event_destroy(self.event) });
-        for r in [synced, destroyed] {
-            if let Err(e) = r {
-                if self.ctx.poisoned().is_none() {
-                    tracing::warn!(error = %e, "releasing a bridge's copy stream and event");
-                }
+        // the buffer is released (by their own drops, after this).
+        if let Err(e) = self.stream.synchronize("the bridge's copy stream") {
+            if self.ctx.poisoned().is_none() {
+                tracing::warn!(error = %e, "releasing a bridge's copy stream");
             }
         }
     }

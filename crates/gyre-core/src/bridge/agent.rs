@@ -1,12 +1,14 @@
 //! When the bridge moves bytes: the three copy strategies.
 //!
-//! - **Sync**: copies run inline, blocking, on the thread that needs them: a producer's
-//!   publish pushes its slots and the doorbell before `send` returns; a waiter that finds
-//!   no reply pushes the host line (released reply slots, commands) and pulls.
+//! - **Sync**: copies run inline, on the thread that needs them, and are complete when it
+//!   goes on: a producer's publish pushes its slots and the doorbell before `send`
+//!   returns; a waiter that finds no reply pushes the host line (released reply slots,
+//!   commands) and pulls. Each push and pull issues its copies in stream order and waits
+//!   once ([`CopyMode::Stream`]), like the others.
 //! - **Async**: a copy worker — the emulated copy stream — owns the transfers. A publish
 //!   or a waiter only raises a flag (and unparks the worker if it sleeps); the worker
-//!   issues the copies in stream order, synchronises once per step like waiting on a
-//!   stream event, and then signals completion by unparking the completion driver, which
+//!   issues the copies in stream order, waits for them once per step, and then
+//!   signals completion by unparking the completion driver, which
 //!   wakes the futures. No tokio worker ever blocks on a copy.
 //! - **DmaPolling**: a poller pushes and pulls every `poll_interval`, whether anyone asked
 //!   or not, so the host never touches the device on its hot path; a publish also raises
@@ -106,8 +108,11 @@ impl BridgeAgent {
     ) -> Result<Arc<Self>> {
         strategy.validate()?;
         let mode = match strategy {
-            TransferStrategy::Sync => CopyMode::Blocking,
-            TransferStrategy::Async | TransferStrategy::DmaPolling { .. } => CopyMode::Stream,
+            // Every strategy issues a step's copies and waits once: a blocking copy each
+            // would wait once per copy (one PCIe round trip each on a GPU).
+            TransferStrategy::Sync
+            | TransferStrategy::Async
+            | TransferStrategy::DmaPolling { .. } => CopyMode::Stream,
             _ => {
                 return Err(Error::InvalidArgument {
                     name: "transfer strategy",

@@ -62,7 +62,7 @@
 pub mod agent;
 mod lines;
 
-use core::sync::atomic::Ordering::{Relaxed, Release};
+use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use core::sync::atomic::{AtomicU64, AtomicU8};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -102,9 +102,13 @@ pub struct TransferStats {
     pub pushes: u64,
     /// Pulls that ran (a pull always copies the kernel's line).
     pub pulls: u64,
-    /// Telemetry line reads (two device -> host copies each: the line, then its
-    /// sequence word again).
+    /// Telemetry line reads (three device -> host copies each: the sequence word, the
+    /// line, the sequence word again).
     pub telemetry_reads: u64,
+    /// Waits for copies to complete: each blocking copy, and each synchronisation of the
+    /// engine's stream. A push or a pull waits at most once, but for a pull that finds
+    /// more replies ready than one batch, or moves loans.
+    pub syncs: u64,
     /// Loans whose bytes were moved down with their requests (a loan kernel under a
     /// copy strategy); their copies and bytes are in `h2d_copies` and `h2d_bytes`.
     pub loans_down: u64,
@@ -124,6 +128,7 @@ struct Counters {
     pushes: AtomicU64,
     pulls: AtomicU64,
     telemetry_reads: AtomicU64,
+    syncs: AtomicU64,
     loans_down: AtomicU64,
     loans_up: AtomicU64,
 }
@@ -166,6 +171,8 @@ struct PullState {
     /// The last device snapshot republished (its own `seq`).
     last_snapshot: TelemetrySnapshot,
     telemetry: TelemetryWriter,
+    /// A telemetry read was issued and not yet taken.
+    telemetry_issued: bool,
 }
 
 /// The host end of one kernel's device-resident rings. See the [module documentation](self).
@@ -177,6 +184,9 @@ pub struct RingBufferBridge {
     /// used under `push`, the rest under `pull`.
     staging: Box<dyn RegionMemory>,
     push: Mutex<PushState>,
+    /// `PushState::pushed`, readable by a pull without the push lock: the requests on
+    /// the device, so the replies a pull may find.
+    pushed: AtomicU64,
     pull: Mutex<PullState>,
     mode: AtomicU8,
     counters: Counters,
@@ -233,12 +243,14 @@ impl RingBufferBridge {
                 pushed: 0,
                 last: None,
             }),
+            pushed: AtomicU64::new(0),
             pull: Mutex::new(PullState {
                 pulled: 0,
                 last_line: KernelLine::default(),
                 last_telemetry: Instant::now(),
                 last_snapshot: TelemetrySnapshot::default(),
                 telemetry: TelemetryWriter::default(),
+                telemetry_issued: false,
             }),
             mode: AtomicU8::new(CopyMode::Blocking as u8),
             counters: Counters::default(),
@@ -293,6 +305,7 @@ impl RingBufferBridge {
             pushes: c.pushes.load(Relaxed),
             pulls: c.pulls.load(Relaxed),
             telemetry_reads: c.telemetry_reads.load(Relaxed),
+            syncs: c.syncs.load(Relaxed),
             loans_down: c.loans_down.load(Relaxed),
             loans_up: c.loans_up.load(Relaxed),
         }
@@ -318,6 +331,7 @@ impl RingBufferBridge {
                 self.engine.copy_h2d_async(dst, src, len)?;
             } else {
                 self.engine.copy_h2d(dst, src, len)?;
+                self.counters.syncs.fetch_add(1, Relaxed);
             }
         }
         self.counters.h2d_copies.fetch_add(1, Relaxed);
@@ -332,6 +346,7 @@ impl RingBufferBridge {
                 self.engine.copy_d2h_async(dst, src, len)?;
             } else {
                 self.engine.copy_d2h(dst, src, len)?;
+                self.counters.syncs.fetch_add(1, Relaxed);
             }
         }
         self.counters.d2h_copies.fetch_add(1, Relaxed);
@@ -354,6 +369,7 @@ impl RingBufferBridge {
     fn sync_stream(&self) -> Result<()> {
         if self.stream() {
             self.engine.synchronize()?;
+            self.counters.syncs.fetch_add(1, Relaxed);
         }
         Ok(())
     }
@@ -450,6 +466,7 @@ impl RingBufferBridge {
         self.h2d(0, p, LINE)?;
         self.sync_stream()?;
         st.pushed = head;
+        self.pushed.store(head, Release);
         st.last = Some(line);
         self.counters.pushes.fetch_add(1, Relaxed);
         // The device's line 0 (head, command) has landed: wake a parked kernel.
@@ -487,24 +504,36 @@ impl RingBufferBridge {
 
     fn pull_locked(&self, st: &mut PullState, telemetry: bool) -> Result<bool> {
         self.counters.pulls.fetch_add(1, Relaxed);
+        // One wait per pull: the kernel's line, then (speculatively) the reply slots of
+        // the requests on the device, up to one batch, and the telemetry line when due,
+        // all issued before a single synchronisation. Stream order makes the speculation
+        // safe: the slots are read after the line, so every slot below the line's
+        // `k2h_head` is complete in staging (the kernel publishes slots, then the head);
+        // the slots above it are ignored.
         let l1 = self.staging_ptr(ST_LINE1);
         self.d2h(l1, LINE, LINE)?;
+        let g = self.geometry;
+        let in_flight = self.pushed.load(Acquire).saturating_sub(st.pulled);
+        let ahead = st.pulled + in_flight.min(u64::from(g.batch()));
+        let ring = RINGS_OFFSET + g.ring_bytes();
+        self.copy_replies(ring, st.pulled, ahead)?;
+        let tel = telemetry || st.last_telemetry.elapsed() >= TELEMETRY_EVERY;
+        if tel {
+            self.issue_telemetry_read(st)?;
+        }
         self.sync_stream()?;
         // SAFETY: staging written by the completed copy above, under the pull lock.
         let line = unsafe { KernelLine::load_from(l1) };
         let head = line.k2h_head;
         let new = self.advance("reply", "device k2h_head out of range", st.pulled, head)?;
-        if new > 0 {
-            let ring = RINGS_OFFSET + self.geometry.ring_bytes();
-            for (off, len) in self.ranges(st.pulled, head) {
-                if len > 0 {
-                    self.d2h(self.staging_ptr(ST_RING + off), ring + off, len)?;
-                }
-            }
+        if head > ahead {
+            // More than one batch ready (or the pushes outran `pushed`): the rest now.
+            self.copy_replies(ring, ahead, head)?;
             self.sync_stream()?;
+        }
+        if new > 0 {
             if let Some(m) = self.loans.get() {
                 // The replies' loan bytes, before the replies are republished.
-                let g = self.geometry;
                 let mut handles = (st.pulled..head).filter_map(|i| {
                     let at = ST_RING + (i & g.mask()) as usize * g.slot_size() as usize;
                     // SAFETY: staging slot `at` was filled by the completed copy above,
@@ -521,8 +550,8 @@ impl RingBufferBridge {
             self.counters.slots_up.fetch_add(new, Relaxed);
             st.pulled = head;
         }
-        if telemetry || st.last_telemetry.elapsed() >= TELEMETRY_EVERY {
-            self.pull_telemetry_line(st)?;
+        if tel {
+            self.take_telemetry_read(st);
         }
         let changed = new > 0 || line != st.last_line;
         if changed {
@@ -530,6 +559,20 @@ impl RingBufferBridge {
             st.last_line = line;
         }
         Ok(changed)
+    }
+
+    /// Issues the copies of reply slots `[from, to)` into the staging ring (one per
+    /// contiguous range, two at the wrap).
+    fn copy_replies(&self, ring: usize, from: u64, to: u64) -> Result<()> {
+        if to <= from {
+            return Ok(());
+        }
+        for (off, len) in self.ranges(from, to) {
+            if len > 0 {
+                self.d2h(self.staging_ptr(ST_RING + off), ring + off, len)?;
+            }
+        }
+        Ok(())
     }
 
     /// Publishes reply `i` from the staging ring into the mirror: header and payload,
@@ -553,14 +596,11 @@ impl RingBufferBridge {
         }
     }
 
-    /// A sequence-lock read of the device's telemetry line through the engine: its
-    /// sequence word, then the line, then the sequence word again, three copies in stream
-    /// order (each starts once the one before has completed, so they read in that order),
-    /// republished under the mirror's own sequence lock. The line is taken only when both
-    /// sequence reads agree on an even value: no write overlapped the copy of the line
-    /// (the kernel makes the sequence odd before it writes and even after). A torn copy is
-    /// skipped: the next pull tries again.
-    fn pull_telemetry_line(&self, st: &mut PullState) -> Result<()> {
+    /// Issues a sequence-lock read of the device's telemetry line through the engine:
+    /// its sequence word, then the line, then the sequence word again, three copies in
+    /// stream order (each starts once the one before has completed, so they read in that
+    /// order). [`Self::take_telemetry_read`] takes it once they completed.
+    fn issue_telemetry_read(&self, st: &mut PullState) -> Result<()> {
         st.last_telemetry = Instant::now();
         let t = self.staging_ptr(ST_TEL);
         let s1 = self.staging_ptr(ST_TEL_SEQ);
@@ -568,7 +608,22 @@ impl RingBufferBridge {
         self.d2h(s1, TELEMETRY_OFFSET, 8)?;
         self.d2h(t, TELEMETRY_OFFSET, 64)?;
         self.d2h(s2, TELEMETRY_OFFSET, 8)?;
-        self.sync_stream()?;
+        st.telemetry_issued = true;
+        Ok(())
+    }
+
+    /// Republishes the telemetry line read by [`Self::issue_telemetry_read`] (its copies
+    /// completed) under the mirror's own sequence lock. The line is taken only when both
+    /// sequence reads agree on an even value: no write overlapped the copy of the line
+    /// (the kernel makes the sequence odd before it writes and even after). A torn copy is
+    /// skipped: the next pull tries again.
+    fn take_telemetry_read(&self, st: &mut PullState) {
+        if !std::mem::replace(&mut st.telemetry_issued, false) {
+            return;
+        }
+        let t = self.staging_ptr(ST_TEL);
+        let s1 = self.staging_ptr(ST_TEL_SEQ);
+        let s2 = self.staging_ptr(ST_TEL_SEQ + 8);
         // SAFETY: the staging areas were filled by the completed copies, under the lock.
         let (seq1, snap, seq2) = unsafe {
             (
@@ -583,7 +638,6 @@ impl RingBufferBridge {
             st.telemetry.acc = snap;
             st.telemetry.publish(self.mirror.telemetry());
         }
-        Ok(())
     }
 
     fn check_failed(&self) -> Result<()> {

@@ -18,7 +18,11 @@ struct Rig {
 }
 
 fn rig(cap: u32) -> Rig {
-    let g = Geometry::new(cap, 128, 1).unwrap();
+    rig_batch(cap, 1)
+}
+
+fn rig_batch(cap: u32, batch: u32) -> Rig {
+    let g = Geometry::new(cap, 128, batch).unwrap();
     let dev = Arc::new(HostDeviceMemory::new(g, 0).unwrap());
     let mirror = Arc::new(SharedRegion::new_host(g, 0).unwrap());
     let bridge = RingBufferBridge::new(mirror.clone(), dev.clone()).unwrap();
@@ -91,7 +95,9 @@ fn init_writes_the_control_block_down() {
 
 #[test]
 fn one_copy_per_range_and_two_at_the_wrap() {
-    let r = rig(8);
+    // A batch of the whole ring: every pull below reads all ready replies in its one
+    // speculative window.
+    let r = rig_batch(8, 8);
     for k in 0..6u8 {
         r.ch.try_publish(Kind::Send, 1, &[k; 5]).unwrap();
     }
@@ -338,4 +344,70 @@ fn doorbell_never_precedes_its_slots() {
         );
         agent.stop();
     }
+}
+
+#[test]
+fn a_push_and_a_pull_wait_once_for_up_to_a_batch() {
+    let r = rig_batch(16, 4);
+    r.bridge.set_copy_mode(CopyMode::Stream);
+    r.bridge.init().unwrap();
+    let base = r.bridge.stats();
+    // Nothing in flight: a pull copies the kernel's line (and telemetry when due), and
+    // waits once.
+    r.bridge.pull().unwrap();
+    let s = r.bridge.stats();
+    assert_eq!(s.syncs - base.syncs, 1);
+    assert_eq!(
+        slot_copies_up(&s),
+        0,
+        "no reply slot is copied with none in flight"
+    );
+    // Three requests: one push, one wait; the kernel answers; one pull, one wait, and
+    // one slot copy (the line and the replies are issued together).
+    for k in 0..3u8 {
+        r.ch.try_publish(Kind::Send, 1, &[k; 4]).unwrap();
+    }
+    let before = r.bridge.stats();
+    r.bridge.push().unwrap();
+    let s = r.bridge.stats();
+    assert_eq!(s.syncs - before.syncs, 1, "one wait per push");
+    assert_eq!(
+        s.h2d_copies - before.h2d_copies,
+        2,
+        "the slots, then the doorbell"
+    );
+    answer_all(r.dev.region());
+    let before = r.bridge.stats();
+    assert!(r.bridge.pull().unwrap());
+    let s = r.bridge.stats();
+    assert_eq!(s.syncs - before.syncs, 1, "one wait per pull");
+    assert_eq!(slot_copies_up(&s) - slot_copies_up(&before), 1);
+    assert_eq!(s.slots_up, 3);
+    // Requests in flight but not answered yet: the speculative copy is ignored.
+    for k in 3..9u8 {
+        r.ch.try_publish(Kind::Send, 1, &[k; 4]).unwrap();
+    }
+    r.bridge.push().unwrap();
+    r.bridge.pull().unwrap();
+    assert_eq!(
+        r.bridge.stats().slots_up,
+        3,
+        "nothing published above k2h_head"
+    );
+    // Six answered, more than a batch: a second wait for the rest, and all six arrive.
+    answer_all(r.dev.region());
+    let before = r.bridge.stats();
+    assert!(r.bridge.pull().unwrap());
+    let s = r.bridge.stats();
+    assert_eq!(s.syncs - before.syncs, 2);
+    assert_eq!(s.slots_up, 9);
+    let mut got = Vec::new();
+    while let Some(v) = r.ch.try_recv(|v| Ok(v.payload[0])).unwrap() {
+        got.push(v);
+    }
+    assert_eq!(
+        got,
+        (1..10u8).collect::<Vec<_>>(),
+        "every reply once, in order"
+    );
 }

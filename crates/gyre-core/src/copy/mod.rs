@@ -75,7 +75,8 @@ pub unsafe trait CopyEngine: Send + Sync + 'static {
         unsafe { self.copy_d2h(dst, src, len) }
     }
 
-    /// Waits for every copy issued so far (a stream event).
+    /// Waits for every copy issued so far (on CUDA: polls the copy stream, with a
+    /// deadline).
     fn synchronize(&self) -> Result<()> {
         Ok(())
     }

@@ -97,48 +97,6 @@ pub(crate) unsafe fn stream_wait(
     }
 }
 
-/// `cuEventCreate(CU_EVENT_DISABLE_TIMING)`.
-///
-/// # Safety
-///
-/// A context is current.
-pub(crate) unsafe fn event_create() -> Result<sys::CUevent> {
-    let d = api()?;
-    let mut e: sys::CUevent = std::ptr::null_mut();
-    // SAFETY: the caller's contract; one handle written through a valid pointer.
-    let r = unsafe { (d.cuEventCreate)(&mut e, sys::CU_EVENT_DISABLE_TIMING) };
-    check("cuEventCreate", r, none)?;
-    Ok(e)
-}
-
-/// `cuEventRecord` then `cuEventSynchronize`: waits for everything issued on `s` so far.
-///
-/// # Safety
-///
-/// `e` and `s` are live, in the current context.
-pub(crate) unsafe fn event_wait_behind(e: sys::CUevent, s: sys::CUstream) -> Result<()> {
-    let d = api()?;
-    // SAFETY: the caller's contract.
-    check("cuEventRecord", unsafe { (d.cuEventRecord)(e, s) }, none)?;
-    // SAFETY: as above.
-    check(
-        "cuEventSynchronize",
-        unsafe { (d.cuEventSynchronize)(e) },
-        none,
-    )
-}
-
-/// `cuEventDestroy`.
-///
-/// # Safety
-///
-/// `e` is live and destroyed once.
-pub(crate) unsafe fn event_destroy(e: sys::CUevent) -> Result<()> {
-    let d = api()?;
-    // SAFETY: the caller's contract.
-    check("cuEventDestroy", unsafe { (d.cuEventDestroy_v2)(e) }, none)
-}
-
 // ---- graphs (the benchmark's graph-replay peer) --------------------------------------------
 
 /// `cuStreamBeginCapture` in thread-local mode.
