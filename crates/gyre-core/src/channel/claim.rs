@@ -38,7 +38,8 @@ pub(super) struct ClaimGuard<'a> {
     pub(super) first: u64,
     pub(super) n: u64,
     pub(super) kind: Kind,
-    /// Indices `first..first + written` have their slot written and sequence stored.
+    /// Indices `first..first + written` have their slot written; their sequences are
+    /// stored once the whole batch is written (P3), or by the guard.
     pub(super) written: u64,
     pub(super) armed: bool,
 }
@@ -64,6 +65,12 @@ impl Drop for ClaimGuard<'_> {
                     );
                     ch.add_interest();
                 }
+                // Written, and stamped here if P3 had not run yet (storing the same
+                // sequence again is harmless: nobody else writes this unpublished slot).
+                ch.region
+                    .slot(RingId::Request, idx)
+                    .sequence()
+                    .store(idx + 1, Release);
                 continue;
             }
             // Not written: the cell first (a reader that sees the sequence sees a

@@ -524,9 +524,19 @@ impl Channel {
                 // sequence. SAFETY: as above (owned, unpublished).
                 unsafe { slot.write_check(slot.check_with(idx + 1, false)) };
             }
-            // P3: the sequence is the last thing written, with release.
-            slot.sequence().store(idx + 1, Release);
             guard.written = k as u64 + 1;
+        }
+        // P3: the sequences last, with release, in a pass of their own once every slot of
+        // the batch is written, and from the last slot back to the first: the kernel
+        // polls the first slot's sequence, so it finds the batch only once all of it is
+        // published and reads it whole, instead of chasing the stores slot by slot (each
+        // a cache line taken back and forth between the two cores).
+        for k in (0..n).rev() {
+            let idx = first + k;
+            self.region
+                .slot(RingId::Request, idx)
+                .sequence()
+                .store(idx + 1, Release);
         }
         guard.armed = false;
         // P4: publish the written prefix (one head store for the batch).
