@@ -104,17 +104,15 @@ impl<Req, Resp> KernelSpec<Req, Resp> {
 
     /// The rings this spec asks for, checked.
     pub(crate) fn geometry(&self) -> Result<Geometry> {
-        let ring_value = |name: &'static str, v: usize| {
-            u32::try_from(v).map_err(|_| Error::InvalidArgument {
-                name,
-                value: v.to_string(),
-                reason: "far beyond the largest legal value (see KernelSpec)",
-            })
-        };
-        let capacity = ring_value("capacity", self.capacity)?;
-        let slot_size = ring_value("slot_size", self.slot_size)?;
+        use gyre_core::ring::geometry::{invalid_capacity, invalid_slot_size};
+        let capacity = u32::try_from(self.capacity).map_err(|_| invalid_capacity(self.capacity))?;
+        let slot_size =
+            u32::try_from(self.slot_size).map_err(|_| invalid_slot_size(self.slot_size))?;
         let batch = match self.batch {
-            Some(b) => ring_value("batch_size", b)?,
+            Some(b) => u32::try_from(b).map_err(|_| Error::InvalidBatchSize {
+                batch: b,
+                capacity: self.capacity,
+            })?,
             None => 32.min(capacity),
         };
         Geometry::new(capacity, slot_size, batch)

@@ -14,17 +14,17 @@ pub enum Error {
     #[error("invalid ring capacity {capacity}: must be a power of two in {min}..={max}")]
     InvalidCapacity {
         /// The value given.
-        capacity: u32,
+        capacity: usize,
         /// Smallest legal value.
-        min: u32,
+        min: usize,
         /// Largest legal value.
-        max: u32,
+        max: usize,
     },
     /// The slot size is not a multiple of 128 in the legal range.
     #[error("invalid slot size {slot_size} bytes: must be a multiple of {align} in {min}..={max}")]
     InvalidSlotSize {
         /// The value given.
-        slot_size: u32,
+        slot_size: usize,
         /// Required multiple.
         align: usize,
         /// Smallest legal value.
@@ -36,9 +36,9 @@ pub enum Error {
     #[error("invalid batch size {batch}: must be in 1..={capacity} (the ring capacity)")]
     InvalidBatchSize {
         /// The value given.
-        batch: u32,
+        batch: usize,
         /// The ring capacity.
-        capacity: u32,
+        capacity: usize,
     },
     /// A configuration value is out of range.
     #[error("invalid {name} {value}: {reason}")]

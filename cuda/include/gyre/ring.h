@@ -43,7 +43,7 @@
  * and the ABI types (uint32_t, uint64_t, gyre_control_block, ...), by including abi.h or
  * an equivalent.
  *
- * Ordering (DESIGN.md §2): the kernel reads a request slot's sequence with acquire before
+ * Ordering (docs/protocol.md §3 and §7): the kernel reads a request slot's sequence with acquire before
  * anything else in the slot; it writes a reply slot's header with plain stores, then a
  * system fence, then the sequence last with release; it publishes h2k_tail, then k2h_head,
  * with release, after the batch's replies. Control-block line 1 and the telemetry line are

@@ -1,5 +1,5 @@
 //! Memory: the memory kinds, the allocator trait each backend implements, and a bucketed
-//! [`MemoryPool`] over it (DESIGN.md §3 "Memory").
+//! [`MemoryPool`] over it.
 //!
 //! * [`MemoryKind`] — where a block lives (device, pinned-and-mapped, unified, plain host).
 //! * [`RawAllocator`] — the `unsafe` trait a backend implements; it hands out [`RawBlock`]s.

@@ -24,6 +24,25 @@ pub struct Geometry {
     batch: u32,
 }
 
+/// [`Error::InvalidCapacity`] for `capacity`.
+pub fn invalid_capacity(capacity: usize) -> Error {
+    Error::InvalidCapacity {
+        capacity,
+        min: gyre_abi::MIN_CAPACITY as usize,
+        max: gyre_abi::MAX_CAPACITY as usize,
+    }
+}
+
+/// [`Error::InvalidSlotSize`] for `slot_size`.
+pub fn invalid_slot_size(slot_size: usize) -> Error {
+    Error::InvalidSlotSize {
+        slot_size,
+        align: SLOT_ALIGN,
+        min: gyre_abi::MIN_SLOT_SIZE,
+        max: gyre_abi::MAX_SLOT_SIZE,
+    }
+}
+
 impl Geometry {
     /// Validates and returns the geometry, or the error naming the first bad value.
     pub fn new(capacity: u32, slot_size: u32, batch: u32) -> Result<Self> {
@@ -33,18 +52,12 @@ impl Geometry {
                 slot_size,
                 batch,
             }),
-            Err(GeometryFault::Capacity(c)) => Err(Error::InvalidCapacity {
-                capacity: c,
-                min: gyre_abi::MIN_CAPACITY,
-                max: gyre_abi::MAX_CAPACITY,
+            Err(GeometryFault::Capacity(c)) => Err(invalid_capacity(c as usize)),
+            Err(GeometryFault::SlotSize(s)) => Err(invalid_slot_size(s as usize)),
+            Err(GeometryFault::BatchSize(b)) => Err(Error::InvalidBatchSize {
+                batch: b as usize,
+                capacity: capacity as usize,
             }),
-            Err(GeometryFault::SlotSize(s)) => Err(Error::InvalidSlotSize {
-                slot_size: s,
-                align: SLOT_ALIGN,
-                min: gyre_abi::MIN_SLOT_SIZE,
-                max: gyre_abi::MAX_SLOT_SIZE,
-            }),
-            Err(GeometryFault::BatchSize(b)) => Err(Error::InvalidBatchSize { batch: b, capacity }),
         }
     }
 
