@@ -248,9 +248,9 @@ pub fn loops(x: [u32; 2]) -> [u32; 5] {
 }
 
 /// `match` on integers: literals, negative literals, ranges, or-patterns, a binding, and
-/// `match` as a value.
+/// `match` as a value (annotated, and not: its arms give it the type of `x`).
 #[gyre::handler]
-pub fn classify(x: i32) -> [i32; 2] {
+pub fn classify(x: i32) -> [i32; 3] {
     let kind: i32 = match x {
         0 => 100,
         -1 | 1 => 101,
@@ -267,7 +267,12 @@ pub fn classify(x: i32) -> [i32; 2] {
         }
         _ => {}
     }
-    [kind, bucket]
+    let third = match x % 4 {
+        0 => x / 3,
+        1 | -1 => 7,
+        _ => x.wrapping_mul(2),
+    };
+    [kind, bucket, third]
 }
 
 // --- structs, arrays, helpers ----------------------------------------------------------------

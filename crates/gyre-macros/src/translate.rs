@@ -514,6 +514,16 @@ impl Translator {
                 out.push_str(&format!("{cty} {c} = {tmp};\n"));
             }
             None => {
+                if let Some(arm) = typing_arm(e) {
+                    // A `match` whose arms Rust types alike: one arm's type, in C.
+                    let ty = format!("GYRE_TYPEOF({})", self.expr(arm, Want::None)?);
+                    let tmp = self.fresh("gyre_t");
+                    out.push_str(&format!("{ty} {tmp};\n"));
+                    self.init_into(&tmp, &ty, e, out, false)?;
+                    let c = self.bind(&name);
+                    out.push_str(&format!("GYRE_TYPEOF({tmp}) {c} = {tmp};\n"));
+                    return Ok(());
+                }
                 if needs_type(e) {
                     return err(
                         l.span(),
@@ -1360,6 +1370,39 @@ fn needs_type(e: &Expr) -> bool {
             Expr::Array(_) | Expr::Repeat(_) | Expr::Match(_) | Expr::Block(_)
         )
         || matches!(e, Expr::If(i) if single_expr(&i.then_branch).is_none())
+}
+
+/// An arm of the `match` `e` (a `let` initializer without a type) that names the
+/// match's type: its value is a plain expression with a type of its own (not an
+/// unsuffixed literal, not a block or another `match`), and its pattern binds nothing, so
+/// the expression means the same outside the arm. Rust gives every arm one type.
+fn typing_arm(e: &Expr) -> Option<&Expr> {
+    let Expr::Match(m) = unparen(e) else {
+        return None;
+    };
+    m.arms.iter().find_map(|a| {
+        let body = match unparen(&a.body) {
+            Expr::Block(b) if b.label.is_none() => single_expr(&b.block)?,
+            b => b,
+        };
+        let plain = !needs_type(body)
+            && !is_block_like(body)
+            && !matches!(
+                body,
+                Expr::Return(_) | Expr::Break(_) | Expr::Continue(_) | Expr::Struct(_)
+            );
+        (plain && binds_nothing(&a.pat)).then_some(body)
+    })
+}
+
+/// Whether a pattern binds no name (literals, ranges, `_`, paths, or-patterns of them).
+fn binds_nothing(p: &Pat) -> bool {
+    match p {
+        Pat::Lit(_) | Pat::Range(_) | Pat::Wild(_) | Pat::Path(_) => true,
+        Pat::Or(o) => o.cases.iter().all(binds_nothing),
+        Pat::Paren(q) => binds_nothing(&q.pat),
+        _ => false,
+    }
 }
 
 /// Statement-like expressions that may end a statement without `;`.
