@@ -15,6 +15,8 @@ fn main() {
         "ring_kernel_c11.c",
         "include/gyre/ring.h",
         "include/gyre/link.h",
+        "include/gyre/poller.h",
+        "include/gyre/tick.h",
         "include/gyre/port_c11.h",
         "include/gyre/abi.h",
         "include/gyre/handler.h",

@@ -18,6 +18,8 @@ const REDUCE_SUM_H: &str = include_str!("../../../cuda/handlers/reduce_sum.h");
 const ABI_H: &str = include_str!("../../../cuda/include/gyre/abi.h");
 const RING_H: &str = include_str!("../../../cuda/include/gyre/ring.h");
 const LINK_H: &str = include_str!("../../../cuda/include/gyre/link.h");
+const POLLER_H: &str = include_str!("../../../cuda/include/gyre/poller.h");
+const TICK_H: &str = include_str!("../../../cuda/include/gyre/tick.h");
 const PORT_CUDA_H: &str = include_str!("../../../cuda/include/gyre/port_cuda.h");
 const HANDLER_H: &str = include_str!("../../../cuda/include/gyre/handler.h");
 const BLOCK_H: &str = include_str!("../../../cuda/include/gyre/block.h");
@@ -29,13 +31,17 @@ const PORTABLE_H: &str = include_str!("../../../cuda/include/gyre/portable.h");
 /// under its path from `cuda/include` (`gyre/abi.h`, as handlers and `ring_kernel.cu`
 /// include them) and its bare name (`abi.h`, as the headers include each other); the
 /// include guards make the two names one header.
-pub const HEADERS: [(&str, &str); 18] = [
+pub const HEADERS: [(&str, &str); 22] = [
     ("gyre/abi.h", ABI_H),
     ("abi.h", ABI_H),
     ("gyre/ring.h", RING_H),
     ("ring.h", RING_H),
     ("gyre/link.h", LINK_H),
     ("link.h", LINK_H),
+    ("gyre/poller.h", POLLER_H),
+    ("poller.h", POLLER_H),
+    ("gyre/tick.h", TICK_H),
+    ("tick.h", TICK_H),
     ("gyre/port_cuda.h", PORT_CUDA_H),
     ("port_cuda.h", PORT_CUDA_H),
     ("gyre/handler.h", HANDLER_H),

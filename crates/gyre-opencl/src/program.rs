@@ -3,7 +3,7 @@
 //! A ring-kernel program is one source string: the OpenCL port and the handler interface
 //! (`gyre/port_opencl.h`, `gyre/handler.h`), a built-in handler (`cuda/handlers/*.h`,
 //! the device code every backend runs), then `cuda/ring_kernel.cl`, with every
-//! `#include "gyre/..."` replaced by the embedded header (`abi.h`, `ring.h`, `link.h`, `block.h`, `loan.h`,
+//! `#include "gyre/..."` replaced by the embedded header (`abi.h`, `ring.h`, `poller.h`, `link.h`, `tick.h`, `block.h`, `loan.h`,
 //! `port_opencl.h`, `handler.h`) under `#line` directives, so build logs name the
 //! real files and no include path (which PoCL passes to clang unquoted) reaches the
 //! compiler. [`BuildOptions`] turns what the host learnt about the device (its atomic
@@ -22,6 +22,8 @@ pub const RING_KERNEL_CL: &str = include_str!("../../../cuda/ring_kernel.cl");
 const ABI_H: &str = include_str!("../../../cuda/include/gyre/abi.h");
 const RING_H: &str = include_str!("../../../cuda/include/gyre/ring.h");
 const LINK_H: &str = include_str!("../../../cuda/include/gyre/link.h");
+const POLLER_H: &str = include_str!("../../../cuda/include/gyre/poller.h");
+const TICK_H: &str = include_str!("../../../cuda/include/gyre/tick.h");
 const PORT_OPENCL_H: &str = include_str!("../../../cuda/include/gyre/port_opencl.h");
 const HANDLER_H: &str = include_str!("../../../cuda/include/gyre/handler.h");
 const BLOCK_H: &str = include_str!("../../../cuda/include/gyre/block.h");
@@ -113,6 +115,8 @@ fn header(name: &str) -> Option<(&'static str, &'static str)> {
         "gyre/abi.h" | "abi.h" => Some(("gyre/abi.h", ABI_H)),
         "gyre/ring.h" | "ring.h" => Some(("gyre/ring.h", RING_H)),
         "gyre/link.h" | "link.h" => Some(("gyre/link.h", LINK_H)),
+        "gyre/poller.h" | "poller.h" => Some(("gyre/poller.h", POLLER_H)),
+        "gyre/tick.h" | "tick.h" => Some(("gyre/tick.h", TICK_H)),
         "gyre/port_opencl.h" | "port_opencl.h" => Some(("gyre/port_opencl.h", PORT_OPENCL_H)),
         "gyre/handler.h" | "handler.h" => Some(("gyre/handler.h", HANDLER_H)),
         "gyre/block.h" | "block.h" => Some(("gyre/block.h", BLOCK_H)),

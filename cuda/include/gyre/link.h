@@ -1,7 +1,7 @@
 /*
  * gyre/link.h -- pipeline links (docs/pipelines.md, docs/protocol.md section 9): where a
- * pipeline stage's replies go instead of its own reply ring. Part of gyre/ring.h, which
- * includes it after the poller state (gyre_ring) and K0; not a header of its own.
+ * pipeline stage's replies go instead of its own reply ring. Part of gyre/ring.h (which
+ * includes it; include ring.h), over the poller's state and K0 (gyre/poller.h).
  *
  * A stage's link is one kernel argument `next` with GYRE_LINK_* flags:
  *
@@ -33,6 +33,8 @@
  */
 #ifndef GYRE_LINK_H
 #define GYRE_LINK_H
+
+#include "poller.h"
 
 /** Where a pipeline stage's replies go: `next` is a region, a gyre_route (FAN_OUT) or a
  *  gyre_join (BY_ID); 0 for a kernel that is not chained. `flags`: GYRE_LINK_*.
