@@ -35,7 +35,9 @@
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
+mod backend;
 mod blocking;
+mod cuda;
 mod decode;
 mod features;
 pub mod future;
@@ -54,6 +56,7 @@ mod runtime;
 mod spec;
 mod state;
 
+pub use backend::{backends, prepare_cuda_environment, Backend, BackendInfo};
 pub use future::{CallFuture, RecvFuture, RepliesStream, SendFuture, ShutdownFuture};
 pub use gyre_abi::TelemetrySnapshot;
 pub use gyre_core::bridge::TransferStats;
@@ -83,9 +86,7 @@ pub use pool::{
 pub use portable::{
     Bytes, DeviceType, Lane, Portable, PortableLanes, PortableLoan, PortableLoanLanes,
 };
-pub use runtime::{
-    backends, prepare_cuda_environment, Backend, BackendInfo, Runtime, RuntimeBuilder,
-};
+pub use runtime::{Runtime, RuntimeBuilder};
 pub use spec::KernelSpec;
 pub use state::KernelState;
 

@@ -14,7 +14,7 @@
 //!   (`Context::reuse`). Modules stay loaded for the context's life (`crate::module`).
 //! * **No wait under a running kernel.** `cuModuleLoadDataEx` and `cuMemHostRegister`
 //!   can wait for the context to idle too (a load next to a running ring kernel hung on
-//!   an H200): they run only through [`Context::while_idle`], which refuses them with
+//!   an H200): they run only through `Context::while_idle`, which refuses them with
 //!   [`Error::WouldWait`] while a ring kernel runs and keeps launches out meanwhile.
 //!   Handlers are compiled ahead and loaded before the first launch or after the last
 //!   kernel is joined (a reload loads after its R3 join).
