@@ -6,7 +6,8 @@
 //!
 //! A case is a top-level `pub fn` of a case file ([`CASE_FILES`]: `cases.rs`, the ring
 //! and the protocol; `lifecycle.rs`, the API's promises about refusals, shutdown and the
-//! end of a kernel). The macro's list names each one; `suite_lists_every_case`, expanded
+//! end of a kernel; `relaunch.rs`, reloads, epochs and restarts; `transfer.rs`, the copy
+//! strategies' budget). The macro's list names each one; `suite_lists_every_case`, expanded
 //! with the suite, fails when a case file has a `pub fn` the list does not name (or the
 //! list names one that does not exist), so a new case cannot be silently left out.
 
@@ -16,15 +17,17 @@ pub mod cases;
 pub mod common;
 pub mod lifecycle;
 pub mod relaunch;
+pub mod transfer;
 
 #[allow(unused_imports)] // not every suite uses both
 pub use common::{NoGuard, Target};
 
 /// The case files, by module name, and their text.
-pub const CASE_FILES: [(&str, &str); 3] = [
+pub const CASE_FILES: [(&str, &str); 4] = [
     ("cases", include_str!("cases.rs")),
     ("lifecycle", include_str!("lifecycle.rs")),
     ("relaunch", include_str!("relaunch.rs")),
+    ("transfer", include_str!("transfer.rs")),
 ];
 
 /// `module::name` of every top-level `pub fn` in `files` (a line starting `pub fn `),
@@ -84,7 +87,6 @@ macro_rules! conformance_suite {
             cases::batch_send_and_recv_order, cases::call_timeout_abandons,
             cases::replies_stream_yields_last_error, cases::call_timeout_while_ring_full,
             cases::mixed_batch_and_single_senders_always_shut_down,
-            cases::copies_wait_once_per_push_and_pull,
             lifecycle::refused_requests_are_closed_on_every_path,
             lifecycle::every_shutdown_removes_the_export,
             lifecycle::last_handle_ends_streams_and_receivers,
@@ -93,7 +95,8 @@ macro_rules! conformance_suite {
             lifecycle::raw_reply_too_long_is_a_reply_error,
             relaunch::hundred_reloads_under_load, relaunch::one_ms_epochs_under_load,
             relaunch::restarts_after_injected_panics, relaunch::reload_racing_shutdown,
-            relaunch::reload_with_failing_build, relaunch::reload_keeps_pause_and_checks_rings
+            relaunch::reload_with_failing_build, relaunch::reload_keeps_pause_and_checks_rings,
+            transfer::copies_wait_once_per_push_and_pull
         );
     };
     (@cases ($backend:expr) ($guard:expr); $($module:ident :: $name:ident),* $(,)?) => {
