@@ -9,26 +9,22 @@ mod deadline;
 use deadline::{recv, send};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use gyre::{
     codes, Backend, Error, KernelSpec, KernelState, Pipeline, PipelineSpec, Runtime,
     TransferStrategy,
 };
 
+#[path = "support/wait.rs"]
+mod wait;
+use wait::eventually;
+
 fn rt() -> Runtime {
     Runtime::builder()
         .backend(Backend::Cpu)
         .build()
         .expect("runtime")
-}
-
-fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(1));
-    }
 }
 
 /// Three stages of three types: u32 -> u64 -> [u64; 2] -> u64.

@@ -9,25 +9,21 @@ mod deadline;
 use deadline::{recv, send};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use gyre::{
     codes, Backend, Branch, Error, KernelSpec, KernelState, Pipeline, PipelineSpec, Route, Runtime,
 };
+
+#[path = "support/wait.rs"]
+mod wait;
+use wait::eventually;
 
 fn rt() -> Runtime {
     Runtime::builder()
         .backend(Backend::Cpu)
         .build()
         .expect("runtime")
-}
-
-fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(1));
-    }
 }
 
 /// Branch `b` of `n`: tags each value with its branch (`x * 10 + b`).

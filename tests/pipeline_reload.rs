@@ -10,26 +10,22 @@ mod deadline;
 use deadline::{recv, send};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use gyre::{
     codes, Backend, Error, IdleStrategy, KernelSpec, KernelState, Pipeline, PipelineSpec,
     RestartPolicy, Runtime,
 };
 
+#[path = "support/wait.rs"]
+mod wait;
+use wait::eventually;
+
 fn rt() -> Runtime {
     Runtime::builder()
         .backend(Backend::Cpu)
         .build()
         .expect("runtime")
-}
-
-fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(1));
-    }
 }
 
 /// A stage that adds `tag` to `x * 16` (stage k leaves its tag in bits 4k..4k+4 of the

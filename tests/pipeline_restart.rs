@@ -15,19 +15,15 @@ use gyre::{
     Route, Runtime,
 };
 
+#[path = "support/wait.rs"]
+mod wait;
+use wait::eventually;
+
 fn rt() -> Runtime {
     Runtime::builder()
         .backend(Backend::Cpu)
         .build()
         .expect("runtime")
-}
-
-fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(1));
-    }
 }
 
 /// A policy with `n` restarts and short backoffs.

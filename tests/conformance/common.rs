@@ -1,9 +1,13 @@
 //! What every conformance case uses: where it runs ([`Target`]), its runtime, and bounded
 //! waits.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use gyre::{Backend, Runtime, TransferStrategy};
+
+#[path = "../support/wait.rs"]
+mod wait;
+pub use wait::eventually;
 
 /// Where a case runs: a backend, and the transfer strategy (`None`: the plan's default).
 #[derive(Debug, Clone, Copy)]
@@ -77,15 +81,6 @@ pub fn host_handlers(b: Target) -> bool {
         return false;
     }
     true
-}
-
-/// Waits (bounded) until `f` holds.
-pub fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(1));
-    }
 }
 
 /// The guard of a suite that needs none.

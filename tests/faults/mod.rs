@@ -14,9 +14,13 @@ pub mod cases;
 pub mod host_killed;
 pub mod ring_cases;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use gyre::{Backend, Runtime};
+
+#[path = "../support/wait.rs"]
+mod wait;
+pub use wait::eventually;
 
 /// Expands every fault case as a `#[test]` running on `$backend`, plus the child-process
 /// entry point of the host-killed case. With `guard = expr`, each test first evaluates
@@ -165,15 +169,6 @@ pub fn host_handlers(b: Target) -> bool {
         return false;
     }
     true
-}
-
-/// Waits (bounded, a hang guard) until `f` holds.
-pub fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_micros(200));
-    }
 }
 
 /// Polls `fut` once with a no-op waker.

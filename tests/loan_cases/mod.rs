@@ -16,6 +16,10 @@ use gyre::{
     RestartPolicy, Runtime, TransferStrategy,
 };
 
+#[path = "../support/wait.rs"]
+mod wait;
+use wait::eventually;
+
 /// Where a case runs.
 #[derive(Debug, Clone, Copy)]
 pub enum Target {
@@ -104,14 +108,6 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) % 0xE0)
         .collect()
-}
-
-fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(1));
-    }
 }
 
 pub fn large_messages_round_trip_in_place(t: Target) {
