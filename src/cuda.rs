@@ -145,3 +145,18 @@ pub(crate) fn facts() -> (Result<(), String>, Vec<(&'static str, String)>) {
 pub(crate) fn backend(_ordinal: usize) -> Result<Arc<dyn gyre_core::Backend>, gyre_core::Cause> {
     Err(gyre_core::Cause::msg(crate::features::not_built("cuda")))
 }
+
+/// Whether `cause` is CUDA's refusal for want of room: as many ring kernels as the device
+/// keeps resident, or every stream held.
+#[cfg(feature = "cuda")]
+pub(crate) fn no_room(cause: &gyre_core::Cause) -> bool {
+    matches!(
+        cause.downcast_ref::<gyre_cuda::Error>(),
+        Some(gyre_cuda::Error::TooManyKernels { .. } | gyre_cuda::Error::StreamsExhausted { .. })
+    )
+}
+
+#[cfg(not(feature = "cuda"))]
+pub(crate) fn no_room(_cause: &gyre_core::Cause) -> bool {
+    false
+}

@@ -3,8 +3,52 @@
 //! streams do not, so a consumer never keeps a kernel alive after its producers are gone.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
 
 use crate::inner::Inner;
+
+/// Kernels of this process whose last handle was dropped and whose end (drain,
+/// Terminate, join) runs on a thread of its own: they still hold their device's room (a
+/// compute unit, a stream) until it is over.
+static ENDING: Mutex<usize> = Mutex::new(0);
+static ENDED: Condvar = Condvar::new();
+
+/// Waits, at most `limit`, until no kernel of this process is ending unattended; returns
+/// whether one was (so a launch refused for room may find it now).
+pub(crate) fn wait_for_ending(limit: Duration) -> bool {
+    let mut n = ENDING.lock();
+    if *n == 0 {
+        return false;
+    }
+    let deadline = Instant::now() + limit;
+    while *n > 0 {
+        if ENDED.wait_until(&mut n, deadline).timed_out() {
+            break;
+        }
+    }
+    true
+}
+
+/// Counts one unattended end, from its start to its end (also when it unwinds).
+struct Ending;
+
+impl Ending {
+    fn start() -> Self {
+        *ENDING.lock() += 1;
+        Ending
+    }
+}
+
+impl Drop for Ending {
+    fn drop(&mut self) {
+        let mut n = ENDING.lock();
+        *n = n.saturating_sub(1);
+        drop(n);
+        ENDED.notify_all();
+    }
+}
 
 /// Ends the kernel when the last holder drops it, unless a shutdown already did.
 pub(crate) struct KeepAlive {
@@ -24,9 +68,13 @@ impl Drop for KeepAlive {
         self.inner.ch.close();
         self.inner.unpublish_export();
         let inner = self.inner.clone();
+        let ending = Ending::start();
         let spawned = std::thread::Builder::new()
             .name(format!("gyre-end-{}", self.inner.ch.name()))
-            .spawn(move || inner.end_unattended());
+            .spawn(move || {
+                inner.end_unattended();
+                drop(ending);
+            });
         if let Err(e) = spawned {
             tracing::warn!(kernel = %self.inner.ch.name(), error = %e, "no thread for the kernel's end; ending it on the dropping thread");
             self.inner.end_unattended();

@@ -220,3 +220,18 @@ mod tests {
         }
     }
 }
+
+/// Whether `cause` is OpenCL's refusal for want of room: a ring kernel on every compute
+/// unit.
+#[cfg(feature = "opencl")]
+pub(crate) fn no_room(cause: &gyre_core::Cause) -> bool {
+    matches!(
+        cause.downcast_ref::<gyre_opencl::Error>(),
+        Some(gyre_opencl::Error::DeviceFull { .. })
+    )
+}
+
+#[cfg(not(feature = "opencl"))]
+pub(crate) fn no_room(_cause: &gyre_core::Cause) -> bool {
+    false
+}

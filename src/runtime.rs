@@ -503,6 +503,11 @@ impl Runtime {
     /// `host_timeout`, `watchdog`, `export_interval`), or what the backend could not do
     /// ([`Error::Launch`], [`Error::Alloc`], [`Error::StrategyUnsupported`]).
     ///
+    /// A kernel whose last handle was dropped holds its device's room (an OpenCL compute
+    /// unit, CUDA's co-residency) until its end, which runs on a thread of its own, is
+    /// over. A launch the backend refuses while such ends are under way waits for them
+    /// (at most 5 s) and is tried once more, so `drop(k)` then a launch works.
+    ///
     /// # Examples
     ///
     /// ```
@@ -514,6 +519,22 @@ impl Runtime {
     /// # Ok::<(), gyre::Error>(())
     /// ```
     pub fn launch<Req: Pod, Resp: Pod>(
+        &self,
+        spec: KernelSpec<Req, Resp>,
+    ) -> Result<Kernel<Req, Resp>> {
+        match self.launch_once(spec.clone()) {
+            Err(Error::Launch { ref source, .. })
+                if (cuda::no_room(source) || opencl::no_room(source))
+                    && crate::keep_alive::wait_for_ending(crate::inner::UNATTENDED_STOP) =>
+            {
+                tracing::debug!(kernel = %spec.name, "launch refused while kernels were ending: trying again");
+                self.launch_once(spec)
+            }
+            r => r,
+        }
+    }
+
+    fn launch_once<Req: Pod, Resp: Pod>(
         &self,
         spec: KernelSpec<Req, Resp>,
     ) -> Result<Kernel<Req, Resp>> {

@@ -160,3 +160,38 @@ fn a_pool_spans_backends_and_replaces_in_place() {
     assert_eq!(pool.stats().replaced, 1);
     pool.shutdown_blocking().expect("shutdown");
 }
+
+/// A kernel whose last handle was dropped holds its compute unit until its end (drain,
+/// Terminate, join, on a thread of its own) is over. A launch right after the drop waits
+/// for it instead of failing with `DeviceFull` while it lasts (issue 31).
+#[test]
+fn a_launch_right_after_a_drop_gets_the_freed_compute_unit() {
+    const TEST: &str = "a_launch_right_after_a_drop_gets_the_freed_compute_unit";
+    let _g = guard();
+    let Some(rt) = runtime(TEST) else {
+        return;
+    };
+    let spec = || KernelSpec::<u32, u32>::echo().capacity(64);
+    let mut held = Vec::new();
+    let full = loop {
+        match rt.launch(spec()) {
+            Ok(k) => {
+                assert_eq!(k.call_blocking(1).expect("call"), 1);
+                held.push(k);
+            }
+            Err(e) => break e,
+        }
+        assert!(held.len() <= 64, "no compute-unit limit after 64 kernels");
+    };
+    assert!(full.to_string().contains("compute unit"), "{full}");
+    assert!(!held.is_empty(), "at least one kernel runs");
+    drop(held.pop());
+    let k = rt
+        .launch(spec())
+        .expect("the dropped kernel's compute unit, once its end is over");
+    assert_eq!(k.call_blocking(2).expect("call"), 2);
+    k.shutdown_blocking().expect("shutdown");
+    for k in held {
+        k.shutdown_blocking().expect("shutdown");
+    }
+}
