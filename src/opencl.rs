@@ -129,6 +129,21 @@ pub(crate) fn device_attributes(_platform: usize, _device: usize) -> Option<Devi
     None
 }
 
+/// Whether `cause` is OpenCL's refusal for want of room: a ring kernel on every compute
+/// unit.
+#[cfg(feature = "opencl")]
+pub(crate) fn no_room(cause: &gyre_core::Cause) -> bool {
+    matches!(
+        cause.downcast_ref::<gyre_opencl::Error>(),
+        Some(gyre_opencl::Error::DeviceFull { .. })
+    )
+}
+
+#[cfg(not(feature = "opencl"))]
+pub(crate) fn no_room(_cause: &gyre_core::Cause) -> bool {
+    false
+}
+
 #[cfg(test)]
 mod tests {
     use crate::{backends, Backend, Error, Runtime};
@@ -219,19 +234,4 @@ mod tests {
             }
         }
     }
-}
-
-/// Whether `cause` is OpenCL's refusal for want of room: a ring kernel on every compute
-/// unit.
-#[cfg(feature = "opencl")]
-pub(crate) fn no_room(cause: &gyre_core::Cause) -> bool {
-    matches!(
-        cause.downcast_ref::<gyre_opencl::Error>(),
-        Some(gyre_opencl::Error::DeviceFull { .. })
-    )
-}
-
-#[cfg(not(feature = "opencl"))]
-pub(crate) fn no_room(_cause: &gyre_core::Cause) -> bool {
-    false
 }
