@@ -147,12 +147,17 @@ pub(crate) fn backend(_ordinal: usize) -> Result<Arc<dyn gyre_core::Backend>, gy
 }
 
 /// Whether `cause` is CUDA's refusal for want of room: as many ring kernels as the device
-/// keeps resident, or every stream held.
+/// keeps resident, every stream held, or a module load refused while ring kernels run
+/// (one that is ending lets it through once it ended).
 #[cfg(feature = "cuda")]
 pub(crate) fn no_room(cause: &gyre_core::Cause) -> bool {
     matches!(
         cause.downcast_ref::<gyre_cuda::Error>(),
-        Some(gyre_cuda::Error::TooManyKernels { .. } | gyre_cuda::Error::StreamsExhausted { .. })
+        Some(
+            gyre_cuda::Error::TooManyKernels { .. }
+                | gyre_cuda::Error::StreamsExhausted { .. }
+                | gyre_cuda::Error::WouldWait { .. }
+        )
     )
 }
 

@@ -11,20 +11,28 @@ use crate::inner::Inner;
 
 /// Kernels of this process whose last handle was dropped and whose end (drain,
 /// Terminate, join) runs on a thread of its own: they still hold their device's room (a
-/// compute unit, a stream) until it is over.
-static ENDING: Mutex<usize> = Mutex::new(0);
+/// compute unit, a stream) until it is over. `(ending now, ends completed so far)`.
+static ENDING: Mutex<(usize, u64)> = Mutex::new((0, 0));
 static ENDED: Condvar = Condvar::new();
 
-/// Waits, at most `limit`, until no kernel of this process is ending unattended; returns
-/// whether one was (so a launch refused for room may find it now).
-pub(crate) fn wait_for_ending(limit: Duration) -> bool {
-    let mut n = ENDING.lock();
-    if *n == 0 {
-        return false;
+/// Unattended ends completed so far: a launch notes it before it tries, so
+/// [`wait_for_ending`] can tell whether room was freed meanwhile.
+pub(crate) fn ends_completed() -> u64 {
+    ENDING.lock().1
+}
+
+/// Whether a launch that was refused for want of room (having seen `before` ends
+/// completed, [`ends_completed`]) may find room now: waits, at most `limit`, until no
+/// kernel of this process is ending unattended, and returns whether one was ending or
+/// ended since `before`.
+pub(crate) fn wait_for_ending(before: u64, limit: Duration) -> bool {
+    let mut g = ENDING.lock();
+    if g.0 == 0 {
+        return g.1 != before;
     }
     let deadline = Instant::now() + limit;
-    while *n > 0 {
-        if ENDED.wait_until(&mut n, deadline).timed_out() {
+    while g.0 > 0 {
+        if ENDED.wait_until(&mut g, deadline).timed_out() {
             break;
         }
     }
@@ -36,16 +44,17 @@ struct Ending;
 
 impl Ending {
     fn start() -> Self {
-        *ENDING.lock() += 1;
+        ENDING.lock().0 += 1;
         Ending
     }
 }
 
 impl Drop for Ending {
     fn drop(&mut self) {
-        let mut n = ENDING.lock();
-        *n = n.saturating_sub(1);
-        drop(n);
+        let mut g = ENDING.lock();
+        g.0 = g.0.saturating_sub(1);
+        g.1 += 1;
+        drop(g);
         ENDED.notify_all();
     }
 }
@@ -77,6 +86,8 @@ impl Drop for KeepAlive {
             });
         if let Err(e) = spawned {
             tracing::warn!(kernel = %self.inner.ch.name(), error = %e, "no thread for the kernel's end; ending it on the dropping thread");
+            // The closure (and its count) is gone with the failed spawn: count this end.
+            let _ending = Ending::start();
             self.inner.end_unattended();
         }
     }

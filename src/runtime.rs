@@ -522,10 +522,11 @@ impl Runtime {
         &self,
         spec: KernelSpec<Req, Resp>,
     ) -> Result<Kernel<Req, Resp>> {
+        let ends = crate::keep_alive::ends_completed();
         match self.launch_once(spec.clone()) {
             Err(Error::Launch { ref source, .. })
                 if (cuda::no_room(source) || opencl::no_room(source))
-                    && crate::keep_alive::wait_for_ending(crate::inner::UNATTENDED_STOP) =>
+                    && crate::keep_alive::wait_for_ending(ends, crate::inner::UNATTENDED_STOP) =>
             {
                 tracing::debug!(kernel = %spec.name, "launch refused while kernels were ending: trying again");
                 self.launch_once(spec)

@@ -346,6 +346,9 @@ impl Context {
     /// A deferred block of `kind` and exactly `bytes` bytes, taken off the deferred list
     /// for reuse (not zeroed).
     pub(crate) fn reuse(&self, kind: Reusable, bytes: usize) -> Option<Release> {
+        if self.poisoned().is_some() {
+            return None;
+        }
         let mut life = self.life.lock();
         let at = life.deferred.iter().position(|r| match (kind, r) {
             (Reusable::Device, Release::Device(_, b)) | (Reusable::Host, Release::Host(_, b)) => {
@@ -368,7 +371,9 @@ impl Context {
 
     /// Frees every deferred block; `life` is held, so no launch overlaps.
     fn free_deferred(&self, life: &mut Life) {
-        if life.deferred.is_empty() {
+        if life.deferred.is_empty() || self.poisoned().is_some() {
+            // A poisoned context's memory goes with its reset (`Drop`), never through a
+            // driver call on it.
             return;
         }
         let n = life.deferred.len();
@@ -406,14 +411,18 @@ impl Drop for Context {
             self.modules.forget_all();
             self.streams.forget_all();
             let reset = registry.close(self.info.device.ordinal, self.dev, poisoned);
-            if !reset {
+            if reset {
+                drop(deferred);
+            } else {
                 tracing::error!(
                     device = self.info.device.ordinal,
                     blocks = deferred.len(),
                     "a poisoned CUDA context was not reset: its memory stays allocated"
                 );
+                // Registrations may still cover their owners' memory (another library
+                // may hold the primary context): keep the owners mapped for good.
+                std::mem::forget(deferred);
             }
-            drop(deferred);
         } else {
             if let Err(e) = self.bind() {
                 tracing::error!(error = %e, "dropping a CUDA context that cannot be bound");

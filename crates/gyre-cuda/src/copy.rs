@@ -155,6 +155,12 @@ unsafe impl CopyEngine for CudaCopyEngine {
         .map_err(|e| Self::transfer_error(OP, src, len, e))
     }
 
+    /// DMA reads of device memory: bytes the kernel is still writing land in staging and
+    /// are used only below the `k2h_head` the same step's earlier copy read.
+    fn reads_ahead(&self) -> bool {
+        true
+    }
+
     fn synchronize(&self) -> gyre_core::Result<()> {
         self.wait_stream("synchronize the copy stream", 0, 0)
     }

@@ -215,8 +215,23 @@ impl KernelInstance for CudaKernel {
                         after,
                     });
                 }
-                synced => {
-                    self.record(synced);
+                // Ended: well, or by a sticky error (a fault).
+                Ok(()) => {
+                    self.record(Ok(()));
+                }
+                Err(e) if e.cuda_code().is_some_and(crate::result::is_sticky) => {
+                    self.record(Err(e));
+                }
+                // A failure that says nothing about the kernel (the context cannot be
+                // bound, the driver is shutting down): it may still run, so nothing it
+                // uses is released.
+                Err(e) => {
+                    *self.running.lock() = taken;
+                    return Err(gyre_core::Error::Launch {
+                        backend: "cuda",
+                        kernel: self.name.clone(),
+                        source: gyre_core::Cause::context("joining the ring kernel", e),
+                    });
                 }
             }
         }

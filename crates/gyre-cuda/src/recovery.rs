@@ -184,7 +184,9 @@ pub(crate) fn open(
                         return Ok(ctx);
                     }
                     Err(e) => {
-                        if Fault::of(&e).is_none() {
+                        // A check that never finishes is a device still broken: reset
+                        // again, as for a sticky code.
+                        if Fault::of(&e).is_none() && !matches!(e, Error::Timeout { .. }) {
                             // Not the fault: give the retain back, keep the check due.
                             // SAFETY: balances the retain above; nothing of it is kept.
                             let _ = unsafe { d.release(dev) };
@@ -300,9 +302,15 @@ mod tests {
         log: RefCell<Vec<&'static str>>,
     }
 
+    /// A scripted answer: 0 (or nothing left) is success, -1 a check that timed out,
+    /// another value that driver code.
     fn answer(script: &RefCell<VecDeque<i32>>, op: &'static str) -> Result<()> {
         match script.borrow_mut().pop_front() {
             None | Some(0) => Ok(()),
+            Some(-1) => Err(Error::Timeout {
+                what: op.to_owned(),
+                after: std::time::Duration::from_secs(10),
+            }),
             Some(code) => Err(Error::driver(op, code, String::new())),
         }
     }
@@ -462,6 +470,17 @@ mod tests {
         assert_eq!(e.cuda_code(), Some(OUT_OF_MEMORY));
         assert!(matches!(h, Health::Reset { .. }));
         assert_eq!(d.log(), ["retain", "check", "release"]);
+    }
+
+    #[test]
+    fn a_check_that_never_finishes_is_a_broken_device() {
+        let d = Fake::with(&[], &[-1, -1, -1], &[]);
+        let mut h = Health::Reset {
+            fault: fault(ILLEGAL_ADDRESS),
+        };
+        let e = open(&d, &mut h, 0, 0).unwrap_err();
+        assert_eq!(restart_code(&e), Some(ILLEGAL_ADDRESS), "{e}");
+        assert!(matches!(h, Health::Dead { .. }));
     }
 
     #[test]

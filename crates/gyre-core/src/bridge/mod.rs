@@ -504,17 +504,22 @@ impl RingBufferBridge {
 
     fn pull_locked(&self, st: &mut PullState, telemetry: bool) -> Result<bool> {
         self.counters.pulls.fetch_add(1, Relaxed);
-        // One wait per pull: the kernel's line, then (speculatively) the reply slots of
-        // the requests on the device, up to one batch, and the telemetry line when due,
-        // all issued before a single synchronisation. Stream order makes the speculation
-        // safe: the slots are read after the line, so every slot below the line's
-        // `k2h_head` is complete in staging (the kernel publishes slots, then the head);
-        // the slots above it are ignored.
+        // One wait per pull: the kernel's line, then (on an engine that reads ahead,
+        // `CopyEngine::reads_ahead`) the reply slots of the requests on the device, up to
+        // one batch, and the telemetry line when due, all issued before a single
+        // synchronisation. Stream order makes the speculation safe: the slots are read
+        // after the line, so every slot below the line's `k2h_head` is complete in
+        // staging (the kernel publishes slots, then the head); the slots above it are
+        // ignored. Another engine copies the ready slots after the wait, and waits again.
         let l1 = self.staging_ptr(ST_LINE1);
         self.d2h(l1, LINE, LINE)?;
         let g = self.geometry;
-        let in_flight = self.pushed.load(Acquire).saturating_sub(st.pulled);
-        let ahead = st.pulled + in_flight.min(u64::from(g.batch()));
+        let ahead = if self.engine.reads_ahead() {
+            let in_flight = self.pushed.load(Acquire).saturating_sub(st.pulled);
+            st.pulled + in_flight.min(u64::from(g.batch()))
+        } else {
+            st.pulled
+        };
         let ring = RINGS_OFFSET + g.ring_bytes();
         self.copy_replies(ring, st.pulled, ahead)?;
         let tel = telemetry || st.last_telemetry.elapsed() >= TELEMETRY_EVERY;

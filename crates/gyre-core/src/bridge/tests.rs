@@ -346,9 +346,60 @@ fn doorbell_never_precedes_its_slots() {
     }
 }
 
+/// The host engine as a DMA engine would behave: reading ahead (sound here, where the
+/// fake kernel runs on the test's own thread between the bridge's steps).
+struct ReadAhead(Arc<HostDeviceMemory>);
+
+// SAFETY: every copy is the host engine's.
+unsafe impl CopyEngine for ReadAhead {
+    fn name(&self) -> &'static str {
+        "read-ahead"
+    }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    unsafe fn copy_h2d(&self, dst: usize, src: *const u8, len: usize) -> Result<()> {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.0.copy_h2d(dst, src, len) }
+    }
+    unsafe fn copy_d2h(&self, dst: *mut u8, src: usize, len: usize) -> Result<()> {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.0.copy_d2h(dst, src, len) }
+    }
+    fn reads_ahead(&self) -> bool {
+        true
+    }
+    fn as_any(&self) -> &dyn core::any::Any {
+        self
+    }
+}
+
+#[test]
+fn a_pull_of_the_host_engine_waits_for_the_line_then_for_the_slots() {
+    let r = rig_batch(16, 4);
+    r.bridge.set_copy_mode(CopyMode::Stream);
+    r.bridge.init().unwrap();
+    r.ch.try_publish(Kind::Send, 1, &[7; 4]).unwrap();
+    r.bridge.push().unwrap();
+    answer_all(r.dev.region());
+    let before = r.bridge.stats();
+    assert!(r.bridge.pull().unwrap());
+    let s = r.bridge.stats();
+    assert_eq!(s.syncs - before.syncs, 2, "no reading ahead of the kernel");
+    assert_eq!(s.slots_up, 1);
+}
+
 #[test]
 fn a_push_and_a_pull_wait_once_for_up_to_a_batch() {
-    let r = rig_batch(16, 4);
+    let g = Geometry::new(16, 128, 4).unwrap();
+    let dev = Arc::new(HostDeviceMemory::new(g, 0).unwrap());
+    let mirror = Arc::new(SharedRegion::new_host(g, 0).unwrap());
+    let engine = Arc::new(ReadAhead(dev.clone()));
+    let r = Rig {
+        dev,
+        bridge: RingBufferBridge::new(mirror.clone(), engine).unwrap(),
+        ch: Channel::new(mirror, "bridge-test"),
+    };
     r.bridge.set_copy_mode(CopyMode::Stream);
     r.bridge.init().unwrap();
     let base = r.bridge.stats();

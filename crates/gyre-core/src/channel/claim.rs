@@ -65,8 +65,8 @@ impl Drop for ClaimGuard<'_> {
                     );
                     ch.add_interest();
                 }
-                // Written, and stamped here if P3 had not run yet (storing the same
-                // sequence again is harmless: nobody else writes this unpublished slot).
+                // Written, not stamped: the guard fires only while slots are written,
+                // before P3. Stamped here, so the request counts as sent.
                 ch.region
                     .slot(RingId::Request, idx)
                     .sequence()

@@ -75,6 +75,16 @@ pub unsafe trait CopyEngine: Send + Sync + 'static {
         unsafe { self.copy_d2h(dst, src, len) }
     }
 
+    /// Whether a copy may read device memory the kernel is writing at the same time, its
+    /// bytes used only if what the kernel published says they were complete (a DMA
+    /// engine over device memory: yes). The bridge then reads a pull's reply slots ahead,
+    /// with the kernel's line, and waits once. The default, and host memory shared with a
+    /// kernel under one language memory model (the CPU backend's emulation), say no: such
+    /// a read would race with the kernel's plain stores.
+    fn reads_ahead(&self) -> bool {
+        false
+    }
+
     /// Waits for every copy issued so far (on CUDA: polls the copy stream, with a
     /// deadline).
     fn synchronize(&self) -> Result<()> {
