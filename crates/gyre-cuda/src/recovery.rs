@@ -224,10 +224,14 @@ pub(crate) fn open(
             }
         };
         if resets >= RESET_TRIES {
-            let fault = health.fault().cloned().or_else(|| Fault::of(&failed));
-            let fault = fault.unwrap_or(Fault {
-                code: failed.cuda_code().unwrap_or(0),
-                name: result::error_name(failed.cuda_code().unwrap_or(0)),
+            // Every way here passed through `Reset { fault }` (a sticky retain sets it; a
+            // check runs only in it): that fault is the original one.
+            let fault = health.fault().cloned().unwrap_or_else(|| {
+                let code = failed.cuda_code().unwrap_or(0);
+                Fault {
+                    code,
+                    name: result::error_name(code),
+                }
             });
             tracing::error!(
                 device = ordinal,
