@@ -53,6 +53,20 @@ impl<Req: Pod, Resp: Pod> CallFuture<Req, Resp> {
             _resp: PhantomData,
         }
     }
+
+    /// A call whose request was already published at ring index `index`: the future
+    /// only waits for the reply ([`Kernel::try_call`](crate::Kernel::try_call)).
+    pub(crate) fn accepted(keep: Arc<KeepAlive>, req: Req, index: u64) -> Self {
+        let id = keep.inner.next_id();
+        Self {
+            keep,
+            req,
+            id,
+            state: CallState::Wait { index, spun: false },
+            registered: false,
+            _resp: PhantomData,
+        }
+    }
 }
 
 // The request is only ever read through `&`, never pinned: moving the future is fine.

@@ -14,6 +14,7 @@ mod send;
 mod shutdown;
 
 use bytemuck::Pod;
+use gyre_core::channel::{Kind, PublishError};
 
 pub use call::CallFuture;
 pub use recv::{RecvFuture, RepliesStream};
@@ -63,6 +64,62 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
     /// [`Error::Unresponsive`]: crate::Error::Unresponsive
     pub fn call(&self, req: Req) -> CallFuture<Req, Resp> {
         CallFuture::new(self.keep.clone(), req)
+    }
+
+    /// Sends `req` now if a slot is free, and returns the future of its reply; never
+    /// waits for space. This is the call a service makes to shed load: a full ring is an
+    /// answer (`503`, retry later), not a queue that grows.
+    ///
+    /// The future holds the kernel like a clone of this handle.
+    ///
+    /// # Errors
+    ///
+    /// [`TrySendError::Full`] when the ring has no free slot, [`TrySendError::Closed`]
+    /// when the kernel refuses requests (shutdown started, the last handle dropped, a
+    /// fault or the watchdog); either way the request is handed back and nothing was
+    /// sent. Once accepted, the future resolves as [`Kernel::call`]'s.
+    ///
+    /// # Cancel safety
+    ///
+    /// The request is accepted when this method returns `Ok`. Dropping the returned
+    /// future then loses, corrupts and leaks nothing, as for [`Kernel::call`]: the kernel
+    /// still answers the request, and the completion driver discards the reply and
+    /// releases its slot.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # async fn example() -> Result<(), gyre::Error> {
+    /// use gyre::TrySendError;
+    /// let rt = gyre::Runtime::builder().backend(gyre::Backend::Cpu).build()?;
+    /// let k = rt.launch(gyre::KernelSpec::from_fn("double", |x: u64| x * 2))?;
+    /// let reply = k.try_call(21).expect("an idle ring has room");
+    /// assert_eq!(reply.await?, 42);
+    /// k.shutdown().await?;
+    /// assert!(matches!(k.try_call(1), Err(TrySendError::Closed(1))));
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(example()).unwrap();
+    /// ```
+    ///
+    /// [`TrySendError::Full`]: crate::TrySendError::Full
+    /// [`TrySendError::Closed`]: crate::TrySendError::Closed
+    pub fn try_call(
+        &self,
+        req: Req,
+    ) -> core::result::Result<CallFuture<Req, Resp>, crate::TrySendError<Req>> {
+        let inner = self.inner();
+        match inner
+            .ch
+            .try_publish(Kind::Call, inner.polling.msg_type, bytemuck::bytes_of(&req))
+        {
+            Ok(index) => Ok(CallFuture::accepted(self.keep.clone(), req, index)),
+            // Full behind a kernel that stopped frees no more space: that is a refusal.
+            Err(PublishError::Full) if inner.ch.check_stopped().is_none() => {
+                Err(crate::TrySendError::Full(req))
+            }
+            // TooLarge / BatchTooLarge cannot happen: sizes were checked at launch.
+            Err(_) => Err(crate::TrySendError::Closed(req)),
+        }
     }
 
     /// Sends `req`, waiting (without blocking the thread) for a free slot. Its reply is

@@ -198,6 +198,48 @@ pub fn full_ring_back_pressure(b: Target) {
     k.shutdown_blocking().unwrap();
 }
 
+/// `try_call` sheds load instead of queueing: with every slot held by an unreleased
+/// reply it hands the request back as `Full`; an abandoned accepted call frees its slot
+/// (the completion driver releases the discarded reply); after shutdown it is `Closed`.
+pub fn try_call_sheds_load_when_full(b: Target) {
+    let k = rt(b)
+        .launch(KernelSpec::<u32, u32>::echo().capacity(8))
+        .unwrap();
+    let trt = tokio_rt();
+    let _guard = trt.enter();
+    // Not polled, the futures leave their replies in the ring: the slots stay held.
+    let mut pending: Vec<_> = (0..8u32)
+        .map(|i| k.try_call(i).expect("a slot is free"))
+        .collect();
+    match k.try_call(99) {
+        Err(TrySendError::Full(m)) => assert_eq!(m, 99, "the request comes back"),
+        Err(e) => panic!("unexpected {e:?}"),
+        Ok(_) => panic!("a ninth call was accepted by a ring of 8 held slots"),
+    }
+    // Dropping an accepted call frees its slot once the kernel has answered it.
+    drop(pending.remove(0));
+    let mut ninth = None;
+    eventually("the abandoned call's slot is released", || {
+        match k.try_call(8) {
+            Ok(f) => ninth = Some(f),
+            Err(TrySendError::Full(_)) => {}
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+        ninth.is_some()
+    });
+    pending.extend(ninth);
+    let replies = trt.block_on(async {
+        let mut out = Vec::new();
+        for f in pending {
+            out.push(f.await.unwrap());
+        }
+        out
+    });
+    assert_eq!(replies, (1..9).collect::<Vec<u32>>());
+    k.shutdown_blocking().unwrap();
+    assert!(matches!(k.try_call(7), Err(TrySendError::Closed(7))));
+}
+
 pub fn oversize_type_rejected_at_launch(b: Target) {
     let r = rt(b);
     let e = r

@@ -79,6 +79,7 @@ macro_rules! conformance_suite {
             cases::echo_round_trip, cases::builtin_kernels_match_reference,
             cases::fifo_and_no_loss_4x100k_send, cases::no_loss_4_producers_call,
             cases::many_wraparounds, cases::full_ring_back_pressure,
+            cases::try_call_sheds_load_when_full,
             cases::oversize_type_rejected_at_launch, cases::bad_geometry_rejected,
             cases::pause_resume, cases::terminate_with_messages_in_flight,
             cases::handler_panic_faults_kernel, cases::handler_error_keeps_serving,
