@@ -82,11 +82,11 @@ if [ -n "$opencl_note" ]; then
   echo "NOTE: the OpenCL tests will be skipped: $opencl_note"
 fi
 
+# gyre-service (examples/service) depends on gyre with `metrics`, so this run builds and
+# tests gyre with that feature too (cargo unifies a workspace's features); the steps
+# below that name `-p gyre` alone build it without, as a user's default build is.
 echo "==> cargo test --workspace (GYRE_REQUIRE_OPENCL=${GYRE_REQUIRE_OPENCL:-0})"
 cargo test --workspace
-
-echo "==> cargo test -p gyre --features metrics"
-cargo test -p gyre --features metrics
 
 # The API reference (`cargo doc --open` in the README) without broken or private links.
 echo "==> rustdoc (RUSTDOCFLAGS=-D warnings)"

@@ -1,0 +1,352 @@
+//! `gyre-load`'s engine: an open-loop load generator with coordinated-omission
+//! correction, as wrk2 does it.
+//!
+//! Requests are scheduled at a fixed rate, request `i` at `start + i / rate`, whatever
+//! happened to the ones before it, and each one's latency is measured **from its
+//! scheduled time**, not from when it was sent. A server that stalls for 100 ms therefore
+//! shows 100 ms of latency on every request scheduled in that window, as its users would
+//! see it, instead of one slow sample (a closed loop that waits for each reply before
+//! sending the next hides the stall: coordinated omission).
+//!
+//! A dispatcher thread of its own keeps the schedule: it sleeps with a timer slack of
+//! 1 ns (`PR_SET_TIMERSLACK`), so its lateness is microseconds, not the tokio timer's
+//! millisecond. At most `concurrency` requests are in flight: when all are, the next
+//! waits for one to end, and its wait counts in its latency. The schedule's own lateness
+//! (how late the dispatcher woke for a request it was on time for) is reported apart, as
+//! `dispatch_lag_p99_us`, so a result can be told from the generator's noise.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use http_body_util::{BodyExt, Full};
+use hyper::Request;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use parking_lot::Mutex;
+use tokio::sync::Semaphore;
+
+use crate::http::OCTET_STREAM;
+use crate::risk::{OrderJson, RefData, Side, WireOrder, TICKS_PER_UNIT};
+
+/// One run at one rate and one concurrency.
+#[derive(Debug, Clone)]
+pub struct LoadConfig {
+    /// The service.
+    pub target: SocketAddr,
+    /// Requests per second.
+    pub rate: f64,
+    /// How long to measure.
+    pub duration: Duration,
+    /// Sent before the measurement at the same rate, not recorded (connections open,
+    /// caches warm).
+    pub warmup: Duration,
+    /// At most this many requests in flight.
+    pub concurrency: usize,
+    /// Send the binary form instead of JSON.
+    pub binary: bool,
+    /// The order stream's seed.
+    pub seed: u64,
+}
+
+/// What one run measured.
+#[derive(Debug, Clone)]
+pub struct LoadReport {
+    /// Latency from each request's scheduled time to the end of its reply, in ns.
+    pub latency: Histogram<u64>,
+    /// How late the dispatcher sent requests it had a permit for, in ns.
+    pub dispatch_lag: Histogram<u64>,
+    /// Replies by HTTP status.
+    pub by_status: BTreeMap<u16, u64>,
+    /// Requests with no HTTP reply (connection refused or reset, a body cut short).
+    pub transport_errors: u64,
+    /// Requests still without a reply when the run gave up on them (10 s after its end).
+    pub unfinished: u64,
+    /// Requests scheduled in the measured window.
+    pub scheduled: u64,
+    /// The measured window.
+    pub window: Duration,
+}
+
+impl LoadReport {
+    /// Replies of any status per second of the window.
+    pub fn achieved_rate(&self) -> f64 {
+        self.by_status.values().sum::<u64>() as f64 / self.window.as_secs_f64().max(1e-9)
+    }
+
+    /// Replies with status 200.
+    pub fn ok(&self) -> u64 {
+        self.by_status.get(&200).copied().unwrap_or(0)
+    }
+
+    /// Everything that was not a 200.
+    pub fn errors(&self) -> u64 {
+        self.scheduled.saturating_sub(self.ok())
+    }
+
+    /// A latency quantile, in microseconds.
+    pub fn quantile_us(&self, q: f64) -> f64 {
+        self.latency.value_at_quantile(q) as f64 / 1e3
+    }
+
+    /// `key value` lines, each key prefixed with `prefix.`: `p50_us`, `p99_us`,
+    /// `p99_9_us`, `max_us`, `rate_target`, `rate_achieved`, `scheduled`, `ok`,
+    /// `status_<code>`, `transport_errors`, `unfinished`, `dispatch_lag_p99_us`.
+    pub fn lines(&self, prefix: &str, rate: f64) -> Vec<(String, String)> {
+        let mut v = vec![
+            ("p50_us", format!("{:.1}", self.quantile_us(0.5))),
+            ("p99_us", format!("{:.1}", self.quantile_us(0.99))),
+            ("p99_9_us", format!("{:.1}", self.quantile_us(0.999))),
+            ("max_us", format!("{:.1}", self.latency.max() as f64 / 1e3)),
+            ("rate_target", format!("{rate:.0}")),
+            ("rate_achieved", format!("{:.0}", self.achieved_rate())),
+            ("scheduled", self.scheduled.to_string()),
+            ("ok", self.ok().to_string()),
+        ]
+        .into_iter()
+        .map(|(k, val)| (format!("{prefix}.{k}"), val))
+        .collect::<Vec<_>>();
+        for (code, n) in &self.by_status {
+            if *code != 200 {
+                v.push((format!("{prefix}.status_{code}"), n.to_string()));
+            }
+        }
+        v.push((
+            format!("{prefix}.transport_errors"),
+            self.transport_errors.to_string(),
+        ));
+        v.push((format!("{prefix}.unfinished"), self.unfinished.to_string()));
+        v.push((
+            format!("{prefix}.dispatch_lag_p99_us"),
+            format!(
+                "{:.1}",
+                self.dispatch_lag.value_at_quantile(0.99) as f64 / 1e3
+            ),
+        ));
+        v
+    }
+}
+
+/// A deterministic stream of orders, mostly accepted: random symbols and sides, 1..=1000
+/// lots, prices within 6% of the reference (so about one in six is outside the 5%
+/// collar against the order and rejected).
+pub struct Orders {
+    state: u64,
+    refdata: RefData,
+    next_id: u64,
+}
+
+impl Orders {
+    /// The stream of `seed`.
+    pub fn new(seed: u64) -> Self {
+        Self {
+            state: seed | 1,
+            refdata: RefData::default(),
+            next_id: 0,
+        }
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        // xorshift64*
+        self.state ^= self.state >> 12;
+        self.state ^= self.state << 25;
+        self.state ^= self.state >> 27;
+        self.state.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// The next order: its JSON form and its binary form.
+    pub fn next_order(&mut self) -> (OrderJson, WireOrder) {
+        let r = self.next_u64();
+        let symbols = self.refdata.symbols();
+        let sym = (r % symbols.len() as u64) as usize;
+        let sell = (r >> 20) & 1 == 1;
+        let qty = 1 + ((r >> 21) % 1000) as i64;
+        let reference = symbols[sym].1;
+        // -6% .. +6% of the reference, in basis points.
+        let bps = ((r >> 32) % 1201) as i64 - 600;
+        let price = reference + reference * bps / 10_000;
+        let account = ((r >> 44) % u64::from(self.refdata.accounts())) as u32;
+        self.next_id += 1;
+        let json = OrderJson {
+            id: self.next_id,
+            account,
+            symbol: symbols[sym].0.clone(),
+            side: if sell { Side::Sell } else { Side::Buy },
+            qty,
+            price: price as f64 / TICKS_PER_UNIT as f64,
+        };
+        let wire = WireOrder {
+            id: self.next_id,
+            qty,
+            price,
+            account,
+            symbol_side: sym as u32 | (u32::from(sell) << 31),
+        };
+        (json, wire)
+    }
+
+    /// The next order as a request body, and its content type.
+    pub fn next_body(&mut self, binary: bool) -> (Bytes, &'static str) {
+        let (json, wire) = self.next_order();
+        if binary {
+            (
+                Bytes::copy_from_slice(gyre::bytemuck::bytes_of(&wire)),
+                OCTET_STREAM,
+            )
+        } else {
+            // Serializing a struct of plain fields cannot fail.
+            let body = serde_json::to_vec(&json).unwrap_or_default();
+            (Bytes::from(body), "application/json")
+        }
+    }
+}
+
+/// One recorded outcome.
+enum Outcome {
+    Status(u16),
+    Transport,
+}
+
+struct Shared {
+    latency: Mutex<Histogram<u64>>,
+    outcomes: Mutex<(BTreeMap<u16, u64>, u64)>,
+}
+
+fn histogram() -> Histogram<u64> {
+    // 1 ns .. 100 s at 3 significant digits; the bounds are valid, so this cannot fail.
+    Histogram::new_with_bounds(1, 100_000_000_000, 3)
+        .unwrap_or_else(|_| Histogram::new(3).unwrap_or_else(|_| unreachable!()))
+}
+
+/// Sets this thread's timer slack to 1 ns, so its sleeps end when asked (Linux; elsewhere
+/// nothing happens).
+fn tight_timer_slack() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: PR_SET_TIMERSLACK takes one unsigned long and changes only this thread's
+    // timer slack; no memory is passed.
+    unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);
+    }
+}
+
+/// Runs `cfg` against its target: a warm-up, then the measured window; waits for the
+/// requests of the window to end (at most 10 s after it).
+///
+/// Must be called from within a multi-thread tokio runtime: requests run as tasks of it,
+/// the schedule on a thread of its own.
+pub async fn run(cfg: &LoadConfig) -> LoadReport {
+    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(cfg.concurrency.max(1))
+        .build_http();
+    let shared = Arc::new(Shared {
+        latency: Mutex::new(histogram()),
+        outcomes: Mutex::new((BTreeMap::new(), 0)),
+    });
+    let permits = Arc::new(Semaphore::new(cfg.concurrency.max(1)));
+    let handle = tokio::runtime::Handle::current();
+    let uri: hyper::Uri = format!("http://{}/v1/risk", cfg.target)
+        .parse()
+        .unwrap_or_else(|_| hyper::Uri::from_static("http://127.0.0.1/v1/risk"));
+    let interval = Duration::from_secs_f64(1.0 / cfg.rate.max(1e-3));
+    let warm = (cfg.warmup.as_secs_f64() * cfg.rate) as u64;
+    let total = warm + (cfg.duration.as_secs_f64() * cfg.rate) as u64;
+    let (binary, seed) = (cfg.binary, cfg.seed);
+    let sh = shared.clone();
+    let p = permits.clone();
+    let dispatcher = std::thread::Builder::new()
+        .name("gyre-load-dispatch".into())
+        .spawn(move || {
+            tight_timer_slack();
+            let mut orders = Orders::new(seed);
+            let mut lag = histogram();
+            let start = Instant::now() + Duration::from_millis(5);
+            for i in 0..total {
+                let due = start + interval.mul_f64(i as f64);
+                let now = Instant::now();
+                let slept = due > now;
+                if slept {
+                    std::thread::sleep(due - now);
+                }
+                let permit = match p.clone().try_acquire_owned() {
+                    Ok(permit) => {
+                        // The generator's own lateness: only where it was on time to
+                        // sleep (behind, after a wait for a permit, it is the server's).
+                        if slept {
+                            let _ = lag.record(due.elapsed().as_nanos().max(1) as u64);
+                        }
+                        permit
+                    }
+                    // All in flight: wait (the wait counts in the request's latency).
+                    Err(_) => match handle.block_on(p.clone().acquire_owned()) {
+                        Ok(permit) => permit,
+                        Err(_) => break,
+                    },
+                };
+                let (body, ctype) = orders.next_body(binary);
+                let req = Request::post(uri.clone())
+                    .header(hyper::header::CONTENT_TYPE, ctype)
+                    .body(Full::new(body));
+                let Ok(req) = req else { break };
+                let client = client.clone();
+                let sh = sh.clone();
+                let measured = i >= warm;
+                handle.spawn(async move {
+                    let outcome = match client.request(req).await {
+                        Ok(resp) => {
+                            let status = resp.status().as_u16();
+                            match resp.into_body().collect().await {
+                                Ok(_) => Outcome::Status(status),
+                                Err(_) => Outcome::Transport,
+                            }
+                        }
+                        Err(_) => Outcome::Transport,
+                    };
+                    let took = due.elapsed().as_nanos() as u64;
+                    if measured {
+                        let _ = sh.latency.lock().record(took.max(1));
+                        let mut o = sh.outcomes.lock();
+                        match outcome {
+                            Outcome::Status(s) => *o.0.entry(s).or_insert(0) += 1,
+                            Outcome::Transport => o.1 += 1,
+                        }
+                    }
+                    // Last: the run's end waits for every permit, so for every record.
+                    drop(permit);
+                });
+            }
+            lag
+        });
+    let dispatch_lag = match dispatcher {
+        Ok(t) => {
+            // The dispatcher blocks on the runtime only through `block_on` of a permit;
+            // joining it from a blocking section keeps this worker free.
+            tokio::task::spawn_blocking(move || t.join().unwrap_or_else(|_| histogram()))
+                .await
+                .unwrap_or_else(|_| histogram())
+        }
+        Err(_) => histogram(),
+    };
+    // Wait for the requests in flight: every permit back, or 10 s.
+    let n = cfg.concurrency.max(1) as u32;
+    let all_back = tokio::time::timeout(Duration::from_secs(10), permits.acquire_many(n)).await;
+    let scheduled = (cfg.duration.as_secs_f64() * cfg.rate) as u64;
+    let latency = shared.latency.lock().clone();
+    let (by_status, transport_errors) = shared.outcomes.lock().clone();
+    let done = by_status.values().sum::<u64>() + transport_errors;
+    LoadReport {
+        latency,
+        dispatch_lag,
+        by_status,
+        transport_errors,
+        unfinished: if all_back.is_ok() {
+            0
+        } else {
+            scheduled.saturating_sub(done)
+        },
+        scheduled,
+        window: cfg.duration,
+    }
+}
