@@ -60,22 +60,29 @@ pub fn try_claim<A: IndexAtomic>(
     n: u64,
 ) -> Result<u64, ClaimError> {
     debug_assert!(n >= 1 && n <= capacity);
-    let mut cur = claim.load(Relaxed);
     loop {
-        if cur & CLOSED != 0 {
-            return Err(ClaimError::Closed);
-        }
         // Acquire: the consumer's reads of the slots we are about to overwrite happen
         // before its release of `released`; the publisher's scan of the old markers
         // happens before its release of `published`.
         let t = released.load(Acquire).min(published.load(Acquire));
+        // The claim after the bounds: every index they passed was claimed before the
+        // release that let them pass it, so this load sees that claim, and `cur >= t`.
+        // Loaded before them, the claim could be older than the bounds (other producers
+        // claimed and were answered in between), and a stale claim under a fresh bound
+        // wrapped and read as Full with every slot free.
+        let cur = claim.load(Relaxed);
+        if cur & CLOSED != 0 {
+            return Err(ClaimError::Closed);
+        }
         // A corrupt bound beyond the claim wraps to a huge value and reads as Full.
         if cur.wrapping_add(n).wrapping_sub(t) > capacity {
             return Err(ClaimError::Full);
         }
-        match claim.compare_exchange(cur, cur + n, Relaxed, Relaxed) {
-            Ok(_) => return Ok(cur),
-            Err(actual) => cur = actual,
+        if claim
+            .compare_exchange(cur, cur + n, Relaxed, Relaxed)
+            .is_ok()
+        {
+            return Ok(cur);
         }
     }
 }
@@ -158,6 +165,69 @@ mod tests {
         assert_eq!(try_claim(&claim, &tail, &head, 4, 1), Err(ClaimError::Full));
         head.store(1, Release);
         assert_eq!(try_claim(&claim, &tail, &head, 4, 1), Ok(4));
+    }
+
+    /// A `u64` atomic whose next load first runs `meddle`: other threads acting between
+    /// two loads of `try_claim`.
+    struct Meddling {
+        value: std::sync::Arc<AtomicU64>,
+        meddle: std::sync::Mutex<Option<Box<dyn FnOnce(&AtomicU64) + Send>>>,
+    }
+
+    impl Meddling {
+        fn plain(v: u64) -> Self {
+            Self {
+                value: std::sync::Arc::new(AtomicU64::new(v)),
+                meddle: std::sync::Mutex::new(None),
+            }
+        }
+    }
+
+    impl IndexAtomic for Meddling {
+        fn load(&self, order: core::sync::atomic::Ordering) -> u64 {
+            let f = self.meddle.lock().ok().and_then(|mut m| m.take());
+            if let Some(f) = f {
+                f(&self.value);
+            }
+            self.value.load(order)
+        }
+        fn store(&self, value: u64, order: core::sync::atomic::Ordering) {
+            self.value.store(value, order)
+        }
+        fn compare_exchange(
+            &self,
+            current: u64,
+            new: u64,
+            success: core::sync::atomic::Ordering,
+            failure: core::sync::atomic::Ordering,
+        ) -> Result<u64, u64> {
+            self.value.compare_exchange(current, new, success, failure)
+        }
+        fn fetch_or(&self, value: u64, order: core::sync::atomic::Ordering) -> u64 {
+            self.value.fetch_or(value, order)
+        }
+        fn fence(order: core::sync::atomic::Ordering) {
+            core::sync::atomic::fence(order)
+        }
+    }
+
+    #[test]
+    fn claims_and_releases_by_others_meanwhile_are_not_full() {
+        // Found by gyre-service under load: `try_call` answered Full with one request in
+        // the ring. While this producer reads the bounds, two others claim 0 and 1, and
+        // both are answered and released: the ring is empty again.
+        let claim = Meddling::plain(0);
+        let others = claim.value.clone();
+        let released = Meddling {
+            value: std::sync::Arc::new(AtomicU64::new(0)),
+            meddle: std::sync::Mutex::new(Some(Box::new(move |released: &AtomicU64| {
+                others.fetch_add(2, Relaxed);
+                released.store(2, Release);
+            }))),
+        };
+        let head = Meddling::plain(u64::MAX);
+        assert_eq!(try_claim(&claim, &released, &head, 4, 1), Ok(2));
+        assert_eq!(claimed(&claim), 3);
     }
 
     #[test]
