@@ -55,9 +55,8 @@ pub struct Config {
 
     /// How long an async call spins for its reply on its first poll before it parks its
     /// task, in microseconds (gyre's `KernelSpec::async_spin`, whose own default is
-    /// 20). Spinning holds a tokio worker that the HTTP work needs: measured here, 0
-    /// keeps p99 low from 10 000 requests a second up, where 20 lets it climb
-    /// (`docs/service.md`).
+    /// 20). Spinning holds a tokio worker that the HTTP work needs: measured on 2 vCPUs,
+    /// 20 buys 10-20 us at the median and costs up to 15x in p99 (`docs/service.md`).
     #[arg(long, env = "GYRE_SERVICE_ASYNC_SPIN_US", default_value_t = 0)]
     pub async_spin_us: u64,
 

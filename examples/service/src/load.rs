@@ -67,7 +67,8 @@ pub struct LoadReport {
     pub unfinished: u64,
     /// Requests scheduled in the measured window.
     pub scheduled: u64,
-    /// The measured window.
+    /// From the first measured request's scheduled time to the last reply, or the
+    /// configured duration if that is longer.
     pub window: Duration,
 }
 
@@ -213,6 +214,8 @@ enum Outcome {
 struct Shared {
     latency: Mutex<Histogram<u64>>,
     outcomes: Mutex<(BTreeMap<u16, u64>, u64)>,
+    /// When the last measured request ended.
+    last_done: Mutex<Option<Instant>>,
 }
 
 fn histogram() -> Histogram<u64> {
@@ -244,6 +247,7 @@ pub async fn run(cfg: &LoadConfig) -> LoadReport {
     let shared = Arc::new(Shared {
         latency: Mutex::new(histogram()),
         outcomes: Mutex::new((BTreeMap::new(), 0)),
+        last_done: Mutex::new(None),
     });
     let permits = Arc::new(Semaphore::new(cfg.concurrency.max(1)));
     let handle = tokio::runtime::Handle::current();
@@ -263,6 +267,7 @@ pub async fn run(cfg: &LoadConfig) -> LoadReport {
             let mut orders = Orders::new(seed);
             let mut lag = histogram();
             let start = Instant::now() + Duration::from_millis(5);
+            let measured_from = start + interval.mul_f64(warm as f64);
             for i in 0..total {
                 let due = start + interval.mul_f64(i as f64);
                 let now = Instant::now();
@@ -312,22 +317,28 @@ pub async fn run(cfg: &LoadConfig) -> LoadReport {
                             Outcome::Status(s) => *o.0.entry(s).or_insert(0) += 1,
                             Outcome::Transport => o.1 += 1,
                         }
+                        let now = Instant::now();
+                        let mut last = sh.last_done.lock();
+                        if last.is_none_or(|l| l < now) {
+                            *last = Some(now);
+                        }
                     }
                     // Last: the run's end waits for every permit, so for every record.
                     drop(permit);
                 });
             }
-            lag
+            (lag, measured_from)
         });
-    let dispatch_lag = match dispatcher {
+    let fallback = || (histogram(), Instant::now());
+    let (dispatch_lag, measured_from) = match dispatcher {
         Ok(t) => {
             // The dispatcher blocks on the runtime only through `block_on` of a permit;
             // joining it from a blocking section keeps this worker free.
-            tokio::task::spawn_blocking(move || t.join().unwrap_or_else(|_| histogram()))
+            tokio::task::spawn_blocking(move || t.join().unwrap_or_else(|_| fallback()))
                 .await
-                .unwrap_or_else(|_| histogram())
+                .unwrap_or_else(|_| fallback())
         }
-        Err(_) => histogram(),
+        Err(_) => fallback(),
     };
     // Wait for the requests in flight: every permit back, or 10 s.
     let n = cfg.concurrency.max(1) as u32;
@@ -336,6 +347,11 @@ pub async fn run(cfg: &LoadConfig) -> LoadReport {
     let latency = shared.latency.lock().clone();
     let (by_status, transport_errors) = shared.outcomes.lock().clone();
     let done = by_status.values().sum::<u64>() + transport_errors;
+    // The window the replies took: the schedule's, or longer when the service fell
+    // behind it (the achieved rate is then below the target).
+    let took = shared.last_done.lock().map_or(Duration::ZERO, |l| {
+        l.saturating_duration_since(measured_from)
+    });
     LoadReport {
         latency,
         dispatch_lag,
@@ -347,6 +363,6 @@ pub async fn run(cfg: &LoadConfig) -> LoadReport {
             scheduled.saturating_sub(done)
         },
         scheduled,
-        window: cfg.duration,
+        window: took.max(cfg.duration),
     }
 }

@@ -169,9 +169,11 @@ mod tests {
 
     /// A `u64` atomic whose next load first runs `meddle`: other threads acting between
     /// two loads of `try_claim`.
+    type Meddle = Box<dyn FnOnce(&AtomicU64) + Send>;
+
     struct Meddling {
         value: std::sync::Arc<AtomicU64>,
-        meddle: std::sync::Mutex<Option<Box<dyn FnOnce(&AtomicU64) + Send>>>,
+        meddle: std::sync::Mutex<Option<Meddle>>,
     }
 
     impl Meddling {
