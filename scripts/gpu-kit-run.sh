@@ -190,6 +190,18 @@ for s in sync async dma-polling; do
   step "bench-$s" 45 bash -c "set -o pipefail; bench $s --calls 5000 --batches 1,32,256 --max-ms-per-row 600"
 done
 
+# gyre inside an HTTP service, end to end (docs/service.md): the risk check inline, on the
+# CPU backend and on the GPU, one engine at a time, open loop.
+service() {
+  "$BIN/gyre_load" --service-bin "$BIN/gyre_service" --engines inline,cpu,cuda \
+    --rates 5000,20000 --concurrency 64,512 --duration 2 --warmup 0.5 | tee "$KIT/service.txt"
+  local rc=${PIPESTATUS[0]}
+  if [ -n "${OUT:-}" ]; then cp "$KIT/service.txt" "$OUT/" 2>/dev/null || true; fi
+  grep -q '^cuda\.rate' "$KIT/service.txt" && [ "$rc" -eq 0 ]
+}
+export -f service
+fnstep service 60 service
+
 step doctor 60 "$BIN/gyre" doctor
 step cuda-unit 60 "$BIN/gyre_cuda_unit" --test-threads=1
 step nvrtc-compile 90 env GYRE_REQUIRE_NVRTC=1 "$BIN/nvrtc_compile" --test-threads=2

@@ -15,7 +15,7 @@ ROOT=$(pwd)
 KIT=${GYRE_KIT_DIR:-$ROOT/target/gpu-kit}
 LIMIT_MIB=60
 
-echo "==> building release test binaries, gyre and the CUDA bench" >&2
+echo "==> building release test binaries, gyre, the CUDA bench and the service" >&2
 json=$(mktemp)
 trap 'rm -f "$json"' EXIT
 {
@@ -25,6 +25,7 @@ trap 'rm -f "$json"' EXIT
     --test conformance_cuda --test faults_cuda --test portable_handlers --test pipeline_cuda \
     --test loans_cuda
   cargo build --release --message-format=json -p gyre-cli --bin gyre
+  cargo build --release --message-format=json -p gyre-service --bins
   cargo bench --no-run --message-format=json -p gyre --bench cuda
 } >"$json"
 
@@ -50,7 +51,8 @@ for line in open(sys.argv[1]):
         name = name + "_bench"
     seen[name] = m["executable"]
 want = {"gyre_cuda_unit", "cuda_backend", "nvrtc_compile", "conformance_cuda",
-        "faults_cuda", "portable_handlers", "pipeline_cuda", "loans_cuda", "gyre", "cuda_bench"}
+        "faults_cuda", "portable_handlers", "pipeline_cuda", "loans_cuda", "gyre", "cuda_bench",
+        "gyre_service", "gyre_load"}
 missing = want - set(seen)
 if missing:
     sys.exit(f"missing executables: {sorted(missing)}")
