@@ -11,11 +11,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Each step's header carries the time since the start, so a slow CI says where it went.
+step() { echo "==> [$((SECONDS / 60))m$((SECONDS % 60))s] $*"; }
+
 # CUDA device code without a GPU: NVRTC and ptxas from PyPI (cached in .venv-cuda for
 # CUDA 12.8, .venv-cuda13 for 13.0), so the gyre-cuda tests compile and resource-check
 # every ring kernel for every architecture each NVRTC supports. The workspace runs with
 # 12.8; the compile tests run again with 13.0 below, found as a CUDA 13 toolkit layout.
-echo "==> CUDA toolchains (scripts/setup-cuda-venv.sh 12, 13)"
+step "CUDA toolchains (scripts/setup-cuda-venv.sh 12, 13)"
 CUDA12_VENV=$(scripts/setup-cuda-venv.sh 12 2>/dev/null | tail -n 1)
 CUDA13_VENV=$(scripts/setup-cuda-venv.sh 13 2>/dev/null | tail -n 1)
 export GYRE_CUDA_VENV="$CUDA12_VENV"
@@ -29,7 +32,7 @@ export GYRE_REQUIRE_NVRTC=1
 # it says so and the OpenCL tests skip; with CI=true a skip is a failure.
 opencl_pkgs=(ocl-icd-libopencl1 pocl-opencl-icd)
 opencl_note=""
-echo "==> OpenCL runtime (PoCL: ${opencl_pkgs[*]})"
+step "OpenCL runtime (PoCL: ${opencl_pkgs[*]})"
 if command -v dpkg-query >/dev/null 2>&1; then
   missing=()
   for p in "${opencl_pkgs[@]}"; do
@@ -85,11 +88,11 @@ fi
 # gyre-service (examples/service) depends on gyre with `metrics`, so this run builds and
 # tests gyre with that feature too (cargo unifies a workspace's features); the steps
 # below that name `-p gyre` alone build it without, as a user's default build is.
-echo "==> cargo test --workspace (GYRE_REQUIRE_OPENCL=${GYRE_REQUIRE_OPENCL:-0})"
+step "cargo test --workspace (GYRE_REQUIRE_OPENCL=${GYRE_REQUIRE_OPENCL:-0})"
 cargo test --workspace
 
 # The API reference (`cargo doc --open` in the README) without broken or private links.
-echo "==> rustdoc (RUSTDOCFLAGS=-D warnings)"
+step "rustdoc (RUSTDOCFLAGS=-D warnings)"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --quiet
 
 # The built-in kernels' device code (cuda/handlers/*.h) over emulated lanes on the CPU
@@ -97,13 +100,13 @@ RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --quiet
 # block-shared words, barriers between phases) runs here, where no GPU is (PoCL runs one
 # work-item, docs/opencl.md). crates/gyre-cpu/tests/builtins.rs covers 1, 7, 32 and 256.
 for lanes in 32 7; do
-  echo "==> conformance on the CPU backend, GYRE_CPU_LANES=$lanes"
+  step "conformance on the CPU backend, GYRE_CPU_LANES=$lanes"
   GYRE_CPU_LANES=$lanes cargo test -p gyre --test conformance_cpu
 done
 
 # The same NVRTC compile tests against CUDA 13.0, found the way a machine with a CUDA 13
 # toolkit offers it: CUDA_HOME with lib64/libnvrtc.so.13 and bin/ptxas, nothing else.
-echo "==> NVRTC 13 compile tests (CUDA_HOME = a CUDA 13 toolkit layout)"
+step "NVRTC 13 compile tests (CUDA_HOME = a CUDA 13 toolkit layout)"
 cuda13_home=target/cuda13-toolkit
 cuda13_sp=$("$CUDA13_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 rm -rf "$cuda13_home" && mkdir -p "$cuda13_home"
@@ -120,7 +123,7 @@ env -u GYRE_CUDA_VENV CUDA_HOME="$PWD/$cuda13_home" cargo test -p gyre --test po
 # owners and the wake-up of a waiting loan (loom_loans). Its own target dir keeps the
 # --cfg from
 # invalidating the normal build.
-echo "==> loom models (LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:=3})"
+step "loom models (LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:=3})"
 RUSTFLAGS="--cfg gyre_loom" LOOM_MAX_PREEMPTIONS="$LOOM_MAX_PREEMPTIONS" \
   CARGO_TARGET_DIR=target/loom \
   cargo test -p gyre-core --release --test loom_ring --test loom_shutdown --test loom_wake --test loom_doorbell \
@@ -135,7 +138,7 @@ RUSTFLAGS="--cfg gyre_loom" LOOM_MAX_PREEMPTIONS="$LOOM_MAX_PREEMPTIONS" \
 # stack, so silencing them would also silence gyre futures polled on tokio workers.
 # Its own target dir, as for loom.
 if [ "${GYRE_TSAN:-1}" != 0 ]; then
-  echo "==> ThreadSanitizer (target/tsan)"
+  step "ThreadSanitizer (target/tsan)"
   RUSTC_BOOTSTRAP=1 \
     RUSTFLAGS="-Zsanitizer=thread -Cunsafe-allow-abi-mismatch=sanitizer" \
     RUSTDOCFLAGS="-Zsanitizer=thread -Cunsafe-allow-abi-mismatch=sanitizer" \
@@ -148,7 +151,7 @@ fi
 # run.sh, with no GPU here, reports every step skipped and exits 0, or 1 when
 # GYRE_REQUIRE_CUDA=1. Where a GPU is present, run the kit itself instead.
 if [ "${GYRE_KIT:-1}" != 0 ]; then
-  echo "==> GPU check kit (scripts/gpu-kit.sh, then its run.sh)"
+  step "GPU check kit (scripts/gpu-kit.sh, then its run.sh)"
   kit=$(scripts/gpu-kit.sh 2>/dev/null | tail -n 1)
   doctor_out=$("$kit/bin/gyre" doctor 2>/dev/null || true)
   if grep -qE '^\s+cuda .*available: yes' <<<"$doctor_out"; then
@@ -166,17 +169,17 @@ fi
 
 # Soak: mixed load with pause/resume for a bounded time; every message is counted.
 if [ "${GYRE_SOAK:=60s}" != 0 ]; then
-  echo "==> soak (gyre demo --soak $GYRE_SOAK)"
+  step "soak (gyre demo --soak $GYRE_SOAK)"
   soak_out=$(cargo run -q -p gyre-cli -- demo --backend cpu --soak "$GYRE_SOAK")
   echo "$soak_out"
   grep -qx 'lost: 0' <<<"$soak_out"
   # The same through the bridge: device-resident rings, the async copy worker.
-  echo "==> soak through the bridge (gyre demo --soak ${GYRE_SOAK_BRIDGE:=20s} --strategy async)"
+  step "soak through the bridge (gyre demo --soak ${GYRE_SOAK_BRIDGE:=20s} --strategy async)"
   soak_out=$(cargo run -q -p gyre-cli -- demo --backend cpu --strategy async --soak "$GYRE_SOAK_BRIDGE")
   echo "$soak_out"
   grep -qx 'lost: 0' <<<"$soak_out"
 fi
 
 if [ -n "$opencl_note" ]; then
-  echo "==> done; NOTE: the OpenCL tests were skipped: $opencl_note"
+  step "done; NOTE: the OpenCL tests were skipped: $opencl_note"
 fi
