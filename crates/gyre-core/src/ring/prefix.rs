@@ -60,23 +60,32 @@ pub fn try_claim<A: IndexAtomic>(
     n: u64,
 ) -> Result<u64, ClaimError> {
     debug_assert!(n >= 1 && n <= capacity);
+    // Acquire: the consumer's reads of the slots we are about to overwrite happen before
+    // its release of `released`; the publisher's scan of the old markers happens before
+    // its release of `published`.
+    let bounds = || released.load(Acquire).min(published.load(Acquire));
     loop {
-        // Acquire: the consumer's reads of the slots we are about to overwrite happen
-        // before its release of `released`; the publisher's scan of the old markers
-        // happens before its release of `published`.
-        let t = released.load(Acquire).min(published.load(Acquire));
+        let t = bounds();
         // The claim after the bounds: every index they passed was claimed before the
         // release that let them pass it, so this load sees that claim, and `cur >= t`.
-        // Loaded before them, the claim could be older than the bounds (other producers
-        // claimed and were answered in between), and a stale claim under a fresh bound
-        // wrapped and read as Full with every slot free.
         let cur = claim.load(Relaxed);
         if cur & CLOSED != 0 {
             return Err(ClaimError::Closed);
         }
-        // A corrupt bound beyond the claim wraps to a huge value and reads as Full.
-        if cur.wrapping_add(n).wrapping_sub(t) > capacity {
+        // So a bound beyond the claim is corrupt, and reads as Full.
+        if t > cur {
             return Err(ClaimError::Full);
+        }
+        if cur + n - t > capacity {
+            // Full by this snapshot, but the bounds were read first: other producers may
+            // have claimed, been answered and released in between, moving the bounds on
+            // with the claim. Full only against bounds read after the claim (which never
+            // goes down, so the ring was full when they were read); else try again.
+            let t2 = bounds();
+            if t2 <= cur && cur + n - t2 > capacity {
+                return Err(ClaimError::Full);
+            }
+            continue;
         }
         if claim
             .compare_exchange(cur, cur + n, Relaxed, Relaxed)
@@ -230,6 +239,30 @@ mod tests {
         let head = Meddling::plain(u64::MAX);
         assert_eq!(try_claim(&claim, &released, &head, 4, 1), Ok(2));
         assert_eq!(claimed(&claim), 3);
+    }
+
+    #[test]
+    fn a_ring_emptied_and_refilled_meanwhile_is_not_full() {
+        // Between this producer's read of the bounds (0) and of the claim, others claim a
+        // whole ring's worth (4) and every one is answered and released: the claim reads
+        // 4 against a stale bound of 0, yet the ring is empty.
+        let released = Meddling::plain(0);
+        let rel = released.value.clone();
+        let claim = Meddling {
+            value: std::sync::Arc::new(AtomicU64::new(0)),
+            meddle: std::sync::Mutex::new(Some(Box::new(move |claim: &AtomicU64| {
+                claim.fetch_add(4, Relaxed);
+                rel.store(4, Release);
+            }))),
+        };
+        let head = Meddling::plain(u64::MAX);
+        assert_eq!(try_claim(&claim, &released, &head, 4, 1), Ok(4));
+    }
+
+    #[test]
+    fn a_bound_just_past_the_claim_is_corrupt() {
+        let (claim, tail, head) = (AtomicU64::new(1), AtomicU64::new(2), AtomicU64::new(2));
+        assert_eq!(try_claim(&claim, &tail, &head, 4, 2), Err(ClaimError::Full));
     }
 
     #[test]
