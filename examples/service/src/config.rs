@@ -56,7 +56,8 @@ pub struct Config {
     /// How long an async call spins for its reply on its first poll before it parks its
     /// task, in microseconds (gyre's `KernelSpec::async_spin`, whose own default is
     /// 20). Spinning holds a tokio worker that the HTTP work needs: measured on 2 vCPUs,
-    /// 20 buys 10-20 us at the median and costs up to 15x in p99 (`docs/service.md`).
+    /// 20 buys 10-30 us at the median at moderate load and costs up to 15x in p99
+    /// (`docs/service.md`).
     #[arg(long, env = "GYRE_SERVICE_ASYNC_SPIN_US", default_value_t = 0)]
     pub async_spin_us: u64,
 

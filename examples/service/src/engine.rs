@@ -7,6 +7,7 @@
 //! (the kernel still answers it; the completion driver discards the reply and releases
 //! the slot).
 
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::Duration;
 
 use gyre::{Backend, Kernel, KernelSpec, KernelState, Runtime, TrySendError};
@@ -54,6 +55,10 @@ pub enum Engine {
         kernel: Kernel<Order, Decision>,
         /// The request timeout.
         timeout: Duration,
+        /// A fault was seen (a request's `HANDLER_PANIC`, a `Faulted` state) and the kernel
+        /// has not been `Active` since: its `Relaunching` is a restart after a fault, not a
+        /// reload's or an epoch's handover (brief, and nothing is lost).
+        fault_seen: AtomicBool,
     },
 }
 
@@ -86,6 +91,7 @@ impl Engine {
             runtime,
             kernel,
             timeout,
+            fault_seen: AtomicBool::new(false),
         })
     }
 
@@ -129,18 +135,20 @@ impl Engine {
     /// Dropping the future (a client that went away) loses nothing: an accepted
     /// request's reply is discarded and its slot released, as after a timeout.
     pub async fn decide(&self, order: Order) -> Result<Decision, Reject> {
-        let (kernel, timeout) = match self {
+        let (kernel, timeout, fault_seen) = match self {
             Engine::Inline => return Ok(risk_check(order)),
             Engine::Gyre {
-                kernel, timeout, ..
-            } => (kernel, *timeout),
+                kernel,
+                timeout,
+                fault_seen,
+                ..
+            } => (kernel, *timeout, fault_seen),
         };
         // Do not queue behind a kernel that is down: a relaunch after a fault waits out
         // the restart policy's backoff, and a request published meanwhile would wait in
         // the ring for all of it.
-        match kernel.state() {
-            KernelState::Active | KernelState::Paused | KernelState::Launching => {}
-            state => return Err(Reject::Unavailable { state }),
+        if let Err(state) = self.health() {
+            return Err(Reject::Unavailable { state });
         }
         let reply = match kernel.try_call(order) {
             Ok(f) => f,
@@ -158,18 +166,40 @@ impl Engine {
         match tokio::time::timeout(timeout, reply).await {
             Err(_) => Err(Reject::Timeout(timeout)),
             Ok(Ok(d)) => Ok(d),
-            Ok(Err(e)) => Err(classify(e, kernel)),
+            Ok(Err(e)) => {
+                let r = classify(e, kernel);
+                if matches!(r, Reject::Faulted(_) | Reject::Unavailable { .. }) {
+                    fault_seen.store(true, Relaxed);
+                }
+                Err(r)
+            }
         }
     }
 
-    /// Whether the engine can take requests: `Err` with the kernel's state when not.
+    /// Whether the engine can take requests: `Err` with the kernel's state when not (it
+    /// stopped, or it is being relaunched after a fault; a reload's or an epoch's
+    /// handover is brief and loses nothing, so it counts as up).
     pub fn health(&self) -> Result<KernelState, KernelState> {
-        match self {
-            Engine::Inline => Ok(KernelState::Active),
-            Engine::Gyre { kernel, .. } => match kernel.state() {
-                s @ (KernelState::Active | KernelState::Paused | KernelState::Launching) => Ok(s),
-                s => Err(s),
-            },
+        let Engine::Gyre {
+            kernel, fault_seen, ..
+        } = self
+        else {
+            return Ok(KernelState::Active);
+        };
+        match kernel.state() {
+            s @ (KernelState::Active | KernelState::Paused | KernelState::Launching) => {
+                if s == KernelState::Active {
+                    fault_seen.store(false, Relaxed);
+                }
+                Ok(s)
+            }
+            s @ KernelState::Relaunching if !fault_seen.load(Relaxed) => Ok(s),
+            s => {
+                if matches!(s, KernelState::Faulted { .. }) {
+                    fault_seen.store(true, Relaxed);
+                }
+                Err(s)
+            }
         }
     }
 

@@ -41,6 +41,8 @@ pub struct AppState {
     pub accepted: AtomicU64,
     /// Requests answered (any status).
     pub answered: AtomicU64,
+    /// Requests whose client went away before the answer (counted as status 499).
+    pub cancelled: AtomicU64,
     metrics: PrometheusHandle,
 }
 
@@ -53,6 +55,7 @@ impl AppState {
             retry_after: HeaderValue::from(retry_after_s),
             accepted: AtomicU64::new(0),
             answered: AtomicU64::new(0),
+            cancelled: AtomicU64::new(0),
             metrics: prometheus(),
         }
     }
@@ -93,10 +96,9 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-/// Per request: a span, the accepted / answered counts, the in-flight gauge and the
-/// latency histogram (never anything per message inside gyre).
+/// Per request: a span, the accepted / answered / cancelled counts, the in-flight gauge
+/// and the latency histogram (never anything per message inside gyre).
 async fn track(State(s): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    s.accepted.fetch_add(1, Relaxed);
     let route: &'static str = match req.uri().path() {
         "/v1/risk" => "/v1/risk",
         "/healthz" => "/healthz",
@@ -104,25 +106,71 @@ async fn track(State(s): State<Arc<AppState>>, req: Request, next: Next) -> Resp
         _ => "other",
     };
     let span = tracing::info_span!("request", method = %req.method(), route, status = tracing::field::Empty);
-    let start = Instant::now();
-    metrics::gauge!("http_requests_in_flight").increment(1.0);
+    // Counts the request as cancelled unless it is answered: hyper drops this future when
+    // the client goes away first.
+    let mut guard = InFlight::new(&s, route);
     let resp = next.run(req).instrument(span.clone()).await;
-    metrics::gauge!("http_requests_in_flight").decrement(1.0);
     let status = resp.status().as_u16();
     span.record("status", status);
-    let status = status.to_string();
-    metrics::histogram!("http_request_duration_seconds", "route" => route, "status" => status.clone())
-        .record(start.elapsed().as_secs_f64());
-    metrics::counter!("http_requests_total", "route" => route, "status" => status).increment(1);
-    s.answered.fetch_add(1, Relaxed);
+    guard.answered(status);
     resp
+}
+
+/// One request in flight: counted in on creation, out (answered, or cancelled when
+/// dropped first) exactly once.
+struct InFlight<'a> {
+    s: &'a AppState,
+    route: &'static str,
+    start: Instant,
+    done: bool,
+}
+
+impl<'a> InFlight<'a> {
+    fn new(s: &'a AppState, route: &'static str) -> Self {
+        s.accepted.fetch_add(1, Relaxed);
+        metrics::gauge!("http_requests_in_flight").increment(1.0);
+        Self {
+            s,
+            route,
+            start: Instant::now(),
+            done: false,
+        }
+    }
+
+    fn finish(&mut self, status: u16) {
+        if std::mem::replace(&mut self.done, true) {
+            return;
+        }
+        metrics::gauge!("http_requests_in_flight").decrement(1.0);
+        let status = status.to_string();
+        metrics::histogram!("http_request_duration_seconds", "route" => self.route, "status" => status.clone())
+            .record(self.start.elapsed().as_secs_f64());
+        metrics::counter!("http_requests_total", "route" => self.route, "status" => status)
+            .increment(1);
+    }
+
+    fn answered(&mut self, status: u16) {
+        self.finish(status);
+        self.s.answered.fetch_add(1, Relaxed);
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            // 499: the client closed the request (nginx's convention).
+            self.finish(499);
+            self.s.cancelled.fetch_add(1, Relaxed);
+        }
+    }
 }
 
 fn is_binary(headers: &HeaderMap) -> bool {
     headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with(OCTET_STREAM))
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case(OCTET_STREAM))
 }
 
 fn error(status: StatusCode, msg: impl std::fmt::Display) -> Response {
@@ -237,7 +285,20 @@ async fn metrics_text(State(s): State<Arc<AppState>>) -> Response {
         .into_response()
 }
 
-/// The counts a stopped service reports.
-pub fn counts(s: &AppState) -> (u64, u64) {
-    (s.accepted.load(Relaxed), s.answered.load(Relaxed))
+/// The counts a stopped service reports: accepted, answered, cancelled.
+pub fn counts(s: &AppState) -> (u64, u64, u64) {
+    (
+        s.accepted.load(Relaxed),
+        s.answered.load(Relaxed),
+        s.cancelled.load(Relaxed),
+    )
+}
+
+/// Keeps the Prometheus histograms bounded: without a scrape their samples would pile up.
+pub async fn upkeep(s: Arc<AppState>) {
+    let mut every = tokio::time::interval(std::time::Duration::from_secs(5));
+    loop {
+        every.tick().await;
+        s.metrics.run_upkeep();
+    }
 }

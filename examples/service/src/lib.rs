@@ -83,8 +83,10 @@ pub enum ServiceError {
 pub struct Summary {
     /// Requests whose handling started.
     pub accepted: u64,
-    /// Requests answered (any status). Equal to `accepted` when the drain finished.
+    /// Requests answered (any status).
     pub answered: u64,
+    /// Requests whose client went away before the answer.
+    pub cancelled: u64,
     /// Whether every accepted request was answered within the drain bound.
     pub drained: bool,
     /// How the kernel's shutdown went (`Ok` for the inline engine).
@@ -94,9 +96,12 @@ pub struct Summary {
 }
 
 impl Summary {
-    /// Whether the stop was clean: drained, and the kernel shut down.
+    /// Whether the stop was clean: drained (every accepted request answered or given up
+    /// by its client), and the kernel shut down.
     pub fn clean(&self) -> bool {
-        self.drained && self.accepted == self.answered && self.kernel_shutdown.is_ok()
+        self.drained
+            && self.accepted == self.answered + self.cancelled
+            && self.kernel_shutdown.is_ok()
     }
 }
 
@@ -178,6 +183,7 @@ impl Service {
             let _ = fired_tx.send(Instant::now());
         };
         let app = http::router(self.state.clone());
+        let upkeep = tokio::spawn(http::upkeep(self.state.clone()));
         let serve = axum::serve(self.listener, app).with_graceful_shutdown(signal);
         let drain = Duration::from_millis(self.config.drain_ms).min(STOP_BOUND);
         let mut fired_rx = fired_rx;
@@ -214,10 +220,12 @@ impl Service {
             .shutdown(left)
             .await
             .map_err(|e| e.to_string());
-        let (accepted, answered) = http::counts(&self.state);
+        upkeep.abort();
+        let (accepted, answered, cancelled) = http::counts(&self.state);
         let summary = Summary {
             accepted,
             answered,
+            cancelled,
             drained,
             kernel_shutdown,
             stop_took: fired.elapsed(),

@@ -13,7 +13,8 @@
 //! millisecond. At most `concurrency` requests are in flight: when all are, the next
 //! waits for one to end, and its wait counts in its latency. The schedule's own lateness
 //! (how late the dispatcher woke for a request it was on time for) is reported apart, as
-//! `dispatch_lag_p99_us`, so a result can be told from the generator's noise.
+//! `dispatch_lag_p99_us`, so a result can be told from the generator's noise. A request
+//! with no reply within its timeout is given up, counted and timed at that point.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -50,12 +51,18 @@ pub struct LoadConfig {
     pub binary: bool,
     /// The order stream's seed.
     pub seed: u64,
+    /// A request with no reply after this long is given up and counted as a timeout
+    /// (its latency, this long or more, is recorded).
+    pub request_timeout: Duration,
 }
 
 /// What one run measured.
 #[derive(Debug, Clone)]
 pub struct LoadReport {
-    /// Latency from each request's scheduled time to the end of its reply, in ns.
+    /// Latency from each request's scheduled time to the end of its reply, in ns: of the
+    /// `200` replies, and of the requests given up at `request_timeout` (so a stall stays
+    /// in the tail). Other statuses are counted, not timed: a fast `503` would pull the
+    /// percentiles down.
     pub latency: Histogram<u64>,
     /// How late the dispatcher sent requests it had a permit for, in ns.
     pub dispatch_lag: Histogram<u64>,
@@ -63,7 +70,10 @@ pub struct LoadReport {
     pub by_status: BTreeMap<u16, u64>,
     /// Requests with no HTTP reply (connection refused or reset, a body cut short).
     pub transport_errors: u64,
-    /// Requests still without a reply when the run gave up on them (10 s after its end).
+    /// Requests given up after `request_timeout`.
+    pub timeouts: u64,
+    /// Requests still without an outcome when the run gave up on them (a second past the
+    /// request timeout after its end; none unless the runtime starves).
     pub unfinished: u64,
     /// Requests scheduled in the measured window.
     pub scheduled: u64,
@@ -73,9 +83,9 @@ pub struct LoadReport {
 }
 
 impl LoadReport {
-    /// Replies of any status per second of the window.
+    /// `200` replies per second of the window.
     pub fn achieved_rate(&self) -> f64 {
-        self.by_status.values().sum::<u64>() as f64 / self.window.as_secs_f64().max(1e-9)
+        self.ok() as f64 / self.window.as_secs_f64().max(1e-9)
     }
 
     /// Replies with status 200.
@@ -95,7 +105,8 @@ impl LoadReport {
 
     /// `key value` lines, each key prefixed with `prefix.`: `p50_us`, `p99_us`,
     /// `p99_9_us`, `max_us`, `rate_target`, `rate_achieved`, `scheduled`, `ok`,
-    /// `status_<code>`, `transport_errors`, `unfinished`, `dispatch_lag_p99_us`.
+    /// `status_<code>`, `transport_errors`, `timeouts`, `unfinished`,
+    /// `dispatch_lag_p99_us`.
     pub fn lines(&self, prefix: &str, rate: f64) -> Vec<(String, String)> {
         let mut v = vec![
             ("p50_us", format!("{:.1}", self.quantile_us(0.5))),
@@ -119,6 +130,7 @@ impl LoadReport {
             format!("{prefix}.transport_errors"),
             self.transport_errors.to_string(),
         ));
+        v.push((format!("{prefix}.timeouts"), self.timeouts.to_string()));
         v.push((format!("{prefix}.unfinished"), self.unfinished.to_string()));
         v.push((
             format!("{prefix}.dispatch_lag_p99_us"),
@@ -209,11 +221,15 @@ impl Orders {
 enum Outcome {
     Status(u16),
     Transport,
+    Timeout,
 }
+
+/// Replies by status, transport errors, timeouts.
+type Counts = (BTreeMap<u16, u64>, u64, u64);
 
 struct Shared {
     latency: Mutex<Histogram<u64>>,
-    outcomes: Mutex<(BTreeMap<u16, u64>, u64)>,
+    outcomes: Mutex<Counts>,
     /// When the last measured request ended.
     last_done: Mutex<Option<Instant>>,
 }
@@ -246,10 +262,13 @@ pub async fn run(cfg: &LoadConfig) -> LoadReport {
         .build_http();
     let shared = Arc::new(Shared {
         latency: Mutex::new(histogram()),
-        outcomes: Mutex::new((BTreeMap::new(), 0)),
+        outcomes: Mutex::new((BTreeMap::new(), 0, 0)),
         last_done: Mutex::new(None),
     });
-    let permits = Arc::new(Semaphore::new(cfg.concurrency.max(1)));
+    let permits = Arc::new(Semaphore::new(
+        cfg.concurrency
+            .clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize)),
+    ));
     let handle = tokio::runtime::Handle::current();
     let uri: hyper::Uri = format!("http://{}/v1/risk", cfg.target)
         .parse()
@@ -257,7 +276,7 @@ pub async fn run(cfg: &LoadConfig) -> LoadReport {
     let interval = Duration::from_secs_f64(1.0 / cfg.rate.max(1e-3));
     let warm = (cfg.warmup.as_secs_f64() * cfg.rate) as u64;
     let total = warm + (cfg.duration.as_secs_f64() * cfg.rate) as u64;
-    let (binary, seed) = (cfg.binary, cfg.seed);
+    let (binary, seed, request_timeout) = (cfg.binary, cfg.seed, cfg.request_timeout);
     let sh = shared.clone();
     let p = permits.clone();
     let dispatcher = std::thread::Builder::new()
@@ -299,23 +318,31 @@ pub async fn run(cfg: &LoadConfig) -> LoadReport {
                 let sh = sh.clone();
                 let measured = i >= warm;
                 handle.spawn(async move {
-                    let outcome = match client.request(req).await {
-                        Ok(resp) => {
-                            let status = resp.status().as_u16();
-                            match resp.into_body().collect().await {
-                                Ok(_) => Outcome::Status(status),
-                                Err(_) => Outcome::Transport,
+                    let exchange = async {
+                        match client.request(req).await {
+                            Ok(resp) => {
+                                let status = resp.status().as_u16();
+                                match resp.into_body().collect().await {
+                                    Ok(_) => Outcome::Status(status),
+                                    Err(_) => Outcome::Transport,
+                                }
                             }
+                            Err(_) => Outcome::Transport,
                         }
-                        Err(_) => Outcome::Transport,
                     };
+                    let outcome = tokio::time::timeout(request_timeout, exchange)
+                        .await
+                        .unwrap_or(Outcome::Timeout);
                     let took = due.elapsed().as_nanos() as u64;
                     if measured {
-                        let _ = sh.latency.lock().record(took.max(1));
+                        if matches!(outcome, Outcome::Status(200) | Outcome::Timeout) {
+                            let _ = sh.latency.lock().record(took.max(1));
+                        }
                         let mut o = sh.outcomes.lock();
                         match outcome {
                             Outcome::Status(s) => *o.0.entry(s).or_insert(0) += 1,
                             Outcome::Transport => o.1 += 1,
+                            Outcome::Timeout => o.2 += 1,
                         }
                         let now = Instant::now();
                         let mut last = sh.last_done.lock();
@@ -340,13 +367,18 @@ pub async fn run(cfg: &LoadConfig) -> LoadReport {
         }
         Err(_) => fallback(),
     };
-    // Wait for the requests in flight: every permit back, or 10 s.
-    let n = cfg.concurrency.max(1) as u32;
-    let all_back = tokio::time::timeout(Duration::from_secs(10), permits.acquire_many(n)).await;
+    // Wait for the requests in flight: every permit back (each request ends by its
+    // timeout), with a second of grace.
+    let n = u32::try_from(cfg.concurrency.max(1)).unwrap_or(u32::MAX);
+    let all_back = tokio::time::timeout(
+        cfg.request_timeout + Duration::from_secs(1),
+        permits.acquire_many(n),
+    )
+    .await;
     let scheduled = (cfg.duration.as_secs_f64() * cfg.rate) as u64;
     let latency = shared.latency.lock().clone();
-    let (by_status, transport_errors) = shared.outcomes.lock().clone();
-    let done = by_status.values().sum::<u64>() + transport_errors;
+    let (by_status, transport_errors, timeouts) = shared.outcomes.lock().clone();
+    let done = by_status.values().sum::<u64>() + transport_errors + timeouts;
     // The window the replies took: the schedule's, or longer when the service fell
     // behind it (the achieved rate is then below the target).
     let took = shared.last_done.lock().map_or(Duration::ZERO, |l| {
@@ -357,6 +389,7 @@ pub async fn run(cfg: &LoadConfig) -> LoadReport {
         dispatch_lag,
         by_status,
         transport_errors,
+        timeouts,
         unfinished: if all_back.is_ok() {
             0
         } else {

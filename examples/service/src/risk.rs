@@ -297,8 +297,9 @@ impl RefData {
     ///
     /// [`BadOrder`] when a field is out of range or the symbol or account is unknown.
     pub fn enrich_json(&self, o: &OrderJson) -> Result<Order, BadOrder> {
-        let ticks = o.price * TICKS_PER_UNIT as f64;
-        if !(ticks.is_finite() && ticks > 0.0 && ticks <= MAX_PRICE_TICKS as f64) {
+        let ticks = (o.price * TICKS_PER_UNIT as f64).round();
+        // At least one tick: a price that rounds to 0 is no price.
+        if !(ticks.is_finite() && ticks >= 1.0 && ticks <= MAX_PRICE_TICKS as f64) {
             return Err(BadOrder::OutOfRange {
                 field: "price",
                 value: o.price.to_string(),
@@ -310,7 +311,7 @@ impl RefData {
             .position(|(s, _)| *s == o.symbol)
             .ok_or_else(|| BadOrder::UnknownSymbol(o.symbol.clone()))?;
         let side = u32::from(o.side == Side::Sell);
-        self.enrich(o.id, o.qty, ticks.round() as i64, o.account, symbol, side)
+        self.enrich(o.id, o.qty, ticks as i64, o.account, symbol, side)
     }
 
     /// The kernel's order for a binary one.

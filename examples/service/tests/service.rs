@@ -128,6 +128,7 @@ async fn five_seconds_at_2000_per_second_without_an_error() {
         concurrency: 64,
         binary: false,
         seed: 7,
+        request_timeout: Duration::from_secs(10),
     })
     .await;
     assert_eq!(report.scheduled, 10_000);
@@ -235,7 +236,8 @@ async fn a_request_past_its_timeout_answers_504_and_its_slot_comes_back() {
     let mut config = Config::local();
     config.capacity = 4;
     config.timeout_ms = 50;
-    let (addr, stop, run, svc) = start(config, Some(slow_spec(Duration::from_millis(150)))).await;
+    // Slow enough that the kernel is surely still busy with them when the next order comes.
+    let (addr, stop, run, svc) = start(config, Some(slow_spec(Duration::from_millis(500)))).await;
     let slow: Vec<_> = (0..4)
         .map(|i| tokio::spawn(async move { post_json(addr, &order_json(SLOW + i)).await }))
         .collect();
@@ -279,7 +281,8 @@ async fn a_request_past_its_timeout_answers_504_and_its_slot_comes_back() {
 async fn a_faulted_kernel_answers_503_and_is_restarted() {
     const POISON: u64 = 666;
     let mut config = Config::local();
-    config.restart_backoff_ms = 400;
+    // Long enough that the test surely asks while the kernel waits to be relaunched.
+    config.restart_backoff_ms = 1500;
     let spec = KernelSpec::from_fn("risk", |o: Order| {
         assert!(o.id != POISON, "the injected fault");
         risk_check(o)
@@ -319,6 +322,36 @@ async fn a_faulted_kernel_answers_503_and_is_restarted() {
     assert_eq!(post_json(addr, &order_json(3)).await.status, StatusCode::OK);
     let _ = stop.send(());
     assert!(run.await.expect("the server task").clean());
+}
+
+/// A client that hangs up before its answer is counted as cancelled (499), not as a
+/// request the service failed to answer: the stop is still clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_hangs_up_is_cancelled_not_lost() {
+    use tokio::io::AsyncWriteExt;
+    let (addr, stop, run, _svc) =
+        start(Config::local(), Some(slow_spec(Duration::from_millis(300)))).await;
+    let body = order_json(SLOW);
+    let mut c = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("a connection");
+    let req = format!(
+        "POST /v1/risk HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    c.write_all(req.as_bytes()).await.expect("sent");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    drop(c);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(post_json(addr, &order_json(1)).await.status, StatusCode::OK);
+    let _ = stop.send(());
+    let summary = run.await.expect("the server task");
+    assert_eq!(
+        (summary.accepted, summary.answered, summary.cancelled),
+        (2, 1, 1),
+        "{summary:?}"
+    );
+    assert!(summary.clean(), "{summary:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -456,6 +489,7 @@ fn sigterm_mid_load_answers_everything_accepted_and_exits_0_within_2s() {
             concurrency: 64,
             binary: false,
             seed: 11,
+            request_timeout: Duration::from_secs(10),
         })
         .await
     });
@@ -497,7 +531,7 @@ fn sigterm_mid_load_answers_everything_accepted_and_exits_0_within_2s() {
     let replies: u64 = report.by_status.values().sum();
     assert_eq!(replies, answered, "{:?}", report.by_status);
     assert_eq!(report.ok(), replies, "{:?}", report.by_status);
-    assert!(answered >= 1000, "load ran before the signal: {answered}");
+    assert!(answered >= 500, "load ran before the signal: {answered}");
     assert!(
         report.transport_errors > 0,
         "requests after the stop were refused"

@@ -28,18 +28,22 @@ struct Args {
     /// `cuda`, `opencl`, ...); default `inline,cpu`, plus `cuda` when usable here.
     #[arg(long, value_delimiter = ',')]
     engines: Vec<String>,
-    /// Requests per second, one run each.
-    #[arg(long, value_delimiter = ',', default_value = "1000,5000")]
+    /// Requests per second, one run each (0.001 ..= 10 000 000).
+    #[arg(long, value_delimiter = ',', default_value = "1000,5000", value_parser = rate)]
     rates: Vec<f64>,
-    /// Requests in flight at most, one run each.
-    #[arg(long, value_delimiter = ',', default_value = "1,64,512")]
-    concurrency: Vec<usize>,
+    /// Requests in flight at most, one run each (1 ..= 65 536).
+    #[arg(long, value_delimiter = ',', default_value = "1,64,512",
+          value_parser = clap::value_parser!(u32).range(1..=65_536))]
+    concurrency: Vec<u32>,
     /// Seconds measured per run.
-    #[arg(long, default_value_t = 5.0)]
-    duration: f64,
+    #[arg(long, default_value = "5", value_parser = seconds)]
+    duration: Duration,
     /// Seconds of warm-up before each run, not recorded.
-    #[arg(long, default_value_t = 1.0)]
-    warmup: f64,
+    #[arg(long, default_value = "1", value_parser = seconds)]
+    warmup: Duration,
+    /// Seconds after which a request with no reply is given up (a timeout).
+    #[arg(long, default_value = "10", value_parser = seconds)]
+    request_timeout: Duration,
     /// Send the binary form of orders instead of JSON.
     #[arg(long)]
     binary: bool,
@@ -52,6 +56,24 @@ struct Args {
     /// Extra flags for every started service (repeat), e.g. `--service-arg=--capacity=4096`.
     #[arg(long)]
     service_arg: Vec<String>,
+}
+
+fn rate(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(r) if (0.001..=1e7).contains(&r) => Ok(r),
+        _ => Err(format!(
+            "{s}: a rate from 0.001 to 10000000 requests a second"
+        )),
+    }
+}
+
+fn seconds(s: &str) -> Result<Duration, String> {
+    s.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|v| (0.0..=86_400.0).contains(v))
+        .and_then(|v| Duration::try_from_secs_f64(v).ok())
+        .ok_or_else(|| format!("{s}: seconds from 0 to 86400"))
 }
 
 /// One engine's started service.
@@ -126,7 +148,7 @@ fn parse_url(u: &str) -> Result<SocketAddr, String> {
 struct Row {
     engine: String,
     rate: f64,
-    concurrency: usize,
+    concurrency: u32,
     report: LoadReport,
 }
 
@@ -144,6 +166,8 @@ fn main() -> ExitCode {
     };
     let mut lines: Vec<(String, String)> = Vec::new();
     let mut rows: Vec<Row> = Vec::new();
+    // A requested engine that did not start: the run measured less than it was asked to.
+    let mut failed = false;
     // (label, a running service's address, or None: start that engine)
     let mut targets: Vec<(String, Option<SocketAddr>)> = Vec::new();
     let bin = args.service_bin.clone().unwrap_or_else(|| {
@@ -161,6 +185,14 @@ fn main() -> ExitCode {
             }
         }
     } else {
+        if !bin.exists() {
+            eprintln!(
+                "gyre-load: no gyre-service binary at {} (build it first: cargo build \
+                 --release -p gyre-service; or pass --service-bin or --url)",
+                bin.display()
+            );
+            return ExitCode::from(2);
+        }
         let mut engines = args.engines.clone();
         if engines.is_empty() {
             engines = vec!["inline".into(), "cpu".into()];
@@ -180,6 +212,7 @@ fn main() -> ExitCode {
                 Ok(s) => (s.addr, Some(s)),
                 Err(why) => {
                     lines.push((format!("{engine}.skipped"), why));
+                    failed = true;
                     continue;
                 }
             },
@@ -189,11 +222,12 @@ fn main() -> ExitCode {
                 let cfg = LoadConfig {
                     target: addr,
                     rate,
-                    duration: Duration::from_secs_f64(args.duration),
-                    warmup: Duration::from_secs_f64(args.warmup),
-                    concurrency: c,
+                    duration: args.duration,
+                    warmup: args.warmup,
+                    concurrency: c as usize,
                     binary: args.binary,
                     seed: 0x5eed,
+                    request_timeout: args.request_timeout,
                 };
                 let report = rt.block_on(load::run(&cfg));
                 rows.push(Row {
@@ -251,7 +285,8 @@ fn main() -> ExitCode {
             let _ = writeln!(out, "{k} {v}");
         }
     }
-    if rows.iter().any(|r| r.report.transport_errors > 0) {
+    // Measured nothing, or lost requests on the way: not a result to trust.
+    if failed || rows.is_empty() || rows.iter().any(|r| r.report.transport_errors > 0) {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS

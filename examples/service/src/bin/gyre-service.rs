@@ -70,6 +70,7 @@ async fn main() -> ExitCode {
     };
     let _ = writeln!(out, "requests_accepted {}", summary.accepted);
     let _ = writeln!(out, "requests_answered {}", summary.answered);
+    let _ = writeln!(out, "requests_cancelled {}", summary.cancelled);
     let _ = writeln!(out, "drained {}", summary.drained);
     let _ = writeln!(
         out,
