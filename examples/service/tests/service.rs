@@ -94,6 +94,18 @@ async fn post_json(addr: SocketAddr, json: &str) -> Reply {
     .await
 }
 
+/// Stops the service and checks the stop was clean.
+async fn stop_clean(stop: oneshot::Sender<()>, run: JoinHandle<Summary>) {
+    let _ = stop.send(());
+    assert!(run.await.expect("the server task").clean());
+}
+
+/// JSON orders of these ids, all sent at once: the tasks that await their replies.
+fn post_concurrently(addr: SocketAddr, ids: impl Iterator<Item = u64>) -> Vec<JoinHandle<Reply>> {
+    ids.map(|id| tokio::spawn(async move { post_json(addr, &order_json(id)).await }))
+        .collect()
+}
+
 fn order_json(id: u64) -> String {
     format!(r#"{{"id":{id},"account":1,"symbol":"SYM000","side":"buy","qty":10,"price":100.5}}"#)
 }
@@ -145,8 +157,7 @@ async fn five_seconds_at_2000_per_second_without_an_error() {
         .telemetry()
         .expect("telemetry");
     assert!(t.messages_out >= 10_000, "{t:?}");
-    let _ = stop.send(());
-    assert!(run.await.expect("the server task").clean());
+    stop_clean(stop, run).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -187,8 +198,7 @@ async fn binary_and_json_orders_get_the_kernels_decision() {
             .expect("a valid order");
         assert_eq!(d, expected);
     }
-    let _ = stop.send(());
-    assert!(run.await.expect("the server task").clean());
+    stop_clean(stop, run).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -197,9 +207,7 @@ async fn a_full_ring_answers_503_with_retry_after() {
     config.capacity = 2;
     config.timeout_ms = 10_000;
     let (addr, stop, run, _svc) = start(config, Some(slow_spec(Duration::from_millis(100)))).await;
-    let calls: Vec<_> = (0..12)
-        .map(|i| tokio::spawn(async move { post_json(addr, &order_json(SLOW + i)).await }))
-        .collect();
+    let calls = post_concurrently(addr, (0..12).map(|i| SLOW + i));
     let mut by_status = std::collections::BTreeMap::new();
     for c in calls {
         let r = c.await.expect("the call task");
@@ -227,8 +235,7 @@ async fn a_full_ring_answers_503_with_retry_after() {
         by_status.get(&200).copied().unwrap_or(0) >= 2,
         "{by_status:?}"
     );
-    let _ = stop.send(());
-    assert!(run.await.expect("the server task").clean());
+    stop_clean(stop, run).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -238,9 +245,7 @@ async fn a_request_past_its_timeout_answers_504_and_its_slot_comes_back() {
     config.timeout_ms = 50;
     // Slow enough that the kernel is surely still busy with them when the next order comes.
     let (addr, stop, run, svc) = start(config, Some(slow_spec(Duration::from_millis(500)))).await;
-    let slow: Vec<_> = (0..4)
-        .map(|i| tokio::spawn(async move { post_json(addr, &order_json(SLOW + i)).await }))
-        .collect();
+    let slow = post_concurrently(addr, (0..4).map(|i| SLOW + i));
     for s in slow {
         assert_eq!(
             s.await.expect("the call task").status,
@@ -264,17 +269,14 @@ async fn a_request_past_its_timeout_answers_504_and_its_slot_comes_back() {
     let mut ok = 0;
     while ok < 4 {
         assert!(Instant::now() < deadline, "all four slots come back");
-        let fast: Vec<_> = (0..4)
-            .map(|i| tokio::spawn(async move { post_json(addr, &order_json(10 + i)).await }))
-            .collect();
+        let fast = post_concurrently(addr, (0..4).map(|i| 10 + i));
         ok = 0;
         for f in fast {
             ok += usize::from(f.await.expect("the call task").status == StatusCode::OK);
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let _ = stop.send(());
-    assert!(run.await.expect("the server task").clean());
+    stop_clean(stop, run).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -320,8 +322,7 @@ async fn a_faulted_kernel_answers_503_and_is_restarted() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(post_json(addr, &order_json(3)).await.status, StatusCode::OK);
-    let _ = stop.send(());
-    assert!(run.await.expect("the server task").clean());
+    stop_clean(stop, run).await;
 }
 
 /// A client that hangs up before its answer is counted as cancelled (499), not as a
@@ -408,8 +409,7 @@ async fn malformed_bodies_answer_400_and_never_reach_the_kernel() {
         0,
         "nothing reached the kernel"
     );
-    let _ = stop.send(());
-    assert!(run.await.expect("the server task").clean());
+    stop_clean(stop, run).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -430,8 +430,7 @@ async fn metrics_show_gyre_and_http_latency() {
     ] {
         assert!(text.contains(needle), "/metrics lacks {needle}:\n{text}");
     }
-    let _ = stop.send(());
-    assert!(run.await.expect("the server task").clean());
+    stop_clean(stop, run).await;
 }
 
 /// SIGTERM mid-load, to the binary: it stops accepting, answers everything it accepted,

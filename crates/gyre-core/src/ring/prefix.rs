@@ -192,6 +192,14 @@ mod tests {
                 meddle: std::sync::Mutex::new(None),
             }
         }
+
+        /// Starting at `v`; its first load runs `f` on it first.
+        fn meddled(v: u64, f: impl FnOnce(&AtomicU64) + Send + 'static) -> Self {
+            Self {
+                meddle: std::sync::Mutex::new(Some(Box::new(f))),
+                ..Self::plain(v)
+            }
+        }
     }
 
     impl IndexAtomic for Meddling {
@@ -229,13 +237,10 @@ mod tests {
         // both are answered and released: the ring is empty again.
         let claim = Meddling::plain(0);
         let others = claim.value.clone();
-        let released = Meddling {
-            value: std::sync::Arc::new(AtomicU64::new(0)),
-            meddle: std::sync::Mutex::new(Some(Box::new(move |released: &AtomicU64| {
-                others.fetch_add(2, Relaxed);
-                released.store(2, Release);
-            }))),
-        };
+        let released = Meddling::meddled(0, move |released| {
+            others.fetch_add(2, Relaxed);
+            released.store(2, Release);
+        });
         let head = Meddling::plain(u64::MAX);
         assert_eq!(try_claim(&claim, &released, &head, 4, 1), Ok(2));
         assert_eq!(claimed(&claim), 3);
@@ -248,13 +253,10 @@ mod tests {
         // 4 against a stale bound of 0, yet the ring is empty.
         let released = Meddling::plain(0);
         let rel = released.value.clone();
-        let claim = Meddling {
-            value: std::sync::Arc::new(AtomicU64::new(0)),
-            meddle: std::sync::Mutex::new(Some(Box::new(move |claim: &AtomicU64| {
-                claim.fetch_add(4, Relaxed);
-                rel.store(4, Release);
-            }))),
-        };
+        let claim = Meddling::meddled(0, move |claim| {
+            claim.fetch_add(4, Relaxed);
+            rel.store(4, Release);
+        });
         let head = Meddling::plain(u64::MAX);
         assert_eq!(try_claim(&claim, &released, &head, 4, 1), Ok(4));
     }
