@@ -17,6 +17,7 @@
 #              and the device-fault cases in steps of their own: a device fault can
 #              leave a process unable to use CUDA)
 #   portable   handlers written once in Rust: the generated C on the GPU against Rust
+#   opencl     the GPU through NVIDIA's OpenCL: demo, and conformance over device buffers
 #   suites-par the two suites as two processes at once (two contexts on one GPU)
 #   toolchains the device tests again with every NVRTC found (toolkits, wheels: one
 #              newer than the driver takes the CUBIN route); SKIP when none is found
@@ -217,6 +218,11 @@ step pipeline 60 "$BIN/pipeline_cuda" --test-threads=1 --nocapture
 # Loan kernels on the GPU: zero copy (mapped pinned pool) and sync (device-memory pool the
 # bridge fills), every loan case (tests/loans_cuda.rs).
 step loans 90 "$BIN/loans_cuda" --test-threads=1
+# The GPU through NVIDIA's OpenCL (no fine-grained SVM, OpenCL C 1.2 atomics: the ring
+# kernel over device buffers and the copy strategies; docs/opencl.md): the demo, then the
+# conformance suite under the planned strategy (tests/conformance_opencl.rs).
+step demo-opencl 30 "$BIN/gyre" demo --backend opencl -n 20000
+step opencl 90 env GYRE_REQUIRE_OPENCL=1 "$BIN/conformance_opencl" --test-threads=1 planned::
 
 # The two suites at once, as two processes: two contexts, two sets of ring kernels.
 both() {

@@ -4,7 +4,8 @@
 #
 # Usage: scripts/gpu-kit.sh            (from anywhere inside the repository)
 #   Builds, in release, stripped: the gyre-cuda unit tests, its device tests
-#   (cuda_backend) and NVRTC compile tests, the conformance, fault, pipeline and loan suites on CUDA, the
+#   (cuda_backend) and NVRTC compile tests, the conformance, fault, pipeline and loan suites on CUDA,
+#   the conformance suite on OpenCL (the GPU through NVIDIA's OpenCL), the
 #   `gyre` binary and the CUDA benchmark; adds run.sh (scripts/gpu-kit-run.sh) and a
 #   manifest. The bundle goes to target/gpu-kit (ignored by git; GYRE_KIT_DIR overrides),
 #   at most 60 MiB, and the folder is the last line printed.
@@ -23,7 +24,7 @@ trap 'rm -f "$json"' EXIT
     --test cuda_backend --test nvrtc_compile
   cargo test --release --no-run --message-format=json -p gyre \
     --test conformance_cuda --test faults_cuda --test portable_handlers --test pipeline_cuda \
-    --test loans_cuda
+    --test loans_cuda --test conformance_opencl
   cargo build --release --message-format=json -p gyre-cli --bin gyre
   cargo build --release --message-format=json -p gyre-service --bins
   cargo bench --no-run --message-format=json -p gyre --bench cuda
@@ -51,7 +52,8 @@ for line in open(sys.argv[1]):
         name = name + "_bench"
     seen[name] = m["executable"]
 want = {"gyre_cuda_unit", "cuda_backend", "nvrtc_compile", "conformance_cuda",
-        "faults_cuda", "portable_handlers", "pipeline_cuda", "loans_cuda", "gyre", "cuda_bench",
+        "faults_cuda", "portable_handlers", "pipeline_cuda", "loans_cuda", "conformance_opencl",
+        "gyre", "cuda_bench",
         "gyre_service", "gyre_load"}
 missing = want - set(seen)
 if missing:

@@ -18,9 +18,14 @@ pub(crate) fn facts() -> Result<Vec<(&'static str, String)>, String> {
             format!("{}: {} ({})", p.index, p.name, p.version),
         ));
         for d in &p.devices {
-            let verdict = match d.unusable() {
-                None => "usable".to_owned(),
-                Some(e) => {
+            let unusable = d.unusable().or_else(|| {
+                // A bad GYRE_OPENCL_SVM fails every open.
+                gyre_opencl::probe::check_env().err()
+            });
+            let verdict = match (unusable, d.zero_copy_refusal()) {
+                (None, None) => "usable (zero copy and the copy strategies)".to_owned(),
+                (None, Some(why)) => format!("usable with the copy strategies ({why})"),
+                (Some(e), _) => {
                     why_not.push(format!("{}:{} {}: {e}", p.index, d.index, d.name));
                     format!("not usable: {e}")
                 }
@@ -28,15 +33,22 @@ pub(crate) fn facts() -> Result<Vec<(&'static str, String)>, String> {
             rows.push((
                 "device",
                 format!(
-                    "{}:{} {} ({}, {} compute units); SVM: {}; atomic scope {}, fence scope {}; {}",
+                    "{}:{} {} ({}, {} compute units); SVM: {}; {}; {}",
                     p.index,
                     d.index,
                     d.name,
                     d.kind,
                     d.compute_units,
                     d.svm.describe(),
-                    d.atomic_scope.cl_name(),
-                    d.fence_scope.cl_name(),
+                    if d.legacy_atomics() {
+                        "OpenCL C 1.2 atomics".to_owned()
+                    } else {
+                        format!(
+                            "atomic scope {}, fence scope {}",
+                            d.atomic_scope.cl_name(),
+                            d.fence_scope.cl_name()
+                        )
+                    },
                     verdict
                 ),
             ));
@@ -45,7 +57,7 @@ pub(crate) fn facts() -> Result<Vec<(&'static str, String)>, String> {
     if platforms
         .iter()
         .flat_map(|p| &p.devices)
-        .all(|d| d.unusable().is_some())
+        .all(|d| d.unusable().is_some() || gyre_opencl::probe::check_env().is_err())
     {
         if why_not.is_empty() {
             return Err("no OpenCL device on any platform".to_owned());
@@ -93,16 +105,20 @@ pub(crate) fn auto_gpu() -> Result<(usize, usize, Arc<dyn gyre_core::Backend>), 
 
 /// The memory attributes of an OpenCL device, in the terms the visibility detection uses:
 /// a fine-grained SVM buffer is mapped, unified host memory; SVM atomics are native host
-/// atomics; fine-grained system SVM is pageable memory access.
+/// atomics; fine-grained system SVM is pageable memory access. A device that cannot share
+/// rings in place (`DeviceInfo::zero_copy_refusal`: no fine-grained SVM with atomics, or
+/// `GYRE_OPENCL_SVM=off`) maps nothing, so the plan picks a copy strategy and refuses
+/// `unified`.
 #[cfg(feature = "opencl")]
 pub(crate) fn device_attributes(platform: usize, device: usize) -> Option<DeviceAttributes> {
     let (_, d) = gyre_opencl::probe::select(platform, device).ok()?;
+    let zero_copy = d.zero_copy_refusal().is_none();
     Some(DeviceAttributes {
-        can_map_host_memory: d.svm.fine_grain_buffer,
-        unified_addressing: d.svm.fine_grain_buffer,
-        concurrent_managed_access: d.svm.fine_grain_buffer,
-        pageable_memory_access: d.svm.fine_grain_system,
-        host_native_atomics: d.svm.atomics,
+        can_map_host_memory: zero_copy && d.svm.fine_grain_buffer,
+        unified_addressing: zero_copy && d.svm.fine_grain_buffer,
+        concurrent_managed_access: zero_copy && d.svm.fine_grain_buffer,
+        pageable_memory_access: zero_copy && d.svm.fine_grain_system,
+        host_native_atomics: zero_copy && d.svm.atomics,
     })
 }
 

@@ -69,12 +69,154 @@ fn guard() -> support::Guard {
     )
 }
 
-conformance_suite!(
-    {
-        let Some(b) = backend() else {
-            return;
-        };
-        b
-    },
-    guard = guard()
-);
+/// The strategy the runtime plans: zero copy in fine-grained SVM where the device has it
+/// (PoCL does), the copy strategies over buffers where it has not.
+mod planned {
+    use super::{backend, guard};
+    crate::conformance_suite!(
+        {
+            let Some(b) = backend() else {
+                return;
+            };
+            b
+        },
+        guard = guard()
+    );
+}
+
+/// `async` over device buffers (`gyre_opencl::ClCopyEngine`) on the same device, its SVM
+/// unused: the copy path in the same process as the zero-copy one.
+mod async_copy {
+    use super::{backend, guard};
+    use crate::conformance::Target;
+    use gyre::TransferStrategy;
+    crate::conformance_suite!(
+        {
+            let Some(b) = backend() else {
+                return;
+            };
+            Target::new(b, TransferStrategy::Async)
+        },
+        guard = guard()
+    );
+}
+
+/// The path of a device without fine-grained SVM and without OpenCL C 2.0 atomics at device
+/// scope (NVIDIA's OpenCL): the ring kernel built with OpenCL C 1.2 atomics
+/// (`GYRE_OPENCL_ATOMICS=legacy`), zero copy off (`GYRE_OPENCL_SVM=off`), and the strategy
+/// the runtime plans there (`dma-polling`). Both variables are read when the device is
+/// opened, once per process, so these cases run in a child process of this binary
+/// (`legacy_buffers_in_a_child`); in this process they skip.
+mod legacy_buffers {
+    use super::{backend, guard};
+    use crate::conformance::Target;
+    crate::conformance_suite!(
+        {
+            if !super::in_legacy_child() {
+                eprintln!("SKIP {}: runs in legacy_buffers_in_a_child", module_path!());
+                return;
+            }
+            let Some(b) = backend() else {
+                return;
+            };
+            let rt = gyre::Runtime::builder()
+                .backend(b)
+                .build()
+                .expect("runtime");
+            assert!(
+                rt.memory_plan().strategy.copies(),
+                "GYRE_OPENCL_SVM=off must plan a copy strategy: {:?}",
+                rt.memory_plan()
+            );
+            let gyre::Backend::OpenCl { platform, device } = b else {
+                unreachable!("an OpenCL backend")
+            };
+            let cl = gyre_opencl::OpenClBackend::new(platform, device).expect("device");
+            assert!(
+                cl.build_options().legacy_atomics,
+                "{:?}",
+                cl.build_options()
+            );
+            assert!(cl
+                .build_options()
+                .to_cl_options()
+                .starts_with("-cl-std=CL1.2 "));
+            Target::from(b)
+        },
+        guard = guard()
+    );
+}
+
+/// The environment of `legacy_buffers_in_a_child`'s child.
+const LEGACY_ENV: [(&str, &str); 2] = [
+    (gyre_opencl::probe::ENV_SVM, "off"),
+    (gyre_opencl::probe::ENV_ATOMICS, "legacy"),
+];
+
+fn in_legacy_child() -> bool {
+    LEGACY_ENV
+        .iter()
+        .all(|(k, v)| std::env::var(k).is_ok_and(|x| x == *v))
+}
+
+/// Runs `legacy_buffers::*` in a child process with [`LEGACY_ENV`], and fails with the
+/// child's output if any case failed.
+#[test]
+fn legacy_buffers_in_a_child() {
+    if in_legacy_child() || backend().is_none() {
+        return;
+    }
+    let _g = guard();
+    let exe = std::env::current_exe().expect("current_exe");
+    let out = std::process::Command::new(&exe)
+        .args(["legacy_buffers::", "--test-threads=1"])
+        .envs(LEGACY_ENV)
+        .output()
+        .expect("run this test binary again");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && text.contains(" 0 failed") && !text.contains(" 0 passed"),
+        "legacy_buffers:: with {LEGACY_ENV:?} failed ({}):\n{text}",
+        out.status
+    );
+}
+
+#[path = "loan_cases/sources.rs"]
+#[allow(dead_code)] // one of its handlers is used here
+mod loan_sources;
+
+/// What device buffers cannot hold is refused with a typed error before anything runs:
+/// a loan kernel (its pool's state words need SVM the kernel reads in place).
+#[test]
+fn a_loan_kernel_over_device_buffers_is_a_typed_refusal() {
+    let Some(b) = backend() else {
+        return;
+    };
+    let _g = guard();
+    let rt = Runtime::builder()
+        .backend(b)
+        .transfer_strategy(gyre::TransferStrategy::Async)
+        .build()
+        .expect("runtime");
+    let e = rt
+        .launch_loans(
+            KernelSpec::loans("bump", |_: &mut gyre::LoanBuf<'_>| Ok(()))
+                .device_handler("bump.h", loan_sources::BUMP),
+        )
+        .map(|_| ())
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            gyre::Error::StrategyUnsupported {
+                backend: "opencl",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+}

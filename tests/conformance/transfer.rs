@@ -12,10 +12,17 @@ use super::common::{rt, Target};
 /// slots' ranges (two at the wrap) and the doorbell line. Zero copy moves nothing.
 ///
 /// The CPU backend's emulated engine does not read ahead (`CopyEngine::reads_ahead`: its
-/// reads would race with the kernel thread's stores), so there a pull that finds replies
+/// reads would race with the kernel thread's stores), nor does OpenCL on a CPU device
+/// (PoCL's copies are a driver thread's `memcpy`), so there a pull that finds replies
 /// waits for the kernel's line, then for the slots: twice.
 pub fn copies_wait_once_per_push_and_pull(b: Target) {
-    let reads_ahead = !matches!(b.backend, Backend::Cpu);
+    let reads_ahead = match b.backend {
+        Backend::Cpu => false,
+        #[cfg(feature = "opencl")]
+        Backend::OpenCl { platform, device } => gyre_opencl::probe::select(platform, device)
+            .is_ok_and(|(_, d)| d.kind != gyre_opencl::DeviceKind::Cpu),
+        _ => true,
+    };
     let k = rt(b)
         .launch(KernelSpec::<u32, u32>::echo().capacity(64).batch_size(16))
         .unwrap();

@@ -341,8 +341,10 @@ pub fn check_strategy(strategy: TransferStrategy, probe: &PlatformProbe) -> Resu
             return Err(Error::InvalidArgument {
                 name: "transfer_strategy",
                 value: strategy.to_string(),
-                reason: "the device cannot map host memory (CAN_MAP_HOST_MEMORY is 0), so \
-                         rings cannot be shared zero copy; choose sync, async or dma-polling",
+                reason: "the device cannot map host memory (CUDA: CAN_MAP_HOST_MEMORY is 0; \
+                         OpenCL: no fine-grained SVM with atomics, or GYRE_OPENCL_SVM=off), \
+                         so rings cannot be shared zero copy; choose sync, async or \
+                         dma-polling",
             });
         }
     }

@@ -1,34 +1,42 @@
 //! [`OpenClBackend`]: gyre's `Backend` on an OpenCL device.
 //!
-//! The shared region lives in fine-grained SVM with atomics ([`SvmRegion`], zero copy). A
-//! launch builds the ring kernel with the built-in handler for the device (once per
-//! process and handler: programs are cached with the device), makes an in-order queue of
-//! its own, enqueues ONE work-group and flushes the queue, so the kernel starts while the
-//! host polls. The launch contract is at the top of `cuda/ring_kernel.cl`.
+//! Two placements of a kernel's rings:
 //!
-//! A persistent work-group holds a compute unit until it returns, and OpenCL promises no
-//! forward progress to a group that is not resident: PoCL runs as many groups at once as
-//! it has worker threads (one per core). So a device runs at most as many ring kernels
-//! from this process as it has compute units; one more is [`Error::DeviceFull`], not a
-//! kernel that never starts.
+//! * **zero copy** (`Unified`): the shared region lives in fine-grained SVM with atomics
+//!   ([`SvmRegion`]), which host and kernel address in place;
+//! * **device buffers** (`Sync`, `Async`, `DmaPolling`): the region is an OpenCL buffer that
+//!   the bridge keeps in step with the host's mirror by copies ([`ClCopyEngine`]): every
+//!   device that runs the ring kernel at all, also one without fine-grained SVM (NVIDIA's,
+//!   many AMD and Intel GPUs: coarse-grained SVM only), or with zero copy turned off
+//!   ([`crate::probe::ENV_SVM`]).
+//!
+//! A launch builds the ring kernel with the handler for the device (once per process and
+//! handler: programs are cached with the device), makes an in-order queue of its own,
+//! enqueues ONE work-group and flushes the queue, so the kernel starts while the host
+//! polls. The launch contract is at the top of `cuda/ring_kernel.cl`. How many kernels a
+//! device runs at once: `kernel.rs` (one compute unit per kernel, and one more for the
+//! copies on a CPU device).
 
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use gyre_core::bridge::CopyEngine;
 use gyre_core::chain::LinkTarget;
 use gyre_core::region::RegionMemory;
+use gyre_core::ring::Geometry;
 use gyre_core::{KernelInstance, LaunchSpec, SharedRegion};
 use opencl3::command_queue::CommandQueue;
 use opencl3::context::Context;
 use opencl3::device::Device;
-use opencl3::event::{Event, CL_COMPLETE};
 use opencl3::kernel::Kernel;
 use opencl3::program::Program;
+use opencl3::types::cl_mem;
 
 use crate::clock;
+use crate::copy::ClCopyEngine;
 use crate::error::{check, Error, Result};
+use crate::kernel::{Occupancy, OpenClKernel, Reservation, Rings, Running};
 use crate::memory::{SvmAllocator, SvmRegion, SvmRegistry};
 use crate::probe::{self, DeviceInfo, DeviceKind};
 use crate::program::{self as prog, BuildOptions, Handler, RING_KERNEL_ENTRY};
@@ -55,9 +63,12 @@ struct DeviceState {
     ctx: Arc<Context>,
     registry: Arc<SvmRegistry>,
     options: BuildOptions,
+    /// Why the rings cannot be shared in place (zero copy), if they cannot: the kernels
+    /// of this device then run over device buffers only.
+    zero_copy_refusal: Option<String>,
     /// Built ring kernels, by handler name and source.
     programs: Mutex<HashMap<(String, String), Arc<Program>>>,
-    running: AtomicUsize,
+    occupancy: Arc<Mutex<Occupancy>>,
 }
 
 /// Every device opened by this process, so runtimes share contexts, clock calibration and
@@ -80,24 +91,27 @@ impl DeviceState {
             if let Some(why) = info.unusable() {
                 return Err(why);
             }
+            probe::check_env()?;
             let ctx = Arc::new(check(
                 "clCreateContext",
                 Context::from_device(&dev),
                 || format!(", device {}", info.name),
             )?);
             let registry = Arc::new(SvmRegistry::default());
-            let scale = clock::calibrate(&ctx, &registry, &info)?;
+            let scale = clock::calibrate(&ctx, &info)?;
             Ok((dev, info, ctx, registry, scale))
         })?;
         let lanes = lanes_for(&info, &dev);
+        let zero_copy_refusal = info.zero_copy_refusal().map(|e| e.to_string());
         let state = Arc::new(Self {
             key: (platform, device),
             options: BuildOptions::new(&info, lanes, scale),
             info,
             ctx,
             registry,
+            zero_copy_refusal,
             programs: Mutex::new(HashMap::new()),
-            running: AtomicUsize::new(0),
+            occupancy: Arc::default(),
         });
         tracing::info!(
             platform,
@@ -107,6 +121,7 @@ impl DeviceState {
             ns_per_tick = scale.ns_per_tick(),
             atomic_scope = state.options.atomic_scope.cl_name(),
             fence_scope = state.options.fence_scope.cl_name(),
+            zero_copy = state.zero_copy_refusal.is_none(),
             "OpenCL device opened"
         );
         all.push(state.clone());
@@ -165,14 +180,18 @@ pub struct OpenClBackend {
 
 impl OpenClBackend {
     /// Opens device `device` of platform `platform` (indices as [`probe()`](fn@crate::probe)
-    /// lists them): checks that it offers fine-grained SVM with atomics and OpenCL C 3.0,
-    /// makes a context and calibrates the device clock (once per process and device).
+    /// lists them): checks that it runs the ring kernel (OpenCL C 3.0, atomics; see
+    /// [`DeviceInfo::unusable`]) and whether it shares rings in place
+    /// ([`DeviceInfo::zero_copy_refusal`]: otherwise its kernels run over device buffers
+    /// and the copy strategies), makes a context and calibrates the device clock (once
+    /// per process and device).
     ///
     /// # Errors
     ///
     /// [`Error::LibraryMissing`], [`Error::NoPlatform`], [`Error::PlatformIndex`],
-    /// [`Error::DeviceIndex`], [`Error::NeedsCopyStrategy`], [`Error::Unsupported`],
-    /// [`Error::Build`] / [`Error::Clock`] (the clock probe), [`Error::Cl`].
+    /// [`Error::DeviceIndex`], [`Error::Unsupported`], [`Error::Env`] (a bad
+    /// `GYRE_OPENCL_SVM`), [`Error::Build`] / [`Error::Clock`] (the clock probe),
+    /// [`Error::Cl`].
     pub fn new(platform: usize, device: usize) -> Result<Self> {
         Ok(Self {
             dev: DeviceState::open(platform, device)?,
@@ -193,6 +212,13 @@ impl OpenClBackend {
     /// The device's facts.
     pub fn device(&self) -> &DeviceInfo {
         &self.dev.info
+    }
+
+    /// Why this device's kernels cannot share rings with the host in place (zero copy),
+    /// if they cannot: they then run over device buffers and the copy strategies only.
+    /// Decided when the device was opened ([`DeviceInfo::zero_copy_refusal`]).
+    pub fn zero_copy_refusal(&self) -> Option<&str> {
+        self.dev.zero_copy_refusal.as_deref()
     }
 
     /// The build options of this device's ring kernels (lanes, scopes, clock rate).
@@ -225,17 +251,19 @@ impl OpenClBackend {
             })
     }
 
+    /// The zero-copy launch: the region and everything the kernel reaches through it are
+    /// SVM of this context.
     fn launch_inner(&self, region: &Arc<SharedRegion>, spec: &LaunchSpec) -> Result<OpenClKernel> {
         let handler = Self::handler_of(spec)?;
+        if let Some(why) = &self.dev.zero_copy_refusal {
+            return Err(self.unsupported(format!("zero copy: {why}")));
+        }
         let base = region.base().as_ptr();
         if !self.dev.registry.contains(base as usize) {
-            return Err(Error::Unsupported {
-                device: self.dev.info.name.clone(),
-                reason: format!(
-                    "the region at {base:p} is not SVM of this device's context \
-                     (allocate it with OpenClBackend::alloc_region)"
-                ),
-            });
+            return Err(self.unsupported(format!(
+                "the region at {base:p} is not SVM of this device's context (allocate it \
+                 with OpenClBackend::alloc_region)"
+            )));
         }
         // A pipeline stage writes into the next stage's region, or reads an entry of a
         // link table: SVM of this context too (the allocation's base is what the registry
@@ -251,40 +279,11 @@ impl OpenClBackend {
             None => (base, base, 0u32, 0u32),
         };
         if link_base != base && !self.dev.registry.contains(link_base as usize) {
-            return Err(Error::Unsupported {
-                device: self.dev.info.name.clone(),
-                reason: format!(
-                    "the pipeline link at {link_base:p} (a region or link tables) is not SVM \
-                     of this device's context"
-                ),
-            });
+            return Err(self.unsupported(format!(
+                "the pipeline link at {link_base:p} (a region or link tables) is not SVM of \
+                 this device's context"
+            )));
         }
-        let program = self.dev.program(handler)?;
-        let kernel = check(
-            "clCreateKernel",
-            Kernel::create(&program, RING_KERNEL_ENTRY),
-            || format!(", {RING_KERNEL_ENTRY} with {}", handler.name()),
-        )?;
-        let queue = check(
-            "clCreateCommandQueueWithProperties",
-            CommandQueue::create_default_with_properties(&self.dev.ctx, 0, 0),
-            || ", in-order, for one ring kernel".into(),
-        )?;
-        // Reserve a compute unit (see the module docs).
-        let cus = self.dev.info.compute_units.max(1) as usize;
-        let running = self.dev.running.fetch_add(1, Ordering::AcqRel);
-        if running >= cus {
-            self.dev.running.fetch_sub(1, Ordering::AcqRel);
-            return Err(Error::DeviceFull {
-                device: self.dev.info.name.clone(),
-                running,
-                compute_units: self.dev.info.compute_units,
-            });
-        }
-        let reservation = Reservation(self.dev.clone());
-        let lanes = [self.dev.options.lanes as usize];
-        // The loan pool (cuda/ring_kernel.cl's launch contract): its bytes and state words
-        // in SVM of this context (`loan_allocator`), or the region twice and a size of 0.
         // The regions a link table names (a fan-out's branches, a join's target) are
         // reached through pointers stored in the table, not kernel arguments: OpenCL
         // requires such SVM buffers to be declared (CL_KERNEL_EXEC_INFO_SVM_PTRS).
@@ -299,14 +298,13 @@ impl OpenClBackend {
             .iter()
             .find(|p| !self.dev.registry.contains(**p as usize))
         {
-            return Err(Error::Unsupported {
-                device: self.dev.info.name.clone(),
-                reason: format!(
-                    "a region at {p:p} that a pipeline link table names is not SVM of this \
-                     device's context"
-                ),
-            });
+            return Err(self.unsupported(format!(
+                "a region at {p:p} that a pipeline link table names is not SVM of this \
+                 device's context"
+            )));
         }
+        // The loan pool (cuda/ring_kernel.cl's launch contract): its bytes and state words
+        // in SVM of this context (`loan_allocator`), or the region twice and a size of 0.
         let loans = spec.loans.as_ref().map(|a| a.view());
         if let Some(v) = loans {
             // The kernel dereferences both, all of them: they must be SVM of this context
@@ -322,77 +320,196 @@ impl OpenClBackend {
                         !usize::try_from(n).is_ok_and(|n| self.dev.registry.holds(p as usize, n))
                     })
             {
-                return Err(Error::Unsupported {
-                    device: self.dev.info.name.clone(),
-                    reason: format!(
-                        "a loan pool at {p:#x} that is not SVM of this device's context, \
-                         or smaller than the pool (allocate it with this backend's \
-                         loan_allocator)"
-                    ),
-                });
+                return Err(self.unsupported(format!(
+                    "a loan pool at {p:#x} that is not SVM of this device's context, or \
+                     smaller than the pool (allocate it with this backend's loan_allocator)"
+                )));
             }
-        }
-        if let Some(a) = &spec.loans {
-            // The ring kernel resolves handles by reading the words only: from now on
-            // host code must not resolve them (whoever launched it).
-            a.serve_on_device();
         }
         let (loan_base, loan_words, loan_bytes, loan_shift) = match loans {
             Some(v) => (v.base as *mut u8, v.words as *mut u8, v.bytes, v.min_shift),
             None => (base, base, 0u64, 0u32),
         };
-        // SAFETY: the ring kernel's arguments are the region, an SVM pointer of this
-        // context (checked above), the loan pool's two SVM pointers (from this backend's
-        // `loan_allocator`) with its size and shift, and a pipeline stage's next region
-        // (SVM of this context, checked above, or the region itself) with its link flags
-        // and message type; the exec info lists `indirect.len()` SVM pointers of this
-        // context (checked above) read from a live Vec; the regions
-        // and the pool outlive the kernel (OpenClKernel keeps their Arcs and leaks them if
-        // the kernel never finishes). One group: global == local.
+        let reservation = self.reserve(false)?;
+        if let Some(a) = &spec.loans {
+            // The ring kernel resolves handles by reading the words only: from now on
+            // host code must not resolve them (whoever launched it).
+            a.serve_on_device();
+        }
+        let args = Args {
+            region: Ptr::Svm(base.cast()),
+            loan_base: Ptr::Svm(loan_base.cast()),
+            loan_words: Ptr::Svm(loan_words.cast()),
+            loan_bytes,
+            loan_shift,
+            next: Ptr::Svm(next.cast()),
+            link_flags,
+            next_type,
+            indirect,
+        };
+        // SAFETY: every pointer was checked above to be SVM of this context (the region,
+        // the loan pool from `loan_allocator`, a stage's next region, the regions a link
+        // table names); they outlive the kernel: `Running` keeps their Arcs and is leaked
+        // if the kernel never finishes.
+        let (event, queue, kernel) = unsafe { self.enqueue(handler, &args)? };
+        Ok(OpenClKernel {
+            device: self.dev.info.name.clone(),
+            state: Mutex::new(Some(Running {
+                event,
+                _queue: queue,
+                _kernel: kernel,
+                _rings: Rings::Shared(region.clone()),
+                _loans: spec.loans.clone(),
+                _link: spec.link.clone(),
+                _reservation: reservation,
+            })),
+        })
+    }
+
+    /// The launch over device buffers (a copy strategy): the region is `engine`'s buffer.
+    fn launch_resident_inner(
+        &self,
+        engine: &Arc<dyn CopyEngine>,
+        spec: &LaunchSpec,
+    ) -> Result<OpenClKernel> {
+        let handler = Self::handler_of(spec)?;
+        let Some(mem) = engine
+            .as_any()
+            .downcast_ref::<ClCopyEngine>()
+            .map(ClCopyEngine::mem)
+        else {
+            return Err(self.unsupported(format!(
+                "device memory from the '{}' copy engine: not allocated by this OpenCL \
+                 backend (alloc_resident)",
+                engine.name()
+            )));
+        };
+        if spec.loans.is_some() {
+            return Err(self.unsupported(
+                "a loan kernel over device buffers: on OpenCL a loan pool's state words \
+                 need fine-grained SVM, which the kernel reads in place (use unified)"
+                    .into(),
+            ));
+        }
+        if spec.link.is_some() {
+            return Err(self.unsupported(
+                "a pipeline stage over device buffers: stages hand replies on in shared \
+                 memory (use unified)"
+                    .into(),
+            ));
+        }
+        let reservation = self.reserve(true)?;
+        // Not chained and without loans: the region stands for the loan pool and the
+        // next stage (cuda/ring_kernel.cl's launch contract).
+        let args = Args {
+            region: Ptr::Mem(mem),
+            loan_base: Ptr::Mem(mem),
+            loan_words: Ptr::Mem(mem),
+            loan_bytes: 0,
+            loan_shift: 0,
+            next: Ptr::Mem(mem),
+            link_flags: 0,
+            next_type: 0,
+            indirect: Vec::new(),
+        };
+        // SAFETY: `mem` is a live buffer of this context (the engine downcast above),
+        // kept until the kernel has finished (`Rings::Resident`, leaked if it never does).
+        let (event, queue, kernel) = unsafe { self.enqueue(handler, &args)? };
+        Ok(OpenClKernel {
+            device: self.dev.info.name.clone(),
+            state: Mutex::new(Some(Running {
+                event,
+                _queue: queue,
+                _kernel: kernel,
+                _rings: Rings::Resident(engine.clone()),
+                _loans: None,
+                _link: None,
+                _reservation: reservation,
+            })),
+        })
+    }
+
+    fn unsupported(&self, reason: String) -> Error {
+        Error::Unsupported {
+            device: self.dev.info.name.clone(),
+            reason,
+        }
+    }
+
+    /// A compute unit for one more ring kernel (`kernel.rs`).
+    fn reserve(&self, copying: bool) -> Result<Reservation> {
+        Reservation::take(
+            &self.dev.occupancy,
+            &self.dev.info.name,
+            self.dev.info.compute_units,
+            self.dev.info.kind == DeviceKind::Cpu,
+            copying,
+        )
+    }
+
+    /// Builds (or finds) the ring kernel with `handler`, sets `args`, enqueues one
+    /// work-group on a queue of its own and flushes it.
+    ///
+    /// # Safety
+    ///
+    /// Every pointer of `args` is memory of this device's context that the kernel may
+    /// read and write (SVM or a buffer) and that outlives the kernel.
+    unsafe fn enqueue(
+        &self,
+        handler: Handler<'_>,
+        args: &Args,
+    ) -> Result<(opencl3::event::Event, CommandQueue, Kernel)> {
+        let program = self.dev.program(handler)?;
+        let kernel = check(
+            "clCreateKernel",
+            Kernel::create(&program, RING_KERNEL_ENTRY),
+            || format!(", {RING_KERNEL_ENTRY} with {}", handler.name()),
+        )?;
+        let queue = check(
+            "clCreateCommandQueueWithProperties",
+            CommandQueue::create_default_with_properties(&self.dev.ctx, 0, 0),
+            || ", in-order, for one ring kernel".into(),
+        )?;
+        let lanes = [self.dev.options.lanes as usize];
+        // SAFETY: the caller's contract for the pointers; the scalars are plain values of
+        // the kernel's parameter types (ulong, uint); the exec info lists
+        // `indirect.len()` SVM pointers read from a live Vec. One group: global == local.
         let event = unsafe {
+            args.region.set(&kernel, 0, "the shared region")?;
+            args.loan_base.set(&kernel, 1, "the loan pool")?;
+            args.loan_words
+                .set(&kernel, 2, "the loan pool's state words")?;
             check(
-                "clSetKernelArgSVMPointer",
-                kernel.set_arg_svm_pointer(0, base.cast()),
-                || ", the shared region".into(),
+                "clSetKernelArg",
+                kernel.set_arg(3, &args.loan_bytes),
+                || ", the loan pool's size".into(),
             )?;
             check(
-                "clSetKernelArgSVMPointer",
-                kernel.set_arg_svm_pointer(1, loan_base.cast()),
-                || ", the loan pool".into(),
+                "clSetKernelArg",
+                kernel.set_arg(4, &args.loan_shift),
+                || ", the loan pool's block shift".into(),
             )?;
+            args.next
+                .set(&kernel, 5, "the next pipeline stage's region")?;
             check(
-                "clSetKernelArgSVMPointer",
-                kernel.set_arg_svm_pointer(2, loan_words.cast()),
-                || ", the loan pool's state words".into(),
+                "clSetKernelArg",
+                kernel.set_arg(6, &args.link_flags),
+                || ", the pipeline link's flags".into(),
             )?;
-            check("clSetKernelArg", kernel.set_arg(3, &loan_bytes), || {
-                ", the loan pool's size".into()
-            })?;
-            check("clSetKernelArg", kernel.set_arg(4, &loan_shift), || {
-                ", the loan pool's block shift".into()
-            })?;
-            check(
-                "clSetKernelArgSVMPointer",
-                kernel.set_arg_svm_pointer(5, next.cast()),
-                || ", the next pipeline stage's region".into(),
-            )?;
-            check("clSetKernelArg", kernel.set_arg(6, &link_flags), || {
-                ", the pipeline link's flags".into()
-            })?;
-            check("clSetKernelArg", kernel.set_arg(7, &next_type), || {
+            check("clSetKernelArg", kernel.set_arg(7, &args.next_type), || {
                 ", the next pipeline stage's message type".into()
             })?;
-            if !indirect.is_empty() {
+            if !args.indirect.is_empty() {
                 check(
                     "clSetKernelExecInfo",
                     opencl3::kernel::set_kernel_exec_info(
                         kernel.get(),
                         opencl3::kernel::CL_KERNEL_EXEC_INFO_SVM_PTRS,
-                        core::mem::size_of_val(indirect.as_slice()),
-                        indirect.as_ptr().cast::<c_void>(),
+                        core::mem::size_of_val(args.indirect.as_slice()),
+                        args.indirect.as_ptr().cast::<c_void>(),
                     )
                     .map_err(opencl3::error_codes::ClError),
-                    || format!(", the {} regions a link table names", indirect.len()),
+                    || format!(", the {} regions a link table names", args.indirect.len()),
                 )?;
             }
             check(
@@ -412,19 +529,52 @@ impl OpenClBackend {
         check("clFlush", queue.flush(), || {
             ", the ring kernel's queue".into()
         })?;
-        Ok(OpenClKernel {
-            device: self.dev.info.name.clone(),
-            state: Mutex::new(Some(Running {
-                event,
-                _queue: queue,
-                _kernel: kernel,
-                _region: region.clone(),
-                _loans: spec.loans.clone(),
-                _link: spec.link.clone(),
-                _reservation: reservation,
-            })),
-        })
+        Ok((event, queue, kernel))
     }
+}
+
+/// A pointer argument of the ring kernel: SVM, or a buffer.
+#[derive(Clone, Copy)]
+enum Ptr {
+    Svm(*const c_void),
+    Mem(cl_mem),
+}
+
+impl Ptr {
+    /// Sets kernel argument `index` (`what` names it in the error).
+    ///
+    /// # Safety
+    ///
+    /// As [`OpenClBackend::enqueue`]'s: memory of the kernel's context.
+    unsafe fn set(self, kernel: &Kernel, index: u32, what: &'static str) -> Result<()> {
+        // SAFETY: the caller's contract; a buffer argument is the cl_mem handle by value.
+        unsafe {
+            match self {
+                Ptr::Svm(p) => check(
+                    "clSetKernelArgSVMPointer",
+                    kernel.set_arg_svm_pointer(index, p),
+                    || format!(", {what}"),
+                ),
+                Ptr::Mem(m) => check("clSetKernelArg", kernel.set_arg(index, &m), || {
+                    format!(", {what} (a buffer)")
+                }),
+            }
+        }
+    }
+}
+
+/// The ring kernel's arguments (`cuda/ring_kernel.cl`'s launch contract).
+struct Args {
+    region: Ptr,
+    loan_base: Ptr,
+    loan_words: Ptr,
+    loan_bytes: u64,
+    loan_shift: u32,
+    next: Ptr,
+    link_flags: u32,
+    next_type: u32,
+    /// SVM pointers the kernel reaches through a link table.
+    indirect: Vec<*mut c_void>,
 }
 
 fn to_core(kernel: &str, e: Error) -> gyre_core::Error {
@@ -442,17 +592,69 @@ impl gyre_core::Backend for OpenClBackend {
 
     /// Fine-grained SVM with atomics ([`SvmAllocator`]): the kernel reads loaned bytes in
     /// place and its compare-and-swaps of the state words are atomic with the host's.
+    /// Refused on a device without zero copy.
     fn loan_allocator(&self) -> gyre_core::Result<Arc<dyn gyre_core::memory::RawAllocator>> {
+        if let Some(why) = &self.dev.zero_copy_refusal {
+            return Err(gyre_core::Error::StrategyUnsupported {
+                backend: "opencl",
+                strategy: "a loan pool",
+                reason: format!(
+                    "its state words need fine-grained SVM with atomics, which the kernel \
+                     reads in place: {why}"
+                ),
+            });
+        }
         Ok(Arc::new(SvmAllocator::new(
             &self.dev.ctx,
             &self.dev.registry,
         )))
     }
 
+    /// Fine-grained SVM with atomics ([`SvmRegion`]) where zero copy works. On a device
+    /// without it, host memory: the host's mirror under a copy strategy (the only
+    /// strategy such a device runs; a zero-copy launch over it is refused).
     fn alloc_region(&self, bytes: usize) -> gyre_core::Result<Box<dyn RegionMemory>> {
+        if self.dev.zero_copy_refusal.is_some() {
+            return Ok(Box::new(gyre_core::region::HostMemory::zeroed(bytes)?));
+        }
         let mem = SvmRegion::zeroed(&self.dev.ctx, &self.dev.registry, bytes)
             .map_err(|e| to_core("(shared region)", e))?;
         Ok(Box::new(mem))
+    }
+
+    /// An OpenCL buffer of the region's size behind a [`ClCopyEngine`] (zeroed, with an
+    /// in-order copy queue of its own), for every device the ring kernel runs on.
+    fn alloc_resident(
+        &self,
+        g: &Geometry,
+        _host_timeout_ms: u32,
+    ) -> gyre_core::Result<Arc<dyn CopyEngine>> {
+        let engine = ClCopyEngine::new(
+            &self.dev.ctx,
+            &self.dev.info.name,
+            self.dev.info.kind != DeviceKind::Cpu,
+            SharedRegion::bytes_for(g),
+        )
+        .map_err(|e| to_core("(device-resident region)", e))?;
+        Ok(Arc::new(engine))
+    }
+
+    fn launch_resident(
+        &self,
+        mem: Arc<dyn CopyEngine>,
+        spec: &LaunchSpec,
+    ) -> gyre_core::Result<Box<dyn KernelInstance>> {
+        spec.idle.validate()?;
+        let k = self
+            .launch_resident_inner(&mem, spec)
+            .map_err(|e| to_core(&spec.name, e))?;
+        tracing::info!(
+            kernel = %spec.name,
+            device = %self.dev.info.name,
+            lanes = self.dev.options.lanes,
+            "OpenCL ring kernel launched over device buffers"
+        );
+        Ok(Box::new(k))
     }
 
     /// Its kernels address only its fine-grained SVM allocated with `CL_MEM_SVM_ATOMICS`.
@@ -462,6 +664,9 @@ impl gyre_core::Backend for OpenClBackend {
     /// is a store, a fence, then a scan of the other producers' slots).
     fn host_atomics(&self) -> bool {
         let i = &self.dev.info;
+        if self.dev.zero_copy_refusal.is_some() {
+            return false;
+        }
         i.kind == crate::DeviceKind::Cpu
             || (i.atomic_scope == crate::Scope::AllSvmDevices
                 && i.fence_scope == crate::Scope::AllSvmDevices)
@@ -471,7 +676,9 @@ impl gyre_core::Backend for OpenClBackend {
     /// of this device's context; otherwise refused (host memory of another backend, SVM
     /// of another context).
     fn device_address(&self, host: core::ptr::NonNull<u8>) -> gyre_core::Result<u64> {
-        if self.dev.registry.contains(host.as_ptr() as usize) {
+        if self.dev.zero_copy_refusal.is_none()
+            && self.dev.registry.contains(host.as_ptr() as usize)
+        {
             return Ok(host.as_ptr() as u64);
         }
         Err(to_core(
@@ -512,102 +719,5 @@ impl gyre_core::Backend for OpenClBackend {
             "OpenCL ring kernel launched"
         );
         Ok(Box::new(k))
-    }
-}
-
-/// A compute unit held by a running ring kernel; released on drop.
-#[derive(Debug)]
-struct Reservation(Arc<DeviceState>);
-
-impl Drop for Reservation {
-    fn drop(&mut self) {
-        self.0.running.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-/// Everything a running kernel needs kept alive (dropped in this order once it is over).
-struct Running {
-    event: Event,
-    _queue: CommandQueue,
-    _kernel: Kernel,
-    _region: Arc<SharedRegion>,
-    _loans: Option<Arc<gyre_core::loan::LoanArena>>,
-    /// A pipeline stage's link: the next stage's region, which the kernel writes.
-    _link: Option<gyre_core::chain::StageLink>,
-    _reservation: Reservation,
-}
-
-/// A ring kernel running on an OpenCL device.
-struct OpenClKernel {
-    device: String,
-    /// `None` once joined.
-    state: Mutex<Option<Running>>,
-}
-
-/// The execution status of the kernel command: `CL_COMPLETE` (0), a state (> 0) or an
-/// error (< 0).
-fn status(event: &Event) -> i32 {
-    match event.command_execution_status() {
-        Ok(s) => s.0,
-        Err(e) => e.0,
-    }
-}
-
-impl KernelInstance for OpenClKernel {
-    fn is_finished(&self) -> bool {
-        let g = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        match g.as_ref() {
-            None => true,
-            // Complete, or failed: `join` reports which.
-            Some(r) => status(&r.event) <= CL_COMPLETE,
-        }
-    }
-
-    fn join(&self) -> gyre_core::Result<()> {
-        let mut g = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(r) = g.as_ref() else {
-            return Ok(());
-        };
-        let waited = check("clWaitForEvents", r.event.wait(), || {
-            format!(", the ring kernel on {}", self.device)
-        });
-        let st = status(&r.event);
-        // The command is over (or the queue is broken): release everything.
-        *g = None;
-        waited.map_err(|e| to_core("(join)", e))?;
-        if st < CL_COMPLETE {
-            return Err(to_core(
-                "(join)",
-                crate::error::cl_error(
-                    "the ring kernel command",
-                    st,
-                    format!(", on {}", self.device),
-                ),
-            ));
-        }
-        Ok(())
-    }
-}
-
-impl Drop for OpenClKernel {
-    fn drop(&mut self) {
-        let state = match self.state.get_mut() {
-            Ok(s) => s.take(),
-            Err(p) => p.into_inner().take(),
-        };
-        if let Some(r) = state {
-            if status(&r.event) <= CL_COMPLETE {
-                drop(r);
-            } else {
-                // Freeing the region under a running kernel would let it write freed
-                // memory: leak the region, queue and kernel (and keep the compute unit
-                // reserved: the group still occupies it).
-                tracing::error!(
-                    device = %self.device,
-                    "OpenCL ring kernel dropped while running: leaking its region and queue"
-                );
-                std::mem::forget(r);
-            }
-        }
     }
 }

@@ -11,34 +11,33 @@ use opencl3::command_queue::CommandQueue;
 use opencl3::context::Context;
 use opencl3::kernel::Kernel;
 
+use opencl3::memory::{Buffer, ClMem, CL_MEM_READ_WRITE};
+use opencl3::types::CL_BLOCKING;
+
 use crate::error::{check, Error, Result};
-use crate::memory::{SvmRegion, SvmRegistry};
 use crate::probe::DeviceInfo;
-use crate::program::{self, CLOCK_PROBE_ENTRY, CL_STD};
+use crate::program::{self, CLOCK_PROBE_ENTRY};
 pub use crate::scale::ClockScale;
 
 /// Host time between the two probe readings.
 const CALIBRATION_GAP: Duration = Duration::from_millis(20);
 
 /// One reading of the device counter: (ticks, host time at the middle of the command).
+/// `out` is a buffer (any device has those, SVM or not), read back by a blocking read.
 fn read_ticks(
     queue: &CommandQueue,
     kernel: &Kernel,
-    out: &SvmRegion,
+    out: &Buffer<u8>,
     t0: Instant,
 ) -> Result<(u64, f64)> {
-    use gyre_core::region::RegionMemory as _;
-    let p = out.base().as_ptr().cast::<u64>();
     let global = [1usize];
     let before = t0.elapsed().as_nanos() as f64;
-    // SAFETY: the probe kernel's one argument is an SVM pointer to `out`, which outlives
-    // the command (finish below waits for it); one work-item.
+    // SAFETY: the probe kernel's one argument is the buffer `out` (by handle), which
+    // outlives the command (finish below waits for it); one work-item.
     let event = unsafe {
-        check(
-            "clSetKernelArgSVMPointer",
-            kernel.set_arg_svm_pointer(0, p.cast()),
-            || ", clock probe".into(),
-        )?;
+        check("clSetKernelArg", kernel.set_arg(0, &out.get()), || {
+            ", clock probe".into()
+        })?;
         check(
             "clEnqueueNDRangeKernel",
             queue.enqueue_nd_range_kernel(
@@ -55,19 +54,33 @@ fn read_ticks(
     check("clFinish", queue.finish(), || ", clock probe".into())?;
     drop(event);
     let after = t0.elapsed().as_nanos() as f64;
-    // SAFETY: the kernel finished (clFinish) and wrote the first 8 bytes of `out`, a
-    // fine-grained SVM buffer the host reads directly.
-    let ticks = unsafe { std::ptr::read_volatile(p) };
-    Ok((ticks, (before + after) / 2.0))
+    let mut ticks = [0u8; 8];
+    // SAFETY: a blocking read of the first 8 bytes of `out` (8 or more bytes long) into a
+    // live local array, after the kernel finished.
+    unsafe {
+        check(
+            "clEnqueueReadBuffer",
+            opencl3::command_queue::enqueue_read_buffer(
+                queue.get(),
+                out.get(),
+                CL_BLOCKING,
+                0,
+                ticks.len(),
+                ticks.as_mut_ptr().cast(),
+                0,
+                std::ptr::null(),
+            )
+            .map(|e| drop(opencl3::event::Event::new(e)))
+            .map_err(opencl3::error_codes::ClError),
+            || ", the clock probe's reading".into(),
+        )?;
+    }
+    Ok((u64::from_ne_bytes(ticks), (before + after) / 2.0))
 }
 
 /// Measures the device clock's rate: builds the probe kernel, reads the counter twice
 /// [`CALIBRATION_GAP`] apart and divides by the host time between the readings.
-pub(crate) fn calibrate(
-    ctx: &Arc<Context>,
-    registry: &Arc<SvmRegistry>,
-    info: &DeviceInfo,
-) -> Result<ClockScale> {
+pub(crate) fn calibrate(ctx: &Arc<Context>, info: &DeviceInfo) -> Result<ClockScale> {
     let fail = |reason: String| Error::Clock {
         device: info.name.clone(),
         reason,
@@ -77,7 +90,7 @@ pub(crate) fn calibrate(
         info,
         "clock_probe.cl",
         &program::clock_probe_source(),
-        CL_STD,
+        &program::language_options(info.legacy_atomics(), info.nv_globaltimer()),
     )?;
     let kernel = check(
         "clCreateKernel",
@@ -89,7 +102,12 @@ pub(crate) fn calibrate(
         CommandQueue::create_default_with_properties(ctx, 0, 0),
         || ", in-order, for the clock probe".into(),
     )?;
-    let out = SvmRegion::zeroed(ctx, registry, 128)?;
+    // SAFETY: a valid context, no host pointer.
+    let out = check(
+        "clCreateBuffer",
+        unsafe { Buffer::<u8>::create(ctx, CL_MEM_READ_WRITE, 128, std::ptr::null_mut()) },
+        || ", 128 bytes for the clock probe".into(),
+    )?;
     let t0 = Instant::now();
     // A first run warms the kernel up (PoCL finishes compiling on first launch).
     read_ticks(&queue, &kernel, &out, t0)?;

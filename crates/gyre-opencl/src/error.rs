@@ -53,19 +53,29 @@ pub enum Error {
         /// What it was asked for (sizes), starting with `", "`, or empty.
         detail: String,
     },
-    /// The device cannot hold the shared region in fine-grained SVM with atomics, the
-    /// zero-copy placement this backend implements.
+    /// The device cannot share the rings with the kernel in place (zero copy, the
+    /// `Unified` strategy): its kernels run over device buffers and the bridge's copy
+    /// strategies instead. Returned where zero copy was asked for.
     #[error(
-        "OpenCL device {device} has no {missing}: the rings need fine-grained SVM buffers \
-         with atomics for the zero-copy (Unified) placement; this device needs the \
-         bridge's copy strategies (buffers plus explicit copies), which the OpenCL backend \
-         does not implement yet"
+        "OpenCL device {device} cannot share rings with its kernels (zero copy, the unified \
+         strategy): no {missing}; use a copy strategy (sync, async, dma-polling), which \
+         keeps the rings in device buffers"
     )]
     NeedsCopyStrategy {
         /// The device's name.
         device: String,
-        /// What it lacks (`fine-grained buffer SVM`, `SVM atomics`).
+        /// What it lacks (`fine-grained buffer SVM`, `SVM atomics`, ...).
         missing: &'static str,
+    },
+    /// An environment variable has a value this backend does not understand.
+    #[error("{name}={value:?}: expected {expected}")]
+    Env {
+        /// The variable (`GYRE_OPENCL_SVM`).
+        name: &'static str,
+        /// Its value.
+        value: String,
+        /// What it may be.
+        expected: &'static str,
     },
     /// The device lacks something else the ring kernel needs.
     #[error("OpenCL device {device} cannot run gyre's ring kernel: {reason}")]

@@ -11,8 +11,9 @@
 //!
 //! Layers, as in gyre-cuda: opencl3's checked calls and RAII handles, wrapped with
 //! [`error::Error::Cl`] naming the call, the OpenCL error and the sizes, then gyre's own
-//! types: [`probe`](mod@probe) (platforms, devices, SVM and atomic capabilities), [`clock`] (the
-//! device clock's rate), [`memory`] ([`SvmRegion`], fine-grained SVM with atomics),
+//! types: [`probe`](mod@probe) (platforms, devices, SVM and atomic capabilities), [`clock`]
+//! (the device clock's rate), [`memory`] ([`SvmRegion`], fine-grained SVM with atomics:
+//! zero copy), [`copy`] ([`ClCopyEngine`]: a device buffer for the copy strategies),
 //! [`program`] (sources and build options) and [`backend`] (`gyre_core::Backend`).
 //!
 //! On PoCL (Debian's CPU OpenCL) this runs in CI; what that does and does not prove about
@@ -20,7 +21,9 @@
 
 pub mod backend;
 pub mod clock;
+pub mod copy;
 pub mod error;
+mod kernel;
 pub mod memory;
 pub mod phase_check;
 pub mod probe;
@@ -29,6 +32,7 @@ mod scale;
 
 pub use backend::OpenClBackend;
 pub use clock::ClockScale;
+pub use copy::ClCopyEngine;
 pub use error::{Error, Result};
 pub use memory::{SvmAllocator, SvmRegion};
 pub use probe::{probe, DeviceInfo, DeviceKind, PlatformInfo, Scope, SvmCaps};

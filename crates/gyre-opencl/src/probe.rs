@@ -164,12 +164,101 @@ pub struct DeviceInfo {
     pub acq_rel: bool,
     /// `CL_DEVICE_COMPILER_AVAILABLE`.
     pub compiler: bool,
+    /// `CL_DEVICE_VENDOR` (`NVIDIA Corporation`).
+    pub vendor: String,
+    /// Whether `CL_DEVICE_EXTENSIONS` include `cl_khr_int64_base_atomics` (the 64-bit
+    /// compare-and-swap of the OpenCL C 1.2 form of the port).
+    pub int64_atomics: bool,
+}
+
+/// Environment variable: `off` keeps every kernel's rings in device buffers moved by the
+/// bridge's copy strategies, even on a device whose SVM would allow zero copy (the path a
+/// device without fine-grained SVM takes, on any device); `auto` (the default, also when
+/// unset or empty) uses zero copy where the device allows it. Read when a device is
+/// opened, once per process.
+pub const ENV_SVM: &str = "GYRE_OPENCL_SVM";
+
+/// Whether [`ENV_SVM`] allows zero copy: `Ok(true)` for `auto` (or unset, or empty),
+/// `Ok(false)` for `off`.
+///
+/// # Errors
+///
+/// [`Error::Env`] for any other value.
+pub fn svm_allowed() -> Result<bool> {
+    match std::env::var(ENV_SVM) {
+        Err(_) => Ok(true),
+        Ok(v) => match v.trim().to_ascii_lowercase().as_str() {
+            "" | "auto" => Ok(true),
+            "off" => Ok(false),
+            _ => Err(Error::Env {
+                name: ENV_SVM,
+                value: v,
+                expected: "auto or off",
+            }),
+        },
+    }
+}
+
+/// Environment variable: `legacy` builds the ring kernel with OpenCL C 1.2 atomics
+/// (`port_opencl.h`, `GYRE_CL_LEGACY_ATOMICS`) on every device, as on a device without
+/// OpenCL C 2.0 acquire/release atomics at device scope (NVIDIA's), which implies the copy
+/// strategies; `auto` (the default, also when unset or empty) uses them only there. Read
+/// when a device is opened, once per process.
+pub const ENV_ATOMICS: &str = "GYRE_OPENCL_ATOMICS";
+
+/// Whether [`ENV_ATOMICS`] forces the OpenCL C 1.2 atomics: `Ok(false)` for `auto` (or
+/// unset, or empty), `Ok(true)` for `legacy`.
+///
+/// # Errors
+///
+/// [`Error::Env`] for any other value.
+pub fn legacy_atomics_forced() -> Result<bool> {
+    match std::env::var(ENV_ATOMICS) {
+        Err(_) => Ok(false),
+        Ok(v) => match v.trim().to_ascii_lowercase().as_str() {
+            "" | "auto" => Ok(false),
+            "legacy" => Ok(true),
+            _ => Err(Error::Env {
+                name: ENV_ATOMICS,
+                value: v,
+                expected: "auto or legacy",
+            }),
+        },
+    }
+}
+
+/// Both environment variables of this backend ([`ENV_SVM`], [`ENV_ATOMICS`]) are valid.
+///
+/// # Errors
+///
+/// [`Error::Env`] naming the first that is not.
+pub fn check_env() -> Result<()> {
+    svm_allowed()?;
+    legacy_atomics_forced().map(|_| ())
 }
 
 impl DeviceInfo {
-    /// Why the ring kernel cannot run on this device with the zero-copy placement, if it
-    /// cannot. A CPU device is accepted with device-scope fences (its "device" is the
-    /// host's own coherent cores); another device needs all-SVM-devices atomics.
+    /// Whether the ring kernel is built with OpenCL C 1.2 atomics here: the device has no
+    /// OpenCL C 3.0 with acquire/release atomics at device scope or wider (NVIDIA's
+    /// OpenCL 3.0 reports relaxed, work-group-scope atomics only), or [`ENV_ATOMICS`] is
+    /// `legacy`. Such a kernel runs over buffers and the copy strategies only.
+    pub fn legacy_atomics(&self) -> bool {
+        legacy_atomics_forced().unwrap_or(false)
+            || !self.opencl_c_3
+            || !self.acq_rel
+            || self.atomic_scope == Scope::None
+            || self.fence_scope == Scope::None
+    }
+
+    /// Whether the device clock is NVIDIA's `%globaltimer` (read through inline PTX).
+    pub fn nv_globaltimer(&self) -> bool {
+        self.kind == DeviceKind::Gpu && self.vendor.to_ascii_lowercase().contains("nvidia")
+    }
+
+    /// Why the ring kernel cannot run on this device at all, if it cannot: no compiler, or
+    /// neither OpenCL C 2.0 acquire/release atomics at device scope nor the 64-bit atomics
+    /// of the OpenCL C 1.2 form. A device that runs it without zero copy runs it over
+    /// buffers and the copy strategies ([`DeviceInfo::zero_copy_refusal`]).
     ///
     /// # Examples
     ///
@@ -182,30 +271,13 @@ impl DeviceInfo {
     /// # Ok::<(), gyre_opencl::Error>(())
     /// ```
     pub fn unusable(&self) -> Option<Error> {
-        if !self.svm.fine_grain_buffer {
-            return Some(Error::NeedsCopyStrategy {
-                device: self.name.clone(),
-                missing: "fine-grained buffer SVM",
-            });
-        }
-        if !self.svm.atomics {
-            return Some(Error::NeedsCopyStrategy {
-                device: self.name.clone(),
-                missing: "SVM atomics",
-            });
-        }
-        let reason = if !self.opencl_c_3 {
-            Some("no OpenCL C 3.0 compiler (CL_DEVICE_OPENCL_C_ALL_VERSIONS)".to_owned())
-        } else if !self.compiler {
+        let reason = if !self.compiler {
             Some("no compiler (CL_DEVICE_COMPILER_AVAILABLE is false)".to_owned())
-        } else if !self.acq_rel {
-            Some("no acquire/release atomics (CL_DEVICE_ATOMIC_MEMORY_CAPABILITIES)".to_owned())
-        } else if self.atomic_scope == Scope::None || self.fence_scope == Scope::None {
-            Some("atomics or fences limited to work-group scope".to_owned())
-        } else if self.kind != DeviceKind::Cpu && self.atomic_scope != Scope::AllSvmDevices {
+        } else if self.legacy_atomics() && !self.int64_atomics {
             Some(
-                "no all-SVM-devices atomic scope: the host would not be ordered with the \
-                 kernel's atomics (the copy strategies are needed)"
+                "neither OpenCL C 3.0 acquire/release atomics at device scope \
+                 (CL_DEVICE_ATOMIC_MEMORY_CAPABILITIES) nor cl_khr_int64_base_atomics \
+                 for the OpenCL C 1.2 form"
                     .to_owned(),
             )
         } else {
@@ -214,6 +286,51 @@ impl DeviceInfo {
         reason.map(|reason| Error::Unsupported {
             device: self.name.clone(),
             reason,
+        })
+    }
+
+    /// Why the rings cannot be shared with the kernel in place (zero copy, the `Unified`
+    /// strategy) on this device, if they cannot; the kernel then runs over device buffers
+    /// and the bridge's copy strategies. Zero copy needs fine-grained buffer SVM with
+    /// atomics and, on a device other than a CPU (whose "device" is the host's own
+    /// coherent cores), the all-SVM-devices atomic scope; and [`ENV_SVM`] not `off`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// for p in gyre_opencl::probe()? {
+    ///     for d in &p.devices {
+    ///         match d.zero_copy_refusal() {
+    ///             None => println!("{}: zero copy", d.name),
+    ///             Some(why) => println!("{}: copy strategies ({why})", d.name),
+    ///         }
+    ///     }
+    /// }
+    /// # Ok::<(), gyre_opencl::Error>(())
+    /// ```
+    pub fn zero_copy_refusal(&self) -> Option<Error> {
+        if let Err(e) = check_env() {
+            return Some(e);
+        }
+        let missing = match svm_allowed() {
+            Err(e) => return Some(e),
+            Ok(false) => "SVM use (GYRE_OPENCL_SVM=off)",
+            Ok(true) if self.legacy_atomics() => {
+                "OpenCL C 2.0 acquire/release atomics at device scope (built with OpenCL C 1.2 \
+                 atomics, which order nothing with the host)"
+            }
+            Ok(true) if !self.svm.fine_grain_buffer => "fine-grained buffer SVM",
+            Ok(true) if !self.svm.atomics => "SVM atomics",
+            Ok(true)
+                if self.kind != DeviceKind::Cpu && self.atomic_scope != Scope::AllSvmDevices =>
+            {
+                "all-SVM-devices atomic scope (the host would not be ordered with the kernel's atomics)"
+            }
+            Ok(true) => return None,
+        };
+        Some(Error::NeedsCopyStrategy {
+            device: self.name.clone(),
+            missing,
         })
     }
 }
@@ -308,6 +425,11 @@ pub(crate) fn device_info(index: usize, device: &Device) -> Result<DeviceInfo> {
         fence_scope: Scope::from_caps(fence_caps, all_devices_in_c),
         acq_rel: mem_caps & CL_DEVICE_ATOMIC_ORDER_ACQ_REL != 0,
         compiler: device.compiler_available().unwrap_or(false),
+        vendor: device.vendor().unwrap_or_default().trim().to_owned(),
+        int64_atomics: device.extensions().is_ok_and(|e| {
+            e.split_whitespace()
+                .any(|x| x == "cl_khr_int64_base_atomics")
+        }),
     })
 }
 
@@ -390,4 +512,105 @@ pub(crate) fn select_unlocked(platform: usize, device: usize) -> Result<(Device,
     };
     let info = device_info(device, d)?;
     Ok((Device::new(d.id()), info))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What NVIDIA's OpenCL 3.0 reports for a GPU (clinfo of an RTX 3090, driver 550):
+    /// OpenCL C 1.2 plus 3.0 without optional features, coarse-grained SVM only, relaxed
+    /// work-group-scope atomics, the 64-bit atomics extension.
+    fn nvidia() -> DeviceInfo {
+        DeviceInfo {
+            index: 0,
+            name: "NVIDIA H100 80GB HBM3".into(),
+            kind: DeviceKind::Gpu,
+            version: "OpenCL 3.0 CUDA".into(),
+            opencl_c_3: true,
+            compute_units: 132,
+            svm: SvmCaps {
+                coarse_grain_buffer: true,
+                ..SvmCaps::default()
+            },
+            atomic_scope: Scope::None,
+            fence_scope: Scope::None,
+            acq_rel: false,
+            compiler: true,
+            vendor: "NVIDIA Corporation".into(),
+            int64_atomics: true,
+        }
+    }
+
+    fn pocl() -> DeviceInfo {
+        DeviceInfo {
+            index: 0,
+            name: "pthread-x86".into(),
+            kind: DeviceKind::Cpu,
+            version: "OpenCL 3.0 PoCL".into(),
+            opencl_c_3: true,
+            compute_units: 2,
+            svm: SvmCaps {
+                coarse_grain_buffer: true,
+                fine_grain_buffer: true,
+                fine_grain_system: false,
+                atomics: true,
+            },
+            atomic_scope: Scope::Device,
+            fence_scope: Scope::Device,
+            acq_rel: true,
+            compiler: true,
+            vendor: "GenuineIntel".into(),
+            int64_atomics: true,
+        }
+    }
+
+    #[test]
+    fn an_nvidia_gpu_runs_legacy_atomics_over_buffers() {
+        if check_env().is_err()
+            || legacy_atomics_forced().unwrap_or(true)
+            || !svm_allowed().unwrap_or(false)
+        {
+            return; // this process was started with a forcing environment
+        }
+        let d = nvidia();
+        assert!(d.unusable().is_none(), "{:?}", d.unusable());
+        assert!(d.legacy_atomics());
+        assert!(d.nv_globaltimer());
+        assert!(matches!(
+            d.zero_copy_refusal(),
+            Some(Error::NeedsCopyStrategy { .. })
+        ));
+        // Without the 64-bit atomics the OpenCL C 1.2 form cannot build either.
+        let old = DeviceInfo {
+            int64_atomics: false,
+            ..nvidia()
+        };
+        assert!(matches!(old.unusable(), Some(Error::Unsupported { .. })));
+    }
+
+    #[test]
+    fn pocl_shares_rings_in_place_with_c11_atomics() {
+        if check_env().is_err()
+            || legacy_atomics_forced().unwrap_or(true)
+            || !svm_allowed().unwrap_or(false)
+        {
+            return;
+        }
+        let d = pocl();
+        assert!(d.unusable().is_none());
+        assert!(!d.legacy_atomics());
+        assert!(!d.nv_globaltimer());
+        assert!(d.zero_copy_refusal().is_none());
+        // A GPU with fine-grained SVM but device-scope atomics only: buffers.
+        let gpu = DeviceInfo {
+            kind: DeviceKind::Gpu,
+            ..pocl()
+        };
+        assert!(matches!(
+            gpu.zero_copy_refusal(),
+            Some(Error::NeedsCopyStrategy { .. })
+        ));
+        assert!(!gpu.legacy_atomics());
+    }
 }

@@ -41,6 +41,20 @@ pub const CLOCK_PROBE_ENTRY: &str = "gyre_clock_probe";
 /// The OpenCL C version every gyre program is built for.
 pub const CL_STD: &str = "-cl-std=CL3.0";
 
+/// The language standard and the port's form for a device: [`CL_STD`], or OpenCL C 1.2
+/// with the port's legacy atomics; plus NVIDIA's clock where that is the device's.
+pub fn language_options(legacy_atomics: bool, nv_globaltimer: bool) -> String {
+    let mut o = if legacy_atomics {
+        "-cl-std=CL1.2 -DGYRE_CL_LEGACY_ATOMICS=1".to_owned()
+    } else {
+        CL_STD.to_owned()
+    };
+    if nv_globaltimer {
+        o.push_str(" -DGYRE_CL_NV_GLOBALTIMER=1");
+    }
+    o
+}
+
 /// A handler linked into the ring kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Handler<'a> {
@@ -226,6 +240,12 @@ pub struct BuildOptions {
     pub fence_scope: Scope,
     /// The device clock's rate (`GYRE_CL_NS_PER_TICK_INT` / `_FRAC`).
     pub clock: ClockScale,
+    /// OpenCL C 1.2 atomics (`-cl-std=CL1.2 -DGYRE_CL_LEGACY_ATOMICS`, see
+    /// `port_opencl.h`) instead of OpenCL C 2.0+ ones: a device without acquire/release
+    /// atomics at device scope; its kernels run over buffers and the copy strategies only.
+    pub legacy_atomics: bool,
+    /// The device clock is NVIDIA's `%globaltimer` (`-DGYRE_CL_NV_GLOBALTIMER`).
+    pub nv_globaltimer: bool,
 }
 
 impl BuildOptions {
@@ -236,6 +256,8 @@ impl BuildOptions {
             atomic_scope: device.atomic_scope,
             fence_scope: device.fence_scope,
             clock,
+            legacy_atomics: device.legacy_atomics(),
+            nv_globaltimer: device.nv_globaltimer(),
         }
     }
 
@@ -251,13 +273,16 @@ impl BuildOptions {
     ///     atomic_scope: Scope::AllSvmDevices,
     ///     fence_scope: Scope::Device,
     ///     clock: ClockScale::ONE_NS,
+    ///     legacy_atomics: false,
+    ///     nv_globaltimer: false,
     /// };
     /// assert!(o.to_cl_options().starts_with("-cl-std=CL3.0 -DGYRE_CL_LANES=8 "));
     /// ```
     pub fn to_cl_options(&self) -> String {
         format!(
-            "{CL_STD} -DGYRE_CL_LANES={} -DGYRE_CL_ATOMIC_SCOPE={} -DGYRE_CL_FENCE_SCOPE={} \
+            "{} -DGYRE_CL_LANES={} -DGYRE_CL_ATOMIC_SCOPE={} -DGYRE_CL_FENCE_SCOPE={} \
              -DGYRE_CL_NS_PER_TICK_INT={}ul -DGYRE_CL_NS_PER_TICK_FRAC={}ul",
+            language_options(self.legacy_atomics, self.nv_globaltimer),
             self.lanes,
             self.atomic_scope.cl_name(),
             self.fence_scope.cl_name(),

@@ -1,5 +1,7 @@
 /*
- * gyre/port_opencl.h -- the OpenCL C 3.0 port of the device-side ring logic (gyre/ring.h).
+ * gyre/port_opencl.h -- the OpenCL C 3.0 port of the device-side ring logic (gyre/ring.h),
+ * and its OpenCL C 1.2 form for devices without acquire/release atomics at device scope
+ * (GYRE_CL_LEGACY_ATOMICS, below: rings in device buffers, the copy strategies only).
  *
  * ring.h is written once, in plain C, over the macros below; port_cuda.h defines them for
  * CUDA, this header for OpenCL C 3.0 (built with -cl-std=CL3.0). Include it BEFORE
@@ -31,8 +33,9 @@
  *                         defines __opencl_c_atomic_scope_all_devices; else
  *                         memory_scope_device;
  *   GYRE_CL_FENCE_SCOPE   the same rule with CL_DEVICE_ATOMIC_FENCE_CAPABILITIES.
- * A GPU without the all-devices scope for atomics is refused by the host (it would need
- * the copy strategies); a CPU device is accepted with device scope, because there "device"
+ * A GPU without the all-devices scope for atomics runs over device buffers and the copy
+ * strategies (the host never touches the buffer but through copies); a CPU device shares
+ * rings in place with device scope, because there "device"
  * is the host's own cores and coherent caches. PoCL 3.1 is that case: it reports the
  * all-devices scope for atomics (device scope only for fences) but its compiler does not
  * define the feature macro, so on PoCL both scopes are memory_scope_device.
@@ -51,8 +54,8 @@
 #if !defined(__OPENCL_C_VERSION__)
 #error "gyre/port_opencl.h is for OpenCL C device code"
 #endif
-#if __OPENCL_C_VERSION__ < 200
-#error "gyre's ring kernel needs OpenCL C 2.0 or newer atomics: build with -cl-std=CL3.0"
+#if __OPENCL_C_VERSION__ < 200 && !defined(GYRE_CL_LEGACY_ATOMICS)
+#error "gyre's ring kernel needs OpenCL C 2.0 or newer atomics (build with -cl-std=CL3.0), or GYRE_CL_LEGACY_ATOMICS"
 #endif
 
 #pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable
@@ -72,6 +75,59 @@
 #endif
 
 /* ---- atomics on plain ABI fields -------------------------------------------------- */
+
+#if defined(GYRE_CL_LEGACY_ATOMICS)
+/* OpenCL C 1.2 (-cl-std=CL1.2): for a device whose OpenCL C has no acquire/release atomics
+ * at device scope (NVIDIA's OpenCL 3.0 reports relaxed, work-group-scope atomics only). Only
+ * the copy strategies run here: the rings are in a device buffer, which only this kernel
+ * and the copy engine touch, never the host's atomics. A protocol load is a volatile load of
+ * the naturally aligned word (one access: 4 or 8 bytes), a store a volatile store;
+ * mem_fence(CLK_GLOBAL_MEM_FENCE) orders them where the C11 form says acquire or release
+ * (after the load, before the store), and a compare-and-swap is atom_cmpxchg
+ * (cl_khr_int64_base_atomics) between two fences. On NVIDIA these are ld.volatile /
+ * st.volatile and membar.gl: device scope, which is what the copy engine's reads of device
+ * memory need. The host (probe.rs) builds this form only for the copy strategies. */
+#define GYRE_CL_V32(p) ((volatile __global uint *)(p))
+#define GYRE_CL_V64(p) ((volatile __global ulong *)(p))
+
+static inline GYRE_DEVICE_FN uint gyre_cl_acquired32(uint v) {
+    mem_fence(CLK_GLOBAL_MEM_FENCE);
+    return v;
+}
+static inline GYRE_DEVICE_FN ulong gyre_cl_acquired64(ulong v) {
+    mem_fence(CLK_GLOBAL_MEM_FENCE);
+    return v;
+}
+/* The argument (the load) is evaluated before the call, so the fence follows the load. */
+#define GYRE_LOAD_ACQUIRE_U32(p) gyre_cl_acquired32(*GYRE_CL_V32(p))
+#define GYRE_LOAD_ACQUIRE_U64(p) gyre_cl_acquired64(*GYRE_CL_V64(p))
+#define GYRE_LOAD_RELAXED_U32(p) (*GYRE_CL_V32(p))
+#define GYRE_LOAD_RELAXED_U64(p) (*GYRE_CL_V64(p))
+#define GYRE_STORE_RELEASE_U32(p, v)                                                           \
+    do {                                                                                       \
+        mem_fence(CLK_GLOBAL_MEM_FENCE);                                                       \
+        *GYRE_CL_V32(p) = (uint)(v);                                                           \
+    } while (0)
+#define GYRE_STORE_RELEASE_U64(p, v)                                                           \
+    do {                                                                                       \
+        mem_fence(CLK_GLOBAL_MEM_FENCE);                                                       \
+        *GYRE_CL_V64(p) = (ulong)(v);                                                          \
+    } while (0)
+#define GYRE_STORE_RELAXED_U32(p, v) (*GYRE_CL_V32(p) = (uint)(v))
+#define GYRE_STORE_RELAXED_U64(p, v) (*GYRE_CL_V64(p) = (ulong)(v))
+
+/** Compare-and-swap between two fences: 1 when *p was `expected` and is now `desired`. */
+static inline GYRE_DEVICE_FN uint32_t gyre_cl_cas_u64(__global uint64_t *p, uint64_t expected,
+                                                      uint64_t desired) {
+    mem_fence(CLK_GLOBAL_MEM_FENCE);
+    const ulong old = atom_cmpxchg(GYRE_CL_V64(p), (ulong)expected, (ulong)desired);
+    mem_fence(CLK_GLOBAL_MEM_FENCE);
+    return old == (ulong)expected ? 1u : 0u;
+}
+#define GYRE_CAS_U64(p, expected, desired) gyre_cl_cas_u64((p), (expected), (desired))
+#define GYRE_FENCE_SYSTEM() mem_fence(CLK_GLOBAL_MEM_FENCE)
+
+#else /* OpenCL C 2.0+ atomics */
 
 #define GYRE_CL_A32(p) ((volatile __global atomic_uint *)(p))
 #define GYRE_CL_A64(p) ((volatile __global atomic_ulong *)(p))
@@ -106,10 +162,12 @@ static inline GYRE_DEVICE_FN uint32_t gyre_cl_cas_u64(__global uint64_t *p, uint
 }
 #define GYRE_CAS_U64(p, expected, desired) gyre_cl_cas_u64((p), (expected), (desired))
 
-/* ---- fence, pause, clock ---------------------------------------------------------- */
-
 #define GYRE_FENCE_SYSTEM()                                                                    \
     atomic_work_item_fence(CLK_GLOBAL_MEM_FENCE, memory_order_seq_cst, GYRE_CL_FENCE_SCOPE)
+
+#endif /* GYRE_CL_LEGACY_ATOMICS */
+
+/* ---- pause, clock ------------------------------------------------------------------ */
 
 /** Iterations of the empty spin GYRE_PAUSE() runs. OpenCL C has no sleep; a short spin on
  *  an atomic load keeps the polling thread off the shared cache lines for a moment.
@@ -126,7 +184,17 @@ static inline GYRE_DEVICE_FN void gyre_cl_pause(void) {
 }
 #define GYRE_PAUSE() gyre_cl_pause()
 
-#if defined(cl_khr_kernel_clock) && defined(__opencl_c_kernel_clock_scope_device)
+#if defined(GYRE_CL_NV_GLOBALTIMER)
+/* NVIDIA: the GPU's nanosecond timer through inline PTX (the host defines this for an
+ * NVIDIA device, whose OpenCL C has neither cl_khr_kernel_clock nor a cycle-counter
+ * builtin). Not yet compiled on an NVIDIA OpenCL driver: see docs/opencl.md. */
+static inline ulong gyre_cl_nv_globaltimer(void) {
+    ulong t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+#define GYRE_CL_TICKS() gyre_cl_nv_globaltimer()
+#elif defined(cl_khr_kernel_clock) && defined(__opencl_c_kernel_clock_scope_device)
 #define GYRE_CL_TICKS() clock_read_device()
 #elif defined(__has_builtin)
 #if __has_builtin(__builtin_readcyclecounter)
