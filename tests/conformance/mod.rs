@@ -5,7 +5,7 @@
 //! unchanged.
 //!
 //! A case is a top-level `pub fn` of a case file ([`CASE_FILES`]: `cases.rs`, the ring
-//! and the protocol; `lifecycle.rs`, the API's promises about refusals, shutdown and the
+//! and the protocol; `futures.rs`, the async API's futures and streams; `lifecycle.rs`, the API's promises about refusals, shutdown and the
 //! end of a kernel; `relaunch.rs`, reloads, epochs and restarts; `transfer.rs`, the copy
 //! strategies' budget). The macro's list names each one; `suite_lists_every_case`, expanded
 //! with the suite, fails when a case file has a `pub fn` the list does not name (or the
@@ -15,6 +15,7 @@
 
 pub mod cases;
 pub mod common;
+pub mod futures;
 pub mod lifecycle;
 pub mod relaunch;
 pub mod transfer;
@@ -23,8 +24,9 @@ pub mod transfer;
 pub use common::{NoGuard, Target};
 
 /// The case files, by module name, and their text.
-pub const CASE_FILES: [(&str, &str); 4] = [
+pub const CASE_FILES: [(&str, &str); 5] = [
     ("cases", include_str!("cases.rs")),
+    ("futures", include_str!("futures.rs")),
     ("lifecycle", include_str!("lifecycle.rs")),
     ("relaunch", include_str!("relaunch.rs")),
     ("transfer", include_str!("transfer.rs")),
@@ -83,10 +85,10 @@ macro_rules! conformance_suite {
             cases::oversize_type_rejected_at_launch, cases::bad_geometry_rejected,
             cases::pause_resume, cases::terminate_with_messages_in_flight,
             cases::handler_panic_faults_kernel, cases::handler_error_keeps_serving,
-            cases::async_call_send_recv_stream, cases::dropped_call_futures_release_slots,
-            cases::async_shutdown_drains, cases::telemetry_counts,
+            futures::async_call_send_recv_stream, futures::dropped_call_futures_release_slots,
+            futures::async_shutdown_drains, cases::telemetry_counts,
             cases::batch_send_and_recv_order, cases::call_timeout_abandons,
-            cases::replies_stream_yields_last_error, cases::call_timeout_while_ring_full,
+            futures::replies_stream_yields_last_error, cases::call_timeout_while_ring_full,
             cases::mixed_batch_and_single_senders_always_shut_down,
             lifecycle::refused_requests_are_closed_on_every_path,
             lifecycle::every_shutdown_removes_the_export,
