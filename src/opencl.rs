@@ -5,8 +5,9 @@ use std::sync::Arc;
 use gyre_core::visibility::DeviceAttributes;
 
 /// What OpenCL offers here, as `gyre doctor` rows: every platform, every device with its
-/// kind, SVM capabilities, atomic scopes and whether gyre can use it. `Err` says why there
-/// is none: no library, no platform, or no device with fine-grained SVM and atomics.
+/// kind, SVM capabilities, atomics, and whether and how gyre can use it (zero copy and the
+/// copy strategies, or the copy strategies only). `Err` says why there is none: no
+/// library, no platform, no device that runs the ring kernel, or a bad environment.
 #[cfg(feature = "opencl")]
 pub(crate) fn facts() -> Result<Vec<(&'static str, String)>, String> {
     let platforms = gyre_opencl::probe().map_err(|e| e.to_string())?;

@@ -352,11 +352,11 @@ impl OpenClBackend {
         // table names); they outlive the kernel: `Running` keeps their Arcs and is leaked
         // if the kernel never finishes.
         let (event, queue, kernel) = unsafe { self.enqueue(handler, &args)? };
-        Ok(OpenClKernel {
+        OpenClKernel::start(OpenClKernel {
             device: self.dev.info.name.clone(),
             state: Mutex::new(Some(Running {
                 event,
-                _queue: queue,
+                queue,
                 _kernel: kernel,
                 _rings: Rings::Shared(region.clone()),
                 _loans: spec.loans.clone(),
@@ -376,11 +376,12 @@ impl OpenClBackend {
         let Some(mem) = engine
             .as_any()
             .downcast_ref::<ClCopyEngine>()
+            .filter(|e| Arc::ptr_eq(e.context(), &self.dev.ctx))
             .map(ClCopyEngine::mem)
         else {
             return Err(self.unsupported(format!(
                 "device memory from the '{}' copy engine: not allocated by this OpenCL \
-                 backend (alloc_resident)",
+                 device's backend (alloc_resident)",
                 engine.name()
             )));
         };
@@ -415,11 +416,11 @@ impl OpenClBackend {
         // SAFETY: `mem` is a live buffer of this context (the engine downcast above),
         // kept until the kernel has finished (`Rings::Resident`, leaked if it never does).
         let (event, queue, kernel) = unsafe { self.enqueue(handler, &args)? };
-        Ok(OpenClKernel {
+        OpenClKernel::start(OpenClKernel {
             device: self.dev.info.name.clone(),
             state: Mutex::new(Some(Running {
                 event,
-                _queue: queue,
+                queue,
                 _kernel: kernel,
                 _rings: Rings::Resident(engine.clone()),
                 _loans: None,
@@ -447,8 +448,8 @@ impl OpenClBackend {
         )
     }
 
-    /// Builds (or finds) the ring kernel with `handler`, sets `args`, enqueues one
-    /// work-group on a queue of its own and flushes it.
+    /// Builds (or finds) the ring kernel with `handler`, sets `args` and enqueues one
+    /// work-group on a queue of its own; [`OpenClKernel::start`] flushes it.
     ///
     /// # Safety
     ///
@@ -525,10 +526,6 @@ impl OpenClBackend {
                 || format!(", one work-group of {} work-items", lanes[0]),
             )?
         };
-        // Start it now: the host polls for its state instead of waiting on the queue.
-        check("clFlush", queue.flush(), || {
-            ", the ring kernel's queue".into()
-        })?;
         Ok((event, queue, kernel))
     }
 }

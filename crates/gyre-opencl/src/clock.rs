@@ -90,7 +90,7 @@ pub(crate) fn calibrate(ctx: &Arc<Context>, info: &DeviceInfo) -> Result<ClockSc
         info,
         "clock_probe.cl",
         &program::clock_probe_source(),
-        &program::language_options(info.legacy_atomics(), info.nv_globaltimer()),
+        &program::language_options(info.legacy_atomics(), info.nvidia_ptx()),
     )?;
     let kernel = check(
         "clCreateKernel",

@@ -16,7 +16,12 @@
 //! queue and poll that event's status, for at most [`SYNC_DEADLINE`]; past it the wait is a
 //! [`gyre_core::Error::Transfer`] naming the deadline, never a hang (a device whose compute
 //! units all run persistent kernels may never get to the copy: see
-//! [`crate::OpenClBackend`]'s reservation).
+//! [`crate::OpenClBackend`]'s reservation). OpenCL cannot cancel a command, so such a
+//! copy may still run later, into or out of the caller's memory: after a timeout the
+//! engine is *wedged*: it issues no more copies, and on drop it leaks its queue and
+//! buffer. The host memory of the copy that timed out belongs to the bridge, which frees
+//! it with the kernel; that a late copy can then touch freed memory is a known hazard of a
+//! device that has already broken its promise to complete (CUDA's engine has the same).
 //!
 //! **Concurrent access.** OpenCL makes no promise about a buffer that a running kernel and
 //! a copy on another queue touch at once; the bridge's protocol makes it safe in the way
@@ -28,6 +33,8 @@
 //! not read ahead.
 
 use std::ffi::c_void;
+use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -74,11 +81,15 @@ pub struct ClCopyEngine {
     /// The last copy enqueued; the enqueue and the store happen under this lock, so it is
     /// always the queue's last command.
     last: Mutex<Option<Event>>,
-    queue: CommandQueue,
-    buf: Buffer<u8>,
+    /// Set when a wait ran past its deadline: a command still pending may yet read or
+    /// write its memory, so no more copies are issued, and the queue and buffer are leaked
+    /// on drop instead of released under it.
+    wedged: AtomicBool,
+    queue: ManuallyDrop<CommandQueue>,
+    buf: ManuallyDrop<Buffer<u8>>,
     len: usize,
     /// Kept until the queue and buffer are released (fields drop in order).
-    _ctx: Arc<Context>,
+    ctx: Arc<Context>,
 }
 
 impl ClCopyEngine {
@@ -135,16 +146,22 @@ impl ClCopyEngine {
             device: device.to_owned(),
             reads_ahead,
             last: Mutex::new(None),
-            queue,
-            buf,
+            wedged: AtomicBool::new(false),
+            queue: ManuallyDrop::new(queue),
+            buf: ManuallyDrop::new(buf),
             len: size,
-            _ctx: ctx.clone(),
+            ctx: ctx.clone(),
         })
     }
 
     /// The buffer (the ring kernel's region argument).
     pub(crate) fn mem(&self) -> cl_mem {
         self.buf.get()
+    }
+
+    /// The context the buffer belongs to.
+    pub(crate) fn context(&self) -> &Arc<Context> {
+        &self.ctx
     }
 
     fn transfer_error(
@@ -193,6 +210,18 @@ impl ClCopyEngine {
         self.bounds(op, offset, len)?;
         if len == 0 {
             return Ok(());
+        }
+        if self.wedged.load(Ordering::Acquire) {
+            return Err(gyre_core::Error::Transfer {
+                engine: "opencl",
+                op,
+                offset,
+                len,
+                source: gyre_core::Cause::msg(format!(
+                    "an earlier copy on {} never completed; this engine issues no more",
+                    self.device
+                )),
+            });
         }
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
         let ev = enqueue(self.queue.get(), self.buf.get()).map_err(|code| {
@@ -266,6 +295,12 @@ impl ClCopyEngine {
                 ));
             }
             if start.elapsed() > SYNC_DEADLINE {
+                self.wedged.store(true, Ordering::Release);
+                tracing::error!(
+                    device = %self.device,
+                    "an OpenCL copy did not complete within {SYNC_DEADLINE:?}: no more copies \
+                     on this engine, its queue and buffer will be leaked"
+                );
                 return Err(gyre_core::Error::Transfer {
                     engine: "opencl",
                     op,
@@ -378,6 +413,16 @@ impl Drop for ClCopyEngine {
         // Copies still in flight must land before their host memory and the buffer go.
         if let Err(e) = self.wait("release the copy queue", 0, 0) {
             tracing::warn!(error = %e, "releasing an OpenCL bridge's copy queue");
+        }
+        if self.wedged.load(Ordering::Acquire) {
+            // A command may still touch the buffer: keep it and its queue.
+            return;
+        }
+        // SAFETY: dropped once, here; every command issued on the queue has completed
+        // (the wait above), and nothing uses either after this.
+        unsafe {
+            ManuallyDrop::drop(&mut self.queue);
+            ManuallyDrop::drop(&mut self.buf);
         }
     }
 }

@@ -114,8 +114,9 @@ pub enum Error {
     /// Every compute unit already runs a persistent work-group: another would never start.
     #[error(
         "OpenCL device {device} already runs {running} persistent ring kernel(s) on its \
-         {compute_units} compute unit(s): another would wait for a free unit forever; \
-         shut one down first"
+         {compute_units} compute unit(s){}: another would wait for a free unit forever; \
+         shut one down first",
+        if *kept_for_copies { ", one of them kept free for the copies of kernels over device buffers" } else { "" }
     )]
     DeviceFull {
         /// The device's name.
@@ -124,6 +125,9 @@ pub enum Error {
         running: usize,
         /// Its compute units.
         compute_units: u32,
+        /// Whether one unit is kept free for copies (a CPU device while a kernel over
+        /// device buffers runs or would run): a 1-unit CPU device runs none.
+        kept_for_copies: bool,
     },
     /// The device clock could not be calibrated.
     #[error("calibrating the OpenCL device clock of {device} failed: {reason}")]

@@ -57,6 +57,7 @@ impl Reservation {
                 device: device.to_owned(),
                 running: o.running,
                 compute_units,
+                kept_for_copies: for_copies == 1,
             });
         }
         o.running += 1;
@@ -91,7 +92,7 @@ pub(crate) enum Rings {
 /// Everything a running kernel needs kept alive (dropped in this order once it is over).
 pub(crate) struct Running {
     pub(crate) event: Event,
-    pub(crate) _queue: CommandQueue,
+    pub(crate) queue: CommandQueue,
     pub(crate) _kernel: Kernel,
     pub(crate) _rings: Rings,
     pub(crate) _loans: Option<Arc<gyre_core::loan::LoanArena>>,
@@ -105,6 +106,22 @@ pub(crate) struct OpenClKernel {
     pub(crate) device: String,
     /// `None` once joined.
     pub(crate) state: Mutex<Option<Running>>,
+}
+
+impl OpenClKernel {
+    /// Flushes the kernel's queue so it starts while the host polls for its state. On an
+    /// error `k` is dropped, which leaks its rings if the command might still run.
+    pub(crate) fn start(k: Self) -> Result<Self> {
+        {
+            let g = k.state.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(r) = g.as_ref() {
+                check("clFlush", r.queue.flush(), || {
+                    ", the ring kernel's queue".into()
+                })?;
+            }
+        }
+        Ok(k)
+    }
 }
 
 /// The execution status of the kernel command: `CL_COMPLETE` (0), a state (> 0) or an
@@ -198,6 +215,7 @@ mod tests {
             Err(Error::DeviceFull {
                 running: 2,
                 compute_units: 2,
+                kept_for_copies: false,
                 ..
             })
         ));
@@ -221,6 +239,16 @@ mod tests {
         let d = take(&o, 2, true, false).unwrap();
         assert!(take(&o, 2, true, true).is_err());
         drop(d);
+        // A 1-unit CPU device runs no kernel over buffers, and says why.
+        let o1 = Arc::default();
+        assert!(matches!(
+            take(&o1, 1, true, true),
+            Err(Error::DeviceFull {
+                running: 0,
+                kept_for_copies: true,
+                ..
+            })
+        ));
         let o3 = Arc::default();
         let _e = take(&o3, 3, true, true).unwrap();
         let _f = take(&o3, 3, true, true).unwrap();

@@ -174,57 +174,72 @@ pub struct DeviceInfo {
 /// Environment variable: `off` keeps every kernel's rings in device buffers moved by the
 /// bridge's copy strategies, even on a device whose SVM would allow zero copy (the path a
 /// device without fine-grained SVM takes, on any device); `auto` (the default, also when
-/// unset or empty) uses zero copy where the device allows it. Read when a device is
-/// opened, once per process.
+/// unset or empty) uses zero copy where the device allows it. Read once per process.
 pub const ENV_SVM: &str = "GYRE_OPENCL_SVM";
 
 /// Whether [`ENV_SVM`] allows zero copy: `Ok(true)` for `auto` (or unset, or empty),
-/// `Ok(false)` for `off`.
+/// `Ok(false)` for `off`. Read once per process (the first call), so every device opened
+/// and every memory plan see the same answer.
 ///
 /// # Errors
 ///
 /// [`Error::Env`] for any other value.
 pub fn svm_allowed() -> Result<bool> {
-    match std::env::var(ENV_SVM) {
-        Err(_) => Ok(true),
-        Ok(v) => match v.trim().to_ascii_lowercase().as_str() {
-            "" | "auto" => Ok(true),
-            "off" => Ok(false),
-            _ => Err(Error::Env {
-                name: ENV_SVM,
-                value: v,
-                expected: "auto or off",
-            }),
-        },
+    static ONCE: std::sync::OnceLock<std::result::Result<bool, String>> =
+        std::sync::OnceLock::new();
+    ONCE.get_or_init(|| env_choice(ENV_SVM, &[("auto", true), ("off", false)], true))
+        .clone()
+        .map_err(|value| Error::Env {
+            name: ENV_SVM,
+            value,
+            expected: "auto or off",
+        })
+}
+
+/// The value of environment variable `name` among `choices` (case and surrounding space
+/// ignored; unset or empty: `default`), or the value itself when it is none of them.
+fn env_choice(
+    name: &str,
+    choices: &[(&str, bool)],
+    default: bool,
+) -> std::result::Result<bool, String> {
+    let Ok(v) = std::env::var(name) else {
+        return Ok(default);
+    };
+    let key = v.trim().to_ascii_lowercase();
+    if key.is_empty() {
+        return Ok(default);
     }
+    choices
+        .iter()
+        .find(|(c, _)| *c == key)
+        .map(|&(_, b)| b)
+        .ok_or(v)
 }
 
 /// Environment variable: `legacy` builds the ring kernel with OpenCL C 1.2 atomics
 /// (`port_opencl.h`, `GYRE_CL_LEGACY_ATOMICS`) on every device, as on a device without
-/// OpenCL C 2.0 acquire/release atomics at device scope (NVIDIA's), which implies the copy
+/// OpenCL C 3.0 acquire/release atomics at device scope (NVIDIA's), which implies the copy
 /// strategies; `auto` (the default, also when unset or empty) uses them only there. Read
-/// when a device is opened, once per process.
+/// once per process.
 pub const ENV_ATOMICS: &str = "GYRE_OPENCL_ATOMICS";
 
 /// Whether [`ENV_ATOMICS`] forces the OpenCL C 1.2 atomics: `Ok(false)` for `auto` (or
-/// unset, or empty), `Ok(true)` for `legacy`.
+/// unset, or empty), `Ok(true)` for `legacy`. Read once per process (the first call).
 ///
 /// # Errors
 ///
 /// [`Error::Env`] for any other value.
 pub fn legacy_atomics_forced() -> Result<bool> {
-    match std::env::var(ENV_ATOMICS) {
-        Err(_) => Ok(false),
-        Ok(v) => match v.trim().to_ascii_lowercase().as_str() {
-            "" | "auto" => Ok(false),
-            "legacy" => Ok(true),
-            _ => Err(Error::Env {
-                name: ENV_ATOMICS,
-                value: v,
-                expected: "auto or legacy",
-            }),
-        },
-    }
+    static ONCE: std::sync::OnceLock<std::result::Result<bool, String>> =
+        std::sync::OnceLock::new();
+    ONCE.get_or_init(|| env_choice(ENV_ATOMICS, &[("auto", false), ("legacy", true)], false))
+        .clone()
+        .map_err(|value| Error::Env {
+            name: ENV_ATOMICS,
+            value,
+            expected: "auto or legacy",
+        })
 }
 
 /// Both environment variables of this backend ([`ENV_SVM`], [`ENV_ATOMICS`]) are valid.
@@ -250,13 +265,14 @@ impl DeviceInfo {
             || self.fence_scope == Scope::None
     }
 
-    /// Whether the device clock is NVIDIA's `%globaltimer` (read through inline PTX).
-    pub fn nv_globaltimer(&self) -> bool {
+    /// Whether the port uses NVIDIA's PTX through inline assembly (`GYRE_CL_NVIDIA`): the
+    /// `%globaltimer` clock, and `membar.gl` as the OpenCL C 1.2 form's fence.
+    pub fn nvidia_ptx(&self) -> bool {
         self.kind == DeviceKind::Gpu && self.vendor.to_ascii_lowercase().contains("nvidia")
     }
 
     /// Why the ring kernel cannot run on this device at all, if it cannot: no compiler, or
-    /// neither OpenCL C 2.0 acquire/release atomics at device scope nor the 64-bit atomics
+    /// neither OpenCL C 3.0 acquire/release atomics at device scope nor the 64-bit atomics
     /// of the OpenCL C 1.2 form. A device that runs it without zero copy runs it over
     /// buffers and the copy strategies ([`DeviceInfo::zero_copy_refusal`]).
     ///
@@ -316,7 +332,7 @@ impl DeviceInfo {
             Err(e) => return Some(e),
             Ok(false) => "SVM use (GYRE_OPENCL_SVM=off)",
             Ok(true) if self.legacy_atomics() => {
-                "OpenCL C 2.0 acquire/release atomics at device scope (built with OpenCL C 1.2 \
+                "OpenCL C 3.0 acquire/release atomics at device scope (built with OpenCL C 1.2 \
                  atomics, which order nothing with the host)"
             }
             Ok(true) if !self.svm.fine_grain_buffer => "fine-grained buffer SVM",
@@ -576,7 +592,7 @@ mod tests {
         let d = nvidia();
         assert!(d.unusable().is_none(), "{:?}", d.unusable());
         assert!(d.legacy_atomics());
-        assert!(d.nv_globaltimer());
+        assert!(d.nvidia_ptx());
         assert!(matches!(
             d.zero_copy_refusal(),
             Some(Error::NeedsCopyStrategy { .. })
@@ -600,7 +616,7 @@ mod tests {
         let d = pocl();
         assert!(d.unusable().is_none());
         assert!(!d.legacy_atomics());
-        assert!(!d.nv_globaltimer());
+        assert!(!d.nvidia_ptx());
         assert!(d.zero_copy_refusal().is_none());
         // A GPU with fine-grained SVM but device-scope atomics only: buffers.
         let gpu = DeviceInfo {

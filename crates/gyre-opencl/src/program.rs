@@ -43,14 +43,14 @@ pub const CL_STD: &str = "-cl-std=CL3.0";
 
 /// The language standard and the port's form for a device: [`CL_STD`], or OpenCL C 1.2
 /// with the port's legacy atomics; plus NVIDIA's clock where that is the device's.
-pub fn language_options(legacy_atomics: bool, nv_globaltimer: bool) -> String {
+pub fn language_options(legacy_atomics: bool, nvidia_ptx: bool) -> String {
     let mut o = if legacy_atomics {
         "-cl-std=CL1.2 -DGYRE_CL_LEGACY_ATOMICS=1".to_owned()
     } else {
         CL_STD.to_owned()
     };
-    if nv_globaltimer {
-        o.push_str(" -DGYRE_CL_NV_GLOBALTIMER=1");
+    if nvidia_ptx {
+        o.push_str(" -DGYRE_CL_NVIDIA=1");
     }
     o
 }
@@ -241,11 +241,12 @@ pub struct BuildOptions {
     /// The device clock's rate (`GYRE_CL_NS_PER_TICK_INT` / `_FRAC`).
     pub clock: ClockScale,
     /// OpenCL C 1.2 atomics (`-cl-std=CL1.2 -DGYRE_CL_LEGACY_ATOMICS`, see
-    /// `port_opencl.h`) instead of OpenCL C 2.0+ ones: a device without acquire/release
+    /// `port_opencl.h`) instead of OpenCL C 3.0 ones: a device without acquire/release
     /// atomics at device scope; its kernels run over buffers and the copy strategies only.
     pub legacy_atomics: bool,
-    /// The device clock is NVIDIA's `%globaltimer` (`-DGYRE_CL_NV_GLOBALTIMER`).
-    pub nv_globaltimer: bool,
+    /// NVIDIA's PTX through inline assembly (`-DGYRE_CL_NVIDIA`): the `%globaltimer`
+    /// clock, `membar.gl` as the legacy form's fence.
+    pub nvidia_ptx: bool,
 }
 
 impl BuildOptions {
@@ -257,7 +258,7 @@ impl BuildOptions {
             fence_scope: device.fence_scope,
             clock,
             legacy_atomics: device.legacy_atomics(),
-            nv_globaltimer: device.nv_globaltimer(),
+            nvidia_ptx: device.nvidia_ptx(),
         }
     }
 
@@ -274,7 +275,7 @@ impl BuildOptions {
     ///     fence_scope: Scope::Device,
     ///     clock: ClockScale::ONE_NS,
     ///     legacy_atomics: false,
-    ///     nv_globaltimer: false,
+    ///     nvidia_ptx: false,
     /// };
     /// assert!(o.to_cl_options().starts_with("-cl-std=CL3.0 -DGYRE_CL_LANES=8 "));
     /// ```
@@ -282,7 +283,7 @@ impl BuildOptions {
         format!(
             "{} -DGYRE_CL_LANES={} -DGYRE_CL_ATOMIC_SCOPE={} -DGYRE_CL_FENCE_SCOPE={} \
              -DGYRE_CL_NS_PER_TICK_INT={}ul -DGYRE_CL_NS_PER_TICK_FRAC={}ul",
-            language_options(self.legacy_atomics, self.nv_globaltimer),
+            language_options(self.legacy_atomics, self.nvidia_ptx),
             self.lanes,
             self.atomic_scope.cl_name(),
             self.fence_scope.cl_name(),

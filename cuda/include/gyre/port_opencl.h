@@ -64,6 +64,14 @@
 #include "abi.h"
 
 #define GYRE_PORT_OPENCL 1
+
+/* Inline assembly (NVIDIA's PTX only, GYRE_CL_NVIDIA): NVIDIA's samples spell it `asm`;
+ * clang's OpenCL C knows only `__asm__`. */
+#if defined(__clang__)
+#define GYRE_CL_ASM __asm__
+#else
+#define GYRE_CL_ASM asm
+#endif
 #define GYRE_GLOBAL __global
 #define GYRE_DEVICE_FN __attribute__((always_inline))
 
@@ -82,7 +90,7 @@
  * the copy strategies run here: the rings are in a device buffer, which only this kernel
  * and the copy engine touch, never the host's atomics. A protocol load is a volatile load of
  * the naturally aligned word (one access: 4 or 8 bytes), a store a volatile store;
- * mem_fence(CLK_GLOBAL_MEM_FENCE) orders them where the C11 form says acquire or release
+ * a fence (GYRE_CL_FENCE below) orders them where the C11 form says acquire or release
  * (after the load, before the store), and a compare-and-swap is atom_cmpxchg
  * (cl_khr_int64_base_atomics) between two fences. On NVIDIA these are ld.volatile /
  * st.volatile and membar.gl: device scope, which is what the copy engine's reads of device
@@ -90,12 +98,22 @@
 #define GYRE_CL_V32(p) ((volatile __global uint *)(p))
 #define GYRE_CL_V64(p) ((volatile __global ulong *)(p))
 
+/* The fence. OpenCL 1.2 promises mem_fence only within one work-item, and an
+ * implementation may make it a work-group fence (libclc's NVPTX: membar.cta); on NVIDIA
+ * the host says so (GYRE_CL_NVIDIA) and the fence is membar.gl, device scope, with a
+ * compiler barrier ("memory" clobber). */
+#if defined(GYRE_CL_NVIDIA)
+#define GYRE_CL_FENCE() GYRE_CL_ASM volatile("membar.gl;" ::: "memory")
+#else
+#define GYRE_CL_FENCE() mem_fence(CLK_GLOBAL_MEM_FENCE)
+#endif
+
 static inline GYRE_DEVICE_FN uint gyre_cl_acquired32(uint v) {
-    mem_fence(CLK_GLOBAL_MEM_FENCE);
+    GYRE_CL_FENCE();
     return v;
 }
 static inline GYRE_DEVICE_FN ulong gyre_cl_acquired64(ulong v) {
-    mem_fence(CLK_GLOBAL_MEM_FENCE);
+    GYRE_CL_FENCE();
     return v;
 }
 /* The argument (the load) is evaluated before the call, so the fence follows the load. */
@@ -105,12 +123,12 @@ static inline GYRE_DEVICE_FN ulong gyre_cl_acquired64(ulong v) {
 #define GYRE_LOAD_RELAXED_U64(p) (*GYRE_CL_V64(p))
 #define GYRE_STORE_RELEASE_U32(p, v)                                                           \
     do {                                                                                       \
-        mem_fence(CLK_GLOBAL_MEM_FENCE);                                                       \
+        GYRE_CL_FENCE();                                                                       \
         *GYRE_CL_V32(p) = (uint)(v);                                                           \
     } while (0)
 #define GYRE_STORE_RELEASE_U64(p, v)                                                           \
     do {                                                                                       \
-        mem_fence(CLK_GLOBAL_MEM_FENCE);                                                       \
+        GYRE_CL_FENCE();                                                                       \
         *GYRE_CL_V64(p) = (ulong)(v);                                                          \
     } while (0)
 #define GYRE_STORE_RELAXED_U32(p, v) (*GYRE_CL_V32(p) = (uint)(v))
@@ -119,13 +137,13 @@ static inline GYRE_DEVICE_FN ulong gyre_cl_acquired64(ulong v) {
 /** Compare-and-swap between two fences: 1 when *p was `expected` and is now `desired`. */
 static inline GYRE_DEVICE_FN uint32_t gyre_cl_cas_u64(__global uint64_t *p, uint64_t expected,
                                                       uint64_t desired) {
-    mem_fence(CLK_GLOBAL_MEM_FENCE);
+    GYRE_CL_FENCE();
     const ulong old = atom_cmpxchg(GYRE_CL_V64(p), (ulong)expected, (ulong)desired);
-    mem_fence(CLK_GLOBAL_MEM_FENCE);
+    GYRE_CL_FENCE();
     return old == (ulong)expected ? 1u : 0u;
 }
 #define GYRE_CAS_U64(p, expected, desired) gyre_cl_cas_u64((p), (expected), (desired))
-#define GYRE_FENCE_SYSTEM() mem_fence(CLK_GLOBAL_MEM_FENCE)
+#define GYRE_FENCE_SYSTEM() GYRE_CL_FENCE()
 
 #else /* OpenCL C 2.0+ atomics */
 
@@ -184,13 +202,13 @@ static inline GYRE_DEVICE_FN void gyre_cl_pause(void) {
 }
 #define GYRE_PAUSE() gyre_cl_pause()
 
-#if defined(GYRE_CL_NV_GLOBALTIMER)
-/* NVIDIA: the GPU's nanosecond timer through inline PTX (the host defines this for an
- * NVIDIA device, whose OpenCL C has neither cl_khr_kernel_clock nor a cycle-counter
+#if defined(GYRE_CL_NVIDIA)
+/* NVIDIA: the GPU's nanosecond timer through inline PTX (the host defines GYRE_CL_NVIDIA for
+ * an NVIDIA GPU, whose OpenCL C has neither cl_khr_kernel_clock nor a cycle-counter
  * builtin). Not yet compiled on an NVIDIA OpenCL driver: see docs/opencl.md. */
 static inline ulong gyre_cl_nv_globaltimer(void) {
     ulong t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    GYRE_CL_ASM volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
 }
 #define GYRE_CL_TICKS() gyre_cl_nv_globaltimer()
