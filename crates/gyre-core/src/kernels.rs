@@ -27,6 +27,87 @@ pub mod ids {
     pub const REDUCE_SUM: u32 = 3;
 }
 
+/// The device code a ring kernel is built with: a built-in's handler (`cuda/handlers/`, one
+/// source for every device backend) or a user's source. Written once here; the device
+/// backends build their ring kernels from it (`gyre_cuda::Handler` and
+/// `gyre_opencl::Handler` are this type).
+///
+/// # Examples
+///
+/// ```
+/// use gyre_core::kernels::{ids, DeviceHandler};
+/// let h = DeviceHandler::builtin(ids::ECHO).unwrap();
+/// assert_eq!(h, DeviceHandler::Echo);
+/// assert_eq!(h.name(), "handlers/echo.h");
+/// assert!(h.source().contains("GYRE_HANDLER_PHASE"));
+/// assert_eq!(DeviceHandler::builtin(99), None);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeviceHandler<'a> {
+    /// `cuda/handlers/echo.h` ([`echo`]).
+    Echo,
+    /// `cuda/handlers/vec_scale.h` ([`vec_scale`]).
+    VecScale,
+    /// `cuda/handlers/reduce_sum.h` ([`reduce_sum`]).
+    ReduceSum,
+    /// A user's source in the device language: a phase function (`gyre/handler.h`) named
+    /// by `#define GYRE_HANDLER_PHASE`, or `gyre_handler` with the handler signature
+    /// (`docs/cuda.md`, `docs/opencl.md`).
+    Custom {
+        /// A name for `#line` directives and messages (the compiler's log names it).
+        name: &'a str,
+        /// The source text.
+        source: &'a str,
+    },
+}
+
+/// The built-in handlers' device code (`cuda/handlers/`).
+const ECHO_H: &str = include_str!("../../../cuda/handlers/echo.h");
+const VEC_SCALE_H: &str = include_str!("../../../cuda/handlers/vec_scale.h");
+const REDUCE_SUM_H: &str = include_str!("../../../cuda/handlers/reduce_sum.h");
+
+impl DeviceHandler<'static> {
+    /// Every built-in handler.
+    pub const BUILTIN: [DeviceHandler<'static>; 3] = [
+        DeviceHandler::Echo,
+        DeviceHandler::VecScale,
+        DeviceHandler::ReduceSum,
+    ];
+
+    /// The built-in handler of kernel id `id` ([`ids`]).
+    pub fn builtin(id: u32) -> Option<Self> {
+        match id {
+            ids::ECHO => Some(DeviceHandler::Echo),
+            ids::VEC_SCALE => Some(DeviceHandler::VecScale),
+            ids::REDUCE_SUM => Some(DeviceHandler::ReduceSum),
+            _ => None,
+        }
+    }
+}
+
+impl<'a> DeviceHandler<'a> {
+    /// Its name: the file name under `cuda/` for a built-in (`handlers/echo.h`), else the
+    /// given one.
+    pub fn name(&self) -> &'a str {
+        match self {
+            DeviceHandler::Echo => "handlers/echo.h",
+            DeviceHandler::VecScale => "handlers/vec_scale.h",
+            DeviceHandler::ReduceSum => "handlers/reduce_sum.h",
+            DeviceHandler::Custom { name, .. } => name,
+        }
+    }
+
+    /// Its source text.
+    pub fn source(&self) -> &'a str {
+        match self {
+            DeviceHandler::Echo => ECHO_H,
+            DeviceHandler::VecScale => VEC_SCALE_H,
+            DeviceHandler::ReduceSum => REDUCE_SUM_H,
+            DeviceHandler::Custom { source, .. } => source,
+        }
+    }
+}
+
 /// Echo: the reply is the request, byte for byte.
 #[inline]
 pub fn echo(_msg_type: u32, req: &[u8], reply: &mut [u8]) -> Result<usize, u32> {
@@ -194,6 +275,20 @@ pub mod reference {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_builtin_id_names_its_device_handler() {
+        for (id, h) in [
+            (ids::ECHO, DeviceHandler::Echo),
+            (ids::VEC_SCALE, DeviceHandler::VecScale),
+            (ids::REDUCE_SUM, DeviceHandler::ReduceSum),
+        ] {
+            assert_eq!(DeviceHandler::builtin(id), Some(h));
+            assert!(DeviceHandler::BUILTIN.contains(&h));
+            assert!(h.source().contains("GYRE_HANDLER_PHASE"), "{}", h.name());
+        }
+        assert_eq!(DeviceHandler::builtin(0), None);
+    }
 
     #[test]
     fn vec_scale_matches_reference() {

@@ -4,16 +4,11 @@
 //! device headers, embedded in the crate and handed to NVRTC in memory ([`HEADERS`]), so
 //! that no file of the build machine is needed at run time.
 
-use gyre_core::kernels::ids;
-
 /// The entry point of every ring kernel (`extern "C"`, so unmangled).
 pub const RING_KERNEL_ENTRY: &str = "gyre_ring_kernel";
 
 /// `cuda/ring_kernel.cu`, the persistent loop.
 pub const RING_KERNEL_CU: &str = include_str!("../../../cuda/ring_kernel.cu");
-const ECHO_H: &str = include_str!("../../../cuda/handlers/echo.h");
-const VEC_SCALE_H: &str = include_str!("../../../cuda/handlers/vec_scale.h");
-const REDUCE_SUM_H: &str = include_str!("../../../cuda/handlers/reduce_sum.h");
 
 const ABI_H: &str = include_str!("../../../cuda/include/gyre/abi.h");
 const RING_H: &str = include_str!("../../../cuda/include/gyre/ring.h");
@@ -60,62 +55,8 @@ pub const HEADERS: [(&str, &str); 22] = [
 /// acquire/release, `__nanosleep`).
 pub const MIN_ARCH: u32 = 70;
 
-/// The handler a ring kernel is built with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Handler<'a> {
-    /// `cuda/handlers/echo.h` (`gyre_core::kernels::echo`).
-    Echo,
-    /// `cuda/handlers/vec_scale.h` (`gyre_core::kernels::vec_scale`).
-    VecScale,
-    /// `cuda/handlers/reduce_sum.h` (`gyre_core::kernels::reduce_sum`).
-    ReduceSum,
-    /// A user's CUDA C++ source: either `gyre_handler` with the handler signature, or a
-    /// phase function (`gyre/handler.h`) named by `#define GYRE_HANDLER_PHASE`.
-    Custom {
-        /// A name for messages and `#line` directives (NVRTC's log names it).
-        name: &'a str,
-        /// The source text.
-        source: &'a str,
-    },
-}
-
-impl Handler<'static> {
-    /// Every built-in handler.
-    pub const BUILTIN: [Handler<'static>; 3] =
-        [Handler::Echo, Handler::VecScale, Handler::ReduceSum];
-
-    /// The built-in handler of kernel id `id` (`gyre_core::kernels::ids`).
-    pub fn builtin(id: u32) -> Option<Self> {
-        match id {
-            ids::ECHO => Some(Handler::Echo),
-            ids::VEC_SCALE => Some(Handler::VecScale),
-            ids::REDUCE_SUM => Some(Handler::ReduceSum),
-            _ => None,
-        }
-    }
-}
-
-impl<'a> Handler<'a> {
-    /// Its name: the file name for a built-in (`handlers/echo.h`), else the given one.
-    pub fn name(&self) -> &'a str {
-        match self {
-            Handler::Echo => "handlers/echo.h",
-            Handler::VecScale => "handlers/vec_scale.h",
-            Handler::ReduceSum => "handlers/reduce_sum.h",
-            Handler::Custom { name, .. } => name,
-        }
-    }
-
-    /// Its source text.
-    pub fn source(&self) -> &'a str {
-        match self {
-            Handler::Echo => ECHO_H,
-            Handler::VecScale => VEC_SCALE_H,
-            Handler::ReduceSum => REDUCE_SUM_H,
-            Handler::Custom { source, .. } => source,
-        }
-    }
-}
+/// The handler a ring kernel is built with (defined once, in `gyre_core`).
+pub use gyre_core::kernels::DeviceHandler as Handler;
 
 /// The full source of a ring kernel with `handler`: the CUDA port and the handler
 /// interface (`gyre/port_cuda.h`, `gyre/handler.h`, so a handler may use the port's macros
@@ -146,14 +87,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn builtin_ids_match_gyre_core() {
-        assert_eq!(Handler::builtin(ids::ECHO), Some(Handler::Echo));
-        assert_eq!(Handler::builtin(ids::VEC_SCALE), Some(Handler::VecScale));
-        assert_eq!(Handler::builtin(ids::REDUCE_SUM), Some(Handler::ReduceSum));
-        assert_eq!(Handler::builtin(0), None);
-    }
-
-    #[test]
     fn source_is_handler_then_loop() {
         for h in Handler::BUILTIN {
             let s = ring_kernel_source(&h);
@@ -176,7 +109,8 @@ mod tests {
     fn every_include_of_the_device_code_is_an_embedded_header() {
         let names: Vec<&str> = HEADERS.iter().map(|(n, _)| *n).collect();
         let mut texts: Vec<&str> = HEADERS.iter().map(|(_, t)| *t).collect();
-        texts.extend([RING_KERNEL_CU, ECHO_H, VEC_SCALE_H, REDUCE_SUM_H]);
+        texts.push(RING_KERNEL_CU);
+        texts.extend(Handler::BUILTIN.iter().map(|h| h.source()));
         for t in texts {
             for line in t.lines().filter(|l| l.trim_start().starts_with("#include")) {
                 // abi.h's <stdint.h> is on its host-compiler branch only.

@@ -30,9 +30,6 @@ const BLOCK_H: &str = include_str!("../../../cuda/include/gyre/block.h");
 const WAVE_H: &str = include_str!("../../../cuda/include/gyre/wave.h");
 const LOAN_H: &str = include_str!("../../../cuda/include/gyre/loan.h");
 const PORTABLE_H: &str = include_str!("../../../cuda/include/gyre/portable.h");
-const ECHO_H: &str = include_str!("../../../cuda/handlers/echo.h");
-const VEC_SCALE_H: &str = include_str!("../../../cuda/handlers/vec_scale.h");
-const REDUCE_SUM_H: &str = include_str!("../../../cuda/handlers/reduce_sum.h");
 
 /// The entry point of the ring kernel.
 pub const RING_KERNEL_ENTRY: &str = "gyre_ring_kernel";
@@ -55,73 +52,8 @@ pub fn language_options(legacy_atomics: bool, nvidia_ptx: bool) -> String {
     o
 }
 
-/// A handler linked into the ring kernel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Handler<'a> {
-    /// `cuda/handlers/echo.h` (`gyre_core::kernels::echo`).
-    Echo,
-    /// `cuda/handlers/vec_scale.h` (`gyre_core::kernels::vec_scale`).
-    VecScale,
-    /// `cuda/handlers/reduce_sum.h` (`gyre_core::kernels::reduce_sum`).
-    ReduceSum,
-    /// A user's OpenCL C source: a phase function (`gyre/handler.h`) named by
-    /// `#define GYRE_HANDLER_PHASE`, or `gyre_handler` with the handler signature
-    /// (`docs/opencl.md`).
-    Custom {
-        /// A name for `#line` directives and messages (the build log names it).
-        name: &'a str,
-        /// The source text.
-        source: &'a str,
-    },
-}
-
-impl Handler<'static> {
-    /// Every built-in handler.
-    pub const BUILTIN: [Handler<'static>; 3] =
-        [Handler::Echo, Handler::VecScale, Handler::ReduceSum];
-
-    /// The built-in handler of kernel id `id` (`gyre_core::kernels::ids`).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use gyre_opencl::Handler;
-    /// assert_eq!(Handler::builtin(gyre_core::kernels::ids::ECHO), Some(Handler::Echo));
-    /// assert_eq!(Handler::builtin(99), None);
-    /// ```
-    pub fn builtin(id: u32) -> Option<Self> {
-        use gyre_core::kernels::ids;
-        match id {
-            ids::ECHO => Some(Handler::Echo),
-            ids::VEC_SCALE => Some(Handler::VecScale),
-            ids::REDUCE_SUM => Some(Handler::ReduceSum),
-            _ => None,
-        }
-    }
-}
-
-impl<'a> Handler<'a> {
-    /// Its name: the file name under `cuda/` for a built-in (`handlers/echo.h`), else
-    /// the given one.
-    pub fn name(&self) -> &'a str {
-        match self {
-            Handler::Echo => "handlers/echo.h",
-            Handler::VecScale => "handlers/vec_scale.h",
-            Handler::ReduceSum => "handlers/reduce_sum.h",
-            Handler::Custom { name, .. } => name,
-        }
-    }
-
-    /// Its source text.
-    pub fn source(&self) -> &'a str {
-        match self {
-            Handler::Echo => ECHO_H,
-            Handler::VecScale => VEC_SCALE_H,
-            Handler::ReduceSum => REDUCE_SUM_H,
-            Handler::Custom { source, .. } => source,
-        }
-    }
-}
+/// A handler linked into the ring kernel (defined once, in `gyre_core`).
+pub use gyre_core::kernels::DeviceHandler as Handler;
 
 /// The embedded header named by an `#include "..."` of gyre's device code.
 fn header(name: &str) -> Option<(&'static str, &'static str)> {
@@ -354,13 +286,5 @@ mod tests {
             assert!(src.contains(&format!("#line 1 \"{}\"", h.name())));
             assert!(src.contains("__kernel"));
         }
-    }
-
-    #[test]
-    fn builtin_ids_map_to_handlers() {
-        use gyre_core::kernels::ids;
-        assert_eq!(Handler::builtin(ids::VEC_SCALE), Some(Handler::VecScale));
-        assert_eq!(Handler::builtin(ids::REDUCE_SUM), Some(Handler::ReduceSum));
-        assert_eq!(Handler::builtin(0), None);
     }
 }
