@@ -22,9 +22,10 @@ pub fn echo_round_trip(b: Target) {
     assert_eq!(k.state(), KernelState::Terminated { code: 0 });
 }
 
-/// The built-in kernels answer as their Rust references, one after the other (one kernel
-/// at a time: a 2-unit OpenCL CPU device runs one kernel over device buffers, its other
-/// unit copying).
+/// The built-in kernels answer as their Rust references, both running at once where the
+/// device has room for two, else one after the other (a 2-unit OpenCL CPU device runs one
+/// kernel over device buffers, its other unit copying: the second launch is refused
+/// while the first runs, and must work once it has ended).
 pub fn builtin_kernels_match_reference(b: Target) {
     use gyre::kernels::reference;
     use gyre::{ReduceSum, VecScale};
@@ -42,9 +43,25 @@ pub fn builtin_kernels_match_reference(b: Target) {
             (next(), vals)
         })
         .collect();
+    let rs_spec = || KernelSpec::<ReduceSum<14>, gyre::Sum>::reduce_sum();
+    let check_rs = |rs: &gyre::Kernel<ReduceSum<14>, gyre::Sum>, vals: &[f32]| {
+        let s = rs.call_blocking(ReduceSum::new(vals).unwrap()).unwrap();
+        assert_eq!(s.count as usize, vals.len());
+        assert!(
+            reference::reduce_sum_ok(s.sum, vals),
+            "sum {} of {vals:?}",
+            s.sum
+        );
+    };
     let vs = r
         .launch(KernelSpec::<VecScale<14>, gyre::VecF32<14>>::vec_scale())
         .unwrap();
+    // The second kernel beside the first, where there is room (calls interleaved).
+    let rs_beside = match r.launch(rs_spec()) {
+        Ok(k) => Some(k),
+        Err(Error::Launch { .. }) => None,
+        Err(e) => panic!("{e:?}"),
+    };
     for (factor, vals) in &inputs {
         let out = vs
             .call_blocking(VecScale::new(*factor, vals).unwrap())
@@ -53,6 +70,9 @@ pub fn builtin_kernels_match_reference(b: Target) {
             out.as_slice(),
             reference::vec_scale(*factor, vals).as_slice()
         );
+        if let Some(rs) = &rs_beside {
+            check_rs(rs, vals);
+        }
     }
     // A count beyond the payload is a handler error, and the kernel keeps serving.
     let mut bad = VecScale::<14>::new(1.0, &[1.0]).unwrap();
@@ -71,18 +91,17 @@ pub fn builtin_kernels_match_reference(b: Target) {
         &[3.0]
     );
     vs.shutdown_blocking().unwrap();
-    let rs = r
-        .launch(KernelSpec::<ReduceSum<14>, gyre::Sum>::reduce_sum())
-        .unwrap();
-    for (_, vals) in &inputs {
-        let s = rs.call_blocking(ReduceSum::new(vals).unwrap()).unwrap();
-        assert_eq!(s.count as usize, vals.len());
-        assert!(
-            reference::reduce_sum_ok(s.sum, vals),
-            "sum {} of {vals:?}",
-            s.sum
-        );
-    }
+    let rs = match rs_beside {
+        Some(rs) => rs,
+        None => {
+            // No room beside it: the unit the first kernel held is free again.
+            let rs = r.launch(rs_spec()).unwrap();
+            for (_, vals) in &inputs {
+                check_rs(&rs, vals);
+            }
+            rs
+        }
+    };
     rs.shutdown_blocking().unwrap();
 }
 
