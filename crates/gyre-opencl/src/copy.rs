@@ -18,10 +18,11 @@
 //! units all run persistent kernels may never get to the copy: see
 //! [`crate::OpenClBackend`]'s reservation). OpenCL cannot cancel a command, so such a
 //! copy may still run later, into or out of the caller's memory: after a timeout the
-//! engine is *wedged*: it issues no more copies, and on drop it leaks its queue and
-//! buffer. The host memory of the copy that timed out belongs to the bridge, which frees
-//! it with the kernel; that a late copy can then touch freed memory is a known hazard of a
-//! device that has already broken its promise to complete (CUDA's engine has the same).
+//! engine is *wedged*: it issues no more copies, and on drop it leaks its queue, its
+//! buffer and the staging memory it gave the bridge, where every device-to-host copy
+//! writes: a late copy never writes freed memory. A late host-to-device copy may still
+//! read the bridge's mirror of the request ring after it was freed (a read, into the
+//! leaked buffer); CUDA's engine has the same hazard.
 //!
 //! **Concurrent access.** OpenCL makes no promise about a buffer that a running kernel and
 //! a copy on another queue touch at once; the bridge's protocol makes it safe in the way
@@ -39,6 +40,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use gyre_core::bridge::CopyEngine;
+use gyre_core::region::{HostMemory, RegionMemory};
 use opencl3::command_queue::CommandQueue;
 use opencl3::context::Context;
 use opencl3::event::{Event, CL_COMPLETE};
@@ -85,6 +87,10 @@ pub struct ClCopyEngine {
     /// write its memory, so no more copies are issued, and the queue and buffer are leaked
     /// on drop instead of released under it.
     wedged: AtomicBool,
+    /// The staging memory handed to the bridge ([`CopyEngine::alloc_staging`]), which
+    /// every device-to-host copy writes into: kept as long as the engine, and leaked with
+    /// it when wedged, so a late copy never writes freed memory.
+    staging: Mutex<Vec<Arc<HostMemory>>>,
     queue: ManuallyDrop<CommandQueue>,
     buf: ManuallyDrop<Buffer<u8>>,
     len: usize,
@@ -147,6 +153,7 @@ impl ClCopyEngine {
             reads_ahead,
             last: Mutex::new(None),
             wedged: AtomicBool::new(false),
+            staging: Mutex::new(Vec::new()),
             queue: ManuallyDrop::new(queue),
             buf: ManuallyDrop::new(buf),
             len: size,
@@ -323,6 +330,19 @@ impl ClCopyEngine {
     }
 }
 
+/// Staging memory shared with the engine that made it.
+struct SharedStaging(Arc<HostMemory>);
+
+// SAFETY: the HostMemory's guarantees (zeroed, aligned, valid until the last Arc goes).
+unsafe impl RegionMemory for SharedStaging {
+    fn base(&self) -> std::ptr::NonNull<u8> {
+        self.0.base()
+    }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
 const OP_H2D: &str = "copy host to device";
 const OP_D2H: &str = "copy device to host";
 
@@ -403,6 +423,17 @@ unsafe impl CopyEngine for ClCopyEngine {
         self.wait("synchronize the copy queue", 0, 0)
     }
 
+    /// Host memory the engine keeps too (see `staging`): a copy that outlives its wait
+    /// cannot write memory the bridge has freed.
+    fn alloc_staging(&self, bytes: usize) -> gyre_core::Result<Box<dyn RegionMemory>> {
+        let mem = Arc::new(HostMemory::zeroed(bytes)?);
+        self.staging
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(mem.clone());
+        Ok(Box::new(SharedStaging(mem)))
+    }
+
     fn as_any(&self) -> &dyn core::any::Any {
         self
     }
@@ -415,7 +446,10 @@ impl Drop for ClCopyEngine {
             tracing::warn!(error = %e, "releasing an OpenCL bridge's copy queue");
         }
         if self.wedged.load(Ordering::Acquire) {
-            // A command may still touch the buffer: keep it and its queue.
+            // A command may still touch the buffer or the staging: keep them and the queue.
+            let staging =
+                std::mem::take(&mut *self.staging.lock().unwrap_or_else(|e| e.into_inner()));
+            std::mem::forget(staging);
             return;
         }
         // SAFETY: dropped once, here; every command issued on the queue has completed
