@@ -66,21 +66,7 @@ impl CudaCopyEngine {
     }
 
     fn bounds(&self, op: &'static str, offset: usize, len: usize) -> gyre_core::Result<()> {
-        if offset
-            .checked_add(len)
-            .is_none_or(|end| end > self.buf.len())
-        {
-            return Err(gyre_core::Error::Transfer {
-                engine: "cuda",
-                op,
-                offset,
-                len,
-                source: gyre_core::Cause::msg(format!(
-                    "outside the {}-byte device region",
-                    self.buf.len()
-                )),
-            });
-        }
+        gyre_core::copy::check_range("cuda", op, offset, len, self.buf.len())?;
         self.ctx
             .bind()
             .map_err(|e| Self::transfer_error(op, offset, len, e))

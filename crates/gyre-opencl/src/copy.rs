@@ -187,19 +187,7 @@ impl ClCopyEngine {
     }
 
     fn bounds(&self, op: &'static str, offset: usize, len: usize) -> gyre_core::Result<()> {
-        if offset.checked_add(len).is_none_or(|end| end > self.len) {
-            return Err(gyre_core::Error::Transfer {
-                engine: "opencl",
-                op,
-                offset,
-                len,
-                source: gyre_core::Cause::msg(format!(
-                    "outside the {}-byte device region",
-                    self.len
-                )),
-            });
-        }
-        Ok(())
+        gyre_core::copy::check_range("opencl", op, offset, len, self.len)
     }
 
     /// Enqueues one copy through `enqueue` (given the queue and the buffer) and keeps its

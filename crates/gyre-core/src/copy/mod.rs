@@ -10,6 +10,37 @@ pub use host::{HostDeviceArena, HostDeviceMemory};
 use crate::error::Result;
 use crate::region::RegionMemory;
 
+/// Checks that a copy of `len` bytes at device offset `offset` lies inside an engine's
+/// `total` bytes: [`crate::Error::Transfer`] naming the engine, the operation and the
+/// bound otherwise. For [`CopyEngine`] implementations, before they issue anything.
+///
+/// # Examples
+///
+/// ```
+/// use gyre_core::copy::check_range;
+/// assert!(check_range("cuda", "copy host to device", 64, 64, 128).is_ok());
+/// assert!(check_range("cuda", "copy host to device", 100, 64, 128).is_err());
+/// assert!(check_range("cuda", "copy host to device", usize::MAX, 2, 128).is_err());
+/// ```
+pub fn check_range(
+    engine: &'static str,
+    op: &'static str,
+    offset: usize,
+    len: usize,
+    total: usize,
+) -> Result<()> {
+    if offset.checked_add(len).is_none_or(|end| end > total) {
+        return Err(crate::Error::Transfer {
+            engine,
+            op,
+            offset,
+            len,
+            source: crate::Cause::msg(format!("outside the {total}-byte device region")),
+        });
+    }
+    Ok(())
+}
+
 /// A device's copy engine over one block of device memory: a kernel's device region
 /// (laid out as [`SharedRegion`](crate::SharedRegion)), or a loan pool's device side.
 ///
