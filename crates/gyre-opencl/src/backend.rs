@@ -430,6 +430,24 @@ impl OpenClBackend {
         })
     }
 
+    /// A launch's result as the runtime takes it, logged once it runs.
+    fn launched(
+        &self,
+        spec: &LaunchSpec,
+        placement: &'static str,
+        k: Result<OpenClKernel>,
+    ) -> gyre_core::Result<Box<dyn KernelInstance>> {
+        let k = k.map_err(|e| to_core(&spec.name, e))?;
+        tracing::info!(
+            kernel = %spec.name,
+            device = %self.dev.info.name,
+            lanes = self.dev.options.lanes,
+            placement,
+            "OpenCL ring kernel launched"
+        );
+        Ok(Box::new(k))
+    }
+
     fn unsupported(&self, reason: String) -> Error {
         Error::Unsupported {
             device: self.dev.info.name.clone(),
@@ -642,16 +660,11 @@ impl gyre_core::Backend for OpenClBackend {
         spec: &LaunchSpec,
     ) -> gyre_core::Result<Box<dyn KernelInstance>> {
         spec.idle.validate()?;
-        let k = self
-            .launch_resident_inner(&mem, spec)
-            .map_err(|e| to_core(&spec.name, e))?;
-        tracing::info!(
-            kernel = %spec.name,
-            device = %self.dev.info.name,
-            lanes = self.dev.options.lanes,
-            "OpenCL ring kernel launched over device buffers"
-        );
-        Ok(Box::new(k))
+        self.launched(
+            spec,
+            "device buffers",
+            self.launch_resident_inner(&mem, spec),
+        )
     }
 
     /// Its kernels address only its fine-grained SVM allocated with `CL_MEM_SVM_ATOMICS`.
@@ -706,15 +719,6 @@ impl gyre_core::Backend for OpenClBackend {
         spec: &LaunchSpec,
     ) -> gyre_core::Result<Box<dyn KernelInstance>> {
         spec.idle.validate()?;
-        let k = self
-            .launch_inner(&region, spec)
-            .map_err(|e| to_core(&spec.name, e))?;
-        tracing::info!(
-            kernel = %spec.name,
-            device = %self.dev.info.name,
-            lanes = self.dev.options.lanes,
-            "OpenCL ring kernel launched"
-        );
-        Ok(Box::new(k))
+        self.launched(spec, "zero copy", self.launch_inner(&region, spec))
     }
 }

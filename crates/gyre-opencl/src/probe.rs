@@ -1,6 +1,8 @@
 //! What OpenCL offers here: platforms, devices and the capabilities the ring kernel needs
 //! (fine-grained SVM with atomics, OpenCL C 3.0, atomic scopes). Makes no context.
 
+use std::sync::OnceLock;
+
 use opencl3::device::{
     Device, CL_DEVICE_ATOMIC_ORDER_ACQ_REL, CL_DEVICE_ATOMIC_SCOPE_ALL_DEVICES,
     CL_DEVICE_ATOMIC_SCOPE_DEVICE, CL_DEVICE_SVM_ATOMICS, CL_DEVICE_SVM_COARSE_GRAIN_BUFFER,
@@ -184,37 +186,49 @@ pub const ENV_SVM: &str = "GYRE_OPENCL_SVM";
 /// # Errors
 ///
 /// [`Error::Env`] for any other value.
-pub fn svm_allowed() -> Result<bool> {
-    static ONCE: std::sync::OnceLock<std::result::Result<bool, String>> =
-        std::sync::OnceLock::new();
-    ONCE.get_or_init(|| env_choice(ENV_SVM, &[("auto", true), ("off", false)], true))
-        .clone()
-        .map_err(|value| Error::Env {
-            name: ENV_SVM,
-            value,
-            expected: "auto or off",
-        })
+pub(crate) fn svm_allowed() -> Result<bool> {
+    static ONCE: EnvCell = OnceLock::new();
+    env_choice(
+        &ONCE,
+        ENV_SVM,
+        &[("auto", true), ("off", false)],
+        true,
+        "auto or off",
+    )
 }
 
+/// One environment variable's value, read once per process.
+type EnvCell = OnceLock<std::result::Result<bool, String>>;
+
 /// The value of environment variable `name` among `choices` (case and surrounding space
-/// ignored; unset or empty: `default`), or the value itself when it is none of them.
+/// ignored; unset or empty: `default`), read once into `cell`; [`Error::Env`] naming
+/// `expected` when it is none of them.
 fn env_choice(
-    name: &str,
+    cell: &EnvCell,
+    name: &'static str,
     choices: &[(&str, bool)],
     default: bool,
-) -> std::result::Result<bool, String> {
-    let Ok(v) = std::env::var(name) else {
-        return Ok(default);
+    expected: &'static str,
+) -> Result<bool> {
+    let read = || {
+        let Ok(v) = std::env::var(name) else {
+            return Ok(default);
+        };
+        let key = v.trim().to_ascii_lowercase();
+        if key.is_empty() {
+            return Ok(default);
+        }
+        choices
+            .iter()
+            .find(|(c, _)| *c == key)
+            .map(|&(_, b)| b)
+            .ok_or(v)
     };
-    let key = v.trim().to_ascii_lowercase();
-    if key.is_empty() {
-        return Ok(default);
-    }
-    choices
-        .iter()
-        .find(|(c, _)| *c == key)
-        .map(|&(_, b)| b)
-        .ok_or(v)
+    cell.get_or_init(read).clone().map_err(|value| Error::Env {
+        name,
+        value,
+        expected,
+    })
 }
 
 /// Environment variable: `legacy` builds the ring kernel with OpenCL C 1.2 atomics
@@ -230,16 +244,15 @@ pub const ENV_ATOMICS: &str = "GYRE_OPENCL_ATOMICS";
 /// # Errors
 ///
 /// [`Error::Env`] for any other value.
-pub fn legacy_atomics_forced() -> Result<bool> {
-    static ONCE: std::sync::OnceLock<std::result::Result<bool, String>> =
-        std::sync::OnceLock::new();
-    ONCE.get_or_init(|| env_choice(ENV_ATOMICS, &[("auto", false), ("legacy", true)], false))
-        .clone()
-        .map_err(|value| Error::Env {
-            name: ENV_ATOMICS,
-            value,
-            expected: "auto or legacy",
-        })
+pub(crate) fn legacy_atomics_forced() -> Result<bool> {
+    static ONCE: EnvCell = OnceLock::new();
+    env_choice(
+        &ONCE,
+        ENV_ATOMICS,
+        &[("auto", false), ("legacy", true)],
+        false,
+        "auto or legacy",
+    )
 }
 
 /// Both environment variables of this backend ([`ENV_SVM`], [`ENV_ATOMICS`]) are valid.
