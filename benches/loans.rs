@@ -14,7 +14,10 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use gyre::{Backend, IdleStrategy, KernelSpec, LoanBuf, LoanConfig, Runtime};
+use gyre::{
+    loan::{LoanBuf, LoanConfig},
+    Backend, IdleStrategy, KernelSpec, Runtime,
+};
 
 const WINDOW: usize = 32;
 const BATCH: usize = 16;
@@ -61,7 +64,7 @@ fn loans(rt: &Runtime, len: usize) -> Rate {
         )
         .expect("launch");
     let src = vec![7u8; len];
-    let send = |k: &gyre::LoanKernel| {
+    let send = |k: &gyre::loan::LoanKernel| {
         let mut loan = k.loan_blocking(len).expect("loan");
         loan.copy_from_slice(black_box(&src));
         k.send_loan_blocking(loan).expect("send");
@@ -110,7 +113,7 @@ fn loans_batched(rt: &Runtime, len: usize, spin: bool) -> Rate {
         )
         .expect("launch");
     let src = vec![7u8; len];
-    let fill = |k: &gyre::LoanKernel, batch: &mut Vec<gyre::Loan>, n: usize| {
+    let fill = |k: &gyre::loan::LoanKernel, batch: &mut Vec<gyre::loan::Loan>, n: usize| {
         for _ in 0..n {
             let mut loan = k.loan_blocking(len).expect("loan");
             loan.copy_from_slice(black_box(&src));

@@ -20,7 +20,10 @@
 
 use std::time::{Duration, Instant};
 
-use gyre::{Backend, Branch, Kernel, KernelSpec, Pipeline, PipelineSpec, Route, Runtime};
+use gyre::{
+    pipeline::{Branch, Pipeline, PipelineSpec, Route},
+    Backend, Kernel, KernelSpec, Runtime,
+};
 
 const RUN: Duration = Duration::from_secs(1);
 const ROUNDS: usize = 5;
@@ -37,7 +40,7 @@ fn chain(rt: &Runtime, n: usize) -> Pipeline<u64, u64> {
     for _ in 1..n {
         spec = spec.then(stage());
     }
-    rt.launch_pipeline(spec).expect("pipeline")
+    rt.launch(spec).expect("pipeline")
 }
 
 fn graph(rt: &Runtime) -> Pipeline<u64, u64> {
@@ -47,7 +50,7 @@ fn graph(rt: &Runtime) -> Pipeline<u64, u64> {
             [Branch::new(stage()), Branch::new(stage())],
         )
         .then(stage());
-    rt.launch_pipeline(spec).expect("graph")
+    rt.launch(spec).expect("graph")
 }
 
 fn kernels(rt: &Runtime, n: usize) -> Vec<K> {

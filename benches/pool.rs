@@ -14,7 +14,10 @@ use std::pin::Pin;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use gyre::{Backend, KernelPool, KernelSpec, PoolOptions, Runtime};
+use gyre::{
+    pool::{KernelPool, PoolOptions},
+    Backend, KernelSpec, Runtime,
+};
 
 const RUN: Duration = Duration::from_secs(1);
 const ROUNDS: usize = 5;
@@ -27,7 +30,7 @@ fn pool(rt: &Runtime, members: usize, spin: bool) -> KernelPool<u64, u64> {
     } else {
         spec.async_spin(Duration::ZERO)
     };
-    rt.launch_pool(spec, PoolOptions::new(members))
+    rt.launch(gyre::pool::PoolSpec::new(spec, PoolOptions::new(members)))
         .expect("pool")
 }
 

@@ -51,8 +51,8 @@ pub enum Backend {
     /// [`Error::HandlerUnsupported`]. One runtime per device; a [`KernelPool`] over
     /// several runtimes ([`KernelPool::launch_across`]) spreads one service over devices.
     ///
-    /// [`KernelPool`]: crate::KernelPool
-    /// [`KernelPool::launch_across`]: crate::KernelPool::launch_across
+    /// [`KernelPool`]: crate::pool::KernelPool
+    /// [`KernelPool::launch_across`]: crate::pool::KernelPool::launch_across
     ///
     /// # Examples
     ///

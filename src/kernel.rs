@@ -51,10 +51,10 @@ use crate::state::KernelState;
 /// [`Kernel::shutdown`] (or [`Kernel::shutdown_blocking`]) stops it: no new requests,
 /// everything accepted is answered, the kernel is joined and its telemetry export file
 /// removed. Without a shutdown, the kernel ends when the last `Kernel` clone is dropped
-/// (together with the last [`CallFuture`](crate::CallFuture),
-/// [`SendFuture`](crate::SendFuture) and [`ShutdownFuture`](crate::ShutdownFuture), which
-/// hold the kernel like a clone). A pending [`RecvFuture`](crate::RecvFuture) or a
-/// [`RepliesStream`](crate::RepliesStream) does **not** keep it alive: it yields the
+/// (together with the last [`CallFuture`](crate::future::CallFuture),
+/// [`SendFuture`](crate::future::SendFuture) and [`ShutdownFuture`](crate::future::ShutdownFuture), which
+/// hold the kernel like a clone). A pending [`RecvFuture`](crate::future::RecvFuture) or a
+/// [`RepliesStream`](crate::future::RepliesStream) does **not** keep it alive: it yields the
 /// replies the kernel still produces for accepted `send`s, then ends. Dropping the last
 /// handle closes the ring at once and never waits for the kernel on the dropping thread:
 /// the drain, Terminate and join run on a thread of their own (and a kernel that does not
@@ -535,7 +535,7 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
     }
 
     /// The transfer strategy this kernel's bytes move by (the runtime's
-    /// [`MemoryPlan`](crate::MemoryPlan)).
+    /// [`MemoryPlan`](crate::memory::MemoryPlan)).
     ///
     /// # Errors
     ///
@@ -629,7 +629,8 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
 
 #[cfg(test)]
 mod export_tests {
-    use crate::{Backend, KernelSpec, Runtime, TelemetryReader};
+    use crate::telemetry::TelemetryReader;
+    use crate::{Backend, KernelSpec, Runtime};
 
     /// A kernel exported to a path: readable while it runs, a second exporter to the same
     /// path is refused, and a clean shutdown removes the file.

@@ -44,51 +44,77 @@ pub mod future;
 mod inner;
 mod keep_alive;
 mod kernel;
+mod launch;
 mod lifecycle;
-mod loan;
+pub mod loan;
 #[cfg(feature = "metrics")]
 mod metrics_export;
 mod opencl;
-mod pipeline;
-mod pool;
+pub mod pipeline;
+pub mod pool;
 pub mod portable;
 mod runtime;
 mod spec;
 mod state;
 
 pub use backend::{backends, prepare_cuda_environment, Backend, BackendInfo};
-pub use future::{CallFuture, RecvFuture, RepliesStream, SendFuture, ShutdownFuture};
-pub use gyre_abi::TelemetrySnapshot;
-pub use gyre_core::bridge::TransferStats;
-pub use gyre_core::cost::DeviceCost;
-pub use gyre_core::kernels::{self, ReduceSum, Sum, VecF32, VecScale};
-pub use gyre_core::loan::{LoanConfig, LoanHandle, LoanStats};
-pub use gyre_core::plan::{MemoryPlan, Source};
-pub use gyre_core::shm::{
-    ControlSnapshot, ExportError, ExportInfo, ExportSnapshot, TelemetryReader,
-};
+pub use gyre_core::kernels;
 pub use gyre_core::strategy::TransferStrategy;
-pub use gyre_core::telemetry::{rates, Rates};
-pub use gyre_core::visibility::MemoryVisibility;
 pub use gyre_core::{Cause, Error, Handler, IdleStrategy, Result, TrySendError};
 /// Handlers written once in Rust and run on every backend (`docs/handlers.md`).
 pub use gyre_macros::{handler, handler_fn, DeviceType};
 pub use kernel::Kernel;
-pub use lifecycle::{Relaunches, ReloadFuture, RestartPolicy};
-pub use loan::{
-    Loan, LoanBuf, LoanCallFuture, LoanFuture, LoanKernel, LoanRecvFuture, LoanSendFuture,
-};
-pub use pipeline::{Branch, Pipeline, PipelineSpec, Route, MAX_PIPELINE_STAGES};
-pub use pool::{
-    AcquireDevice, DeviceGuard, DevicePool, KernelPool, MemberFailure, PoolCallFuture, PoolOptions,
-    PoolStats,
-};
-pub use portable::{
-    Bytes, DeviceType, Lane, Portable, PortableLanes, PortableLoan, PortableLoanLanes,
-};
+pub use launch::Launch;
+pub use lifecycle::RestartPolicy;
+pub use portable::DeviceType;
 pub use runtime::{Runtime, RuntimeBuilder};
 pub use spec::KernelSpec;
 pub use state::KernelState;
+
+/// What a kernel reports about itself: its telemetry (`docs/telemetry.md`), the bridge's
+/// transfer counts, its relaunches, and the reader of a telemetry export file that a
+/// monitor in another process uses.
+///
+/// # Examples
+///
+/// ```
+/// let rt = gyre::Runtime::builder().backend(gyre::Backend::Cpu).build()?;
+/// let k = rt.launch(gyre::KernelSpec::<u64, u64>::echo())?;
+/// k.call_blocking(1)?;
+/// let r: gyre::telemetry::Relaunches = k.relaunches();
+/// assert_eq!(r.generation, 1);
+/// k.shutdown_blocking()?;
+/// let t: gyre::telemetry::TelemetrySnapshot = k.telemetry()?;
+/// assert_eq!(t.messages_out, 1);
+/// # Ok::<(), gyre::Error>(())
+/// ```
+pub mod telemetry {
+    pub use crate::lifecycle::Relaunches;
+    pub use gyre_abi::TelemetrySnapshot;
+    pub use gyre_core::bridge::TransferStats;
+    pub use gyre_core::cost::DeviceCost;
+    pub use gyre_core::shm::{
+        ControlSnapshot, ExportError, ExportInfo, ExportSnapshot, TelemetryReader,
+    };
+    pub use gyre_core::telemetry::{rates, Rates};
+}
+
+/// Where a kernel's rings live and how slots cross to the device: the memory plan a
+/// runtime made for its backend, where its choice came from, and the memory visibility it
+/// detected (`docs/memory-visibility.md`).
+///
+/// # Examples
+///
+/// ```
+/// let rt = gyre::Runtime::builder().backend(gyre::Backend::Cpu).build()?;
+/// let plan: &gyre::memory::MemoryPlan = rt.memory_plan();
+/// assert_eq!(plan.strategy, gyre::TransferStrategy::Unified);
+/// # Ok::<(), gyre::Error>(())
+/// ```
+pub mod memory {
+    pub use gyre_core::plan::{MemoryPlan, Source};
+    pub use gyre_core::visibility::MemoryVisibility;
+}
 
 /// Error codes (in a faulted kernel's [`KernelState::Faulted`] and
 /// [`Error::KernelFaulted`]) and reply statuses (in [`Error::Handler`]): the protocol's

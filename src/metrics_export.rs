@@ -21,7 +21,7 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
     /// block's ring indices). Under a copy strategy it adds the bridge's counters
     /// ([`Kernel::transfer_stats`]), labelled also `direction = h2d | d2h`:
     /// `gyre_transfer_copies_total`, `gyre_transfer_bytes_total` and
-    /// `gyre_transfer_slots_total`. A loan kernel ([`LoanKernel`](crate::LoanKernel))
+    /// `gyre_transfer_slots_total`. A loan kernel ([`LoanKernel`](crate::loan::LoanKernel))
     /// adds its pool's: the counters `gyre_loan_{hits,misses,returns,exhausted}_total`
     /// and the gauges `gyre_loan_pool_bytes`, `gyre_loan_in_use_bytes`,
     /// `gyre_loan_in_use_blocks`, `gyre_loan_peak_in_use_bytes`, `gyre_loan_fragmentation`.

@@ -489,36 +489,8 @@ impl Runtime {
         Checked::of(spec, target)?;
         target.imp.prepare(&spec.launch_spec())
     }
-
-    /// Validates `spec`, allocates its shared region, launches the kernel and starts its
-    /// completion driver.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::HandlerUnsupported`] when the backend cannot run the spec's handler (see
-    /// [`Runtime::backend_for`]). Each of the others names the bad value:
-    /// [`Error::InvalidCapacity`], [`Error::InvalidSlotSize`],
-    /// [`Error::InvalidBatchSize`], [`Error::TypeTooLarge`] (a message type larger than
-    /// the payload), [`Error::InvalidArgument`] (an idle duration, `async_spin`,
-    /// `host_timeout`, `watchdog`, `export_interval`), or what the backend could not do
-    /// ([`Error::Launch`], [`Error::Alloc`], [`Error::StrategyUnsupported`]).
-    ///
-    /// A kernel whose last handle was dropped holds its device's room (an OpenCL compute
-    /// unit, CUDA's co-residency) until its end, which runs on a thread of its own, is
-    /// over. A launch the backend refuses while such ends are under way waits for them
-    /// (at most 5 s) and is tried once more, so `drop(k)` then a launch works.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let rt = gyre::Runtime::builder().backend(gyre::Backend::Cpu).build()?;
-    /// let k = rt.launch(gyre::KernelSpec::<u64, u64>::echo().capacity(64))?;
-    /// assert_eq!(k.capacity(), 64);
-    /// let e = rt.launch(gyre::KernelSpec::<u64, u64>::echo().capacity(100)).unwrap_err();
-    /// assert!(matches!(e, gyre::Error::InvalidCapacity { capacity: 100, .. }));
-    /// # Ok::<(), gyre::Error>(())
-    /// ```
-    pub fn launch<Req: Pod, Resp: Pod>(
+    /// A kernel's launch ([`Runtime::launch`] of a [`KernelSpec`]).
+    pub(crate) fn launch_kernel<Req: Pod, Resp: Pod>(
         &self,
         spec: KernelSpec<Req, Resp>,
     ) -> Result<Kernel<Req, Resp>> {

@@ -218,7 +218,10 @@ impl<Req: Pod, Resp: Pod> KernelSpec<Req, Resp> {
             _types: PhantomData,
         }
     }
+}
 
+/// The settings of every spec, whatever its payload: plain messages or loans.
+impl<Req, Resp> KernelSpec<Req, Resp> {
     /// Kernel name, for logs and telemetry. Default: the built-in's or the given name.
     pub fn name(&self) -> &str {
         &self.name

@@ -50,7 +50,7 @@ pub enum KernelState {
 
 impl KernelState {
     /// The state from the raw `gyre_abi::state` value and error code (as found in the
-    /// control block or a [`TelemetrySnapshot`](crate::TelemetrySnapshot)).
+    /// control block or a [`TelemetrySnapshot`](crate::telemetry::TelemetrySnapshot)).
     ///
     /// # Examples
     ///

@@ -39,18 +39,21 @@ fn opencl_compiles_in_child() {
     assert_eq!(echo.call_blocking(7).expect("echo call"), 7);
     echo.shutdown_blocking().expect("echo shutdown");
     let vs = rt
-        .launch(KernelSpec::<gyre::VecScale<4>, gyre::VecF32<4>>::vec_scale())
+        .launch(KernelSpec::<
+            gyre::kernels::VecScale<4>,
+            gyre::kernels::VecF32<4>,
+        >::vec_scale())
         .expect("vec_scale");
     let out = vs
-        .call_blocking(gyre::VecScale::new(2.0, &[1.0, 2.0]).expect("request"))
+        .call_blocking(gyre::kernels::VecScale::new(2.0, &[1.0, 2.0]).expect("request"))
         .expect("vec_scale call");
     assert_eq!(out.as_slice(), &[2.0, 4.0]);
     vs.shutdown_blocking().expect("vec_scale shutdown");
     let rs = rt
-        .launch(KernelSpec::<gyre::ReduceSum<4>, gyre::Sum>::reduce_sum())
+        .launch(KernelSpec::<gyre::kernels::ReduceSum<4>, gyre::kernels::Sum>::reduce_sum())
         .expect("reduce_sum");
     let s = rs
-        .call_blocking(gyre::ReduceSum::new(&[1.0, 2.0, 3.0]).expect("request"))
+        .call_blocking(gyre::kernels::ReduceSum::new(&[1.0, 2.0, 3.0]).expect("request"))
         .expect("reduce_sum call");
     assert_eq!((s.sum, s.count), (6.0, 3));
     rs.shutdown_blocking().expect("reduce_sum shutdown");
@@ -226,7 +229,7 @@ fn a_loan_kernel_over_device_buffers_is_a_typed_refusal() {
         .expect("runtime");
     let e = rt
         .launch_loans(
-            KernelSpec::loans("bump", |_: &mut gyre::LoanBuf<'_>| Ok(()))
+            KernelSpec::loans("bump", |_: &mut gyre::loan::LoanBuf<'_>| Ok(()))
                 .device_handler("bump.h", loan_sources::BUMP),
         )
         .map(|_| ())

@@ -2,7 +2,10 @@
 //! decides is not read, so an invalid value there cannot fail `build()`. Its own test
 //! binary, with one test: it sets process environment variables.
 
-use gyre::{Backend, Error, MemoryVisibility, Runtime, Source, TransferStrategy};
+use gyre::{
+    memory::{MemoryVisibility, Source},
+    Backend, Error, Runtime, TransferStrategy,
+};
 
 #[test]
 fn invalid_environment_fails_only_what_the_builder_leaves_open() {

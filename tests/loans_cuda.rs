@@ -28,7 +28,7 @@ use loan_cases::{sources, Target};
 /// A handler written once in Rust (`KernelSpec::portable_loans` runs its generated C on
 /// CUDA as on OpenCL): compiled below with the hand-written ones.
 #[gyre::handler(loan)]
-fn upper(b: gyre::Bytes) -> u32 {
+fn upper(b: gyre::portable::Bytes) -> u32 {
     for i in 0..b.len() {
         let c: u8 = b.get(i);
         if c >= 97 && c <= 122 {
@@ -40,7 +40,7 @@ fn upper(b: gyre::Bytes) -> u32 {
 
 /// [`upper`], lane-parallel.
 #[gyre::handler(loan)]
-fn upper_lanes(b: gyre::Bytes, lane: gyre::Lane) -> u32 {
+fn upper_lanes(b: gyre::portable::Bytes, lane: gyre::portable::Lane) -> u32 {
     let mut i: u32 = lane.id();
     while i < b.len() {
         let c: u8 = b.get(i);
@@ -176,7 +176,7 @@ fn a_closure_without_device_code_is_refused() {
         .backend(Backend::Cuda { device: 0 })
         .build()
         .expect("CUDA runtime");
-    let spec = || KernelSpec::loans("c", |_: &mut gyre::LoanBuf<'_>| Ok(()));
+    let spec = || KernelSpec::loans("c", |_: &mut gyre::loan::LoanBuf<'_>| Ok(()));
     match rt.launch_loans(spec()) {
         Err(gyre::Error::HandlerUnsupported {
             backend, remedy, ..

@@ -39,7 +39,7 @@ fn opencl_loans_compile_in_child() {
     ] {
         let k = rt
             .launch_loans(
-                KernelSpec::loans(name, |_: &mut gyre::LoanBuf<'_>| Ok(()))
+                KernelSpec::loans(name, |_: &mut gyre::loan::LoanBuf<'_>| Ok(()))
                     .device_handler(name, src),
             )
             .expect(name);
@@ -99,7 +99,7 @@ fn a_closure_without_device_code_is_refused() {
         .backend(Backend::OpenCl { platform, device })
         .build()
         .expect("OpenCL runtime");
-    let spec = || KernelSpec::loans("c", |_: &mut gyre::LoanBuf<'_>| Ok(()));
+    let spec = || KernelSpec::loans("c", |_: &mut gyre::loan::LoanBuf<'_>| Ok(()));
     match rt.launch_loans(spec()) {
         Err(gyre::Error::HandlerUnsupported {
             backend, remedy, ..

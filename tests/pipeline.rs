@@ -12,8 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gyre::{
-    codes, Backend, Error, KernelSpec, KernelState, Pipeline, PipelineSpec, Runtime,
-    TransferStrategy,
+    codes,
+    pipeline::{Pipeline, PipelineSpec},
+    Backend, Error, KernelSpec, KernelState, Runtime, TransferStrategy,
 };
 
 #[path = "support/wait.rs"]
@@ -29,7 +30,7 @@ fn rt() -> Runtime {
 
 /// Three stages of three types: u32 -> u64 -> [u64; 2] -> u64.
 fn three(rt: &Runtime, capacity: usize) -> Pipeline<u32, u64> {
-    rt.launch_pipeline(
+    rt.launch(
         PipelineSpec::new(
             "three",
             KernelSpec::from_fn("widen", |x: u32| u64::from(x) * 3).capacity(capacity),
@@ -105,7 +106,7 @@ fn an_error_reply_is_passed_on_without_running_later_handlers() {
     let later = Arc::new(AtomicU64::new(0));
     let seen = later.clone();
     let p = rt
-        .launch_pipeline(
+        .launch(
             PipelineSpec::new(
                 "errors",
                 KernelSpec::try_from_fn("odd-rejected", |x: u32| {
@@ -148,7 +149,7 @@ fn an_error_reply_is_passed_on_without_running_later_handlers() {
 fn a_slow_last_stage_holds_back_the_producers_and_nothing_is_lost() {
     let rt = rt();
     let p = rt
-        .launch_pipeline(
+        .launch(
             PipelineSpec::new("slow", KernelSpec::<u64, u64>::echo().capacity(8)).then(
                 KernelSpec::from_fn("slow", |x: u64| {
                     std::thread::sleep(Duration::from_micros(200));
@@ -193,7 +194,7 @@ fn a_fault_in_a_middle_stage_fails_exactly_what_the_chain_did_not_answer() {
     let rt = rt();
     const BAD: u32 = 50;
     let p = rt
-        .launch_pipeline(
+        .launch(
             PipelineSpec::new("faulty", KernelSpec::<u32, u32>::echo().capacity(16))
                 .then(
                     KernelSpec::from_fn("panics", |x: u32| {
@@ -293,7 +294,7 @@ fn a_fault_in_a_middle_stage_fails_exactly_what_the_chain_did_not_answer() {
 fn a_fault_in_the_last_stage_stops_every_stage_before_it() {
     let rt = rt();
     let p = rt
-        .launch_pipeline(
+        .launch(
             PipelineSpec::new("last", KernelSpec::<u32, u32>::echo())
                 .then(KernelSpec::<u32, u32>::echo())
                 .then(KernelSpec::from_fn("panics", |x: u32| -> u32 {
@@ -355,7 +356,7 @@ fn shutdown_drains_stage_by_stage() {
 fn dropping_the_last_handle_ends_every_stage() {
     let rt = rt();
     let p = rt
-        .launch_pipeline(
+        .launch(
             PipelineSpec::new("d", KernelSpec::<u32, u32>::echo())
                 .then(KernelSpec::<u32, u32>::echo())
                 .then(KernelSpec::<u32, u32>::echo()),
@@ -388,7 +389,7 @@ fn dropping_the_last_handle_ends_every_stage() {
 fn mixed_handler_kinds_run_on_the_cpu_backend() {
     let rt = rt();
     let p = rt
-        .launch_pipeline(
+        .launch(
             PipelineSpec::new("mixed", KernelSpec::<[f32; 4], [f32; 4]>::echo()).then(
                 KernelSpec::from_fn("sum", |v: [f32; 4]| v.iter().sum::<f32>()),
             ),
@@ -402,7 +403,7 @@ fn mixed_handler_kinds_run_on_the_cpu_backend() {
 fn a_single_stage_pipeline_is_a_kernel() {
     let rt = rt();
     let p = rt
-        .launch_pipeline(PipelineSpec::new(
+        .launch(PipelineSpec::new(
             "one",
             KernelSpec::from_fn("inc", |x: u8| x + 1),
         ))
@@ -420,7 +421,7 @@ fn what_a_chain_cannot_be_is_refused_before_anything_runs() {
     };
     let echo = || KernelSpec::<u32, u32>::echo();
     let (stage, why) = refused(
-        rt.launch_pipeline(
+        rt.launch(
             PipelineSpec::new("p", echo())
                 .then(echo())
                 .then(echo().slot_size(256)),
@@ -429,15 +430,15 @@ fn what_a_chain_cannot_be_is_refused_before_anything_runs() {
     assert_eq!(stage, 2);
     assert!(why.contains("256") && why.contains("128"), "{why}");
     let mut long = PipelineSpec::new("p", echo());
-    for _ in 0..gyre::MAX_PIPELINE_STAGES {
+    for _ in 0..gyre::pipeline::MAX_STAGES {
         long = long.then(echo());
     }
-    let (stage, _) = refused(rt.launch_pipeline(long));
-    assert_eq!(stage, gyre::MAX_PIPELINE_STAGES);
+    let (stage, _) = refused(rt.launch(long));
+    assert_eq!(stage, gyre::pipeline::MAX_STAGES);
     // A type larger than the payload.
-    match rt.launch_pipeline(
-        PipelineSpec::new("p", echo()).then(KernelSpec::from_fn("big", |x: u32| [x; 32])),
-    ) {
+    match rt
+        .launch(PipelineSpec::new("p", echo()).then(KernelSpec::from_fn("big", |x: u32| [x; 32])))
+    {
         Err(Error::TypeTooLarge { role: "reply", .. }) => {}
         other => panic!("{other:?}"),
     }
@@ -447,13 +448,13 @@ fn what_a_chain_cannot_be_is_refused_before_anything_runs() {
         .transfer_strategy(TransferStrategy::Sync)
         .build()
         .expect("runtime");
-    match copy.launch_pipeline(PipelineSpec::new("p", echo()).then(echo())) {
+    match copy.launch(PipelineSpec::new("p", echo()).then(echo())) {
         Err(Error::StrategyUnsupported { .. }) => {}
         other => panic!("{other:?}"),
     }
     // A reload: refused, the chain keeps serving.
     let p = rt
-        .launch_pipeline(PipelineSpec::new("p", echo()).then(echo()))
+        .launch(PipelineSpec::new("p", echo()).then(echo()))
         .expect("launch");
     assert!(matches!(
         p.reload_blocking(KernelSpec::<u32, u32>::echo()),
@@ -468,7 +469,7 @@ fn every_stage_exports_its_telemetry_and_the_files_go_with_the_chain() {
     let _ = std::fs::remove_dir_all(&dir);
     let rt = rt();
     let p = rt
-        .launch_pipeline(
+        .launch(
             PipelineSpec::new(
                 "exported",
                 KernelSpec::<u32, u32>::echo().export_telemetry_to(dir.join("exported")),
@@ -491,7 +492,7 @@ fn every_stage_exports_its_telemetry_and_the_files_go_with_the_chain() {
 fn many_producers_through_three_stages_lose_and_duplicate_nothing() {
     let rt = rt();
     let p = rt
-        .launch_pipeline(
+        .launch(
             PipelineSpec::new(
                 "many",
                 KernelSpec::from_fn("a", |x: u64| x ^ 0x5555).capacity(32),
@@ -528,7 +529,7 @@ fn many_producers_through_three_stages_lose_and_duplicate_nothing() {
 fn every_stage_uses_the_first_stage_s_host_timeout() {
     let rt = rt();
     let p = rt
-        .launch_pipeline(
+        .launch(
             PipelineSpec::new("hb", KernelSpec::<u32, u32>::echo())
                 .then(KernelSpec::<u32, u32>::echo().host_timeout(Duration::from_millis(1))),
         )
@@ -548,7 +549,7 @@ fn a_fault_behind_a_paused_head_ends_the_chain() {
     let go = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let gate = go.clone();
     let p = rt
-        .launch_pipeline(
+        .launch(
             PipelineSpec::new(
                 "paused",
                 KernelSpec::<u32, u32>::echo().idle(gyre::IdleStrategy::Backoff {
@@ -606,7 +607,7 @@ fn the_watchdog_notices_a_hung_later_stage() {
     let release = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let gate = release.clone();
     let p = rt
-        .launch_pipeline(
+        .launch(
             PipelineSpec::new(
                 "hung",
                 KernelSpec::<u32, u32>::echo().watchdog(Duration::from_millis(200)),

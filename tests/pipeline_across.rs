@@ -11,8 +11,9 @@ mod deadline;
 use deadline::{recv, send};
 
 use gyre::{
-    codes, Backend, Branch, Error, KernelSpec, KernelState, Pipeline, PipelineSpec, Route, Runtime,
-    TransferStrategy,
+    codes,
+    pipeline::{Branch, Pipeline, PipelineSpec, Route},
+    Backend, Error, KernelSpec, KernelState, Runtime, TransferStrategy,
 };
 
 fn rt() -> Runtime {
@@ -109,9 +110,9 @@ fn placements_that_cannot_run_are_refused() {
         }
         other => panic!("{other:?}"),
     }
-    // `Runtime::launch_pipeline` is one runtime: the same refusal.
+    // `Runtime::launch` of a `PipelineSpec` is one runtime: the same refusal.
     assert!(matches!(
-        a.launch_pipeline(three_across()),
+        a.launch(three_across()),
         Err(Error::Pipeline { stage: 1, .. })
     ));
     // None at all.

@@ -15,7 +15,9 @@ mod support;
 
 use std::time::Duration;
 
-use gyre::{Backend, Error, KernelSpec, KernelState, PipelineSpec, RestartPolicy, Runtime};
+use gyre::{
+    pipeline::PipelineSpec, Backend, Error, KernelSpec, KernelState, RestartPolicy, Runtime,
+};
 
 fn runtime(test: &str) -> Option<Runtime> {
     if !support::available(test) {
@@ -114,8 +116,8 @@ fn a_keyed_fan_out_into_a_join_answers_in_order_on_the_gpu() {
         std::slice::from_ref(&rt),
         PipelineSpec::new("gpufan", echo())
             .fan_out(
-                gyre::Route::key_at(0),
-                (0..3).map(|_| gyre::Branch::new(echo())),
+                gyre::pipeline::Route::key_at(0),
+                (0..3).map(|_| gyre::pipeline::Branch::new(echo())),
             )
             .then(echo()),
     ) else {
@@ -138,7 +140,7 @@ fn a_keyed_fan_out_into_a_join_answers_in_order_on_the_gpu() {
     );
     for (b, t) in t[1..4].iter().enumerate() {
         let expect = (0..10_000u64)
-            .filter(|&x| gyre::Route::branch_of(x, 3) == b)
+            .filter(|&x| gyre::pipeline::Route::branch_of(x, 3) == b)
             .count() as u64;
         assert_eq!(t.messages_out, expect, "branch {b}");
     }
@@ -151,8 +153,8 @@ fn a_keyed_fan_out_into_a_join_answers_in_order_on_the_gpu() {
 fn launch_or_skip(
     runtimes: &[Runtime],
     spec: PipelineSpec<u64, u64>,
-) -> Option<gyre::Pipeline<u64, u64>> {
-    match gyre::Pipeline::launch_across(runtimes, spec) {
+) -> Option<gyre::pipeline::Pipeline<u64, u64>> {
+    match gyre::pipeline::Pipeline::launch_across(runtimes, spec) {
         Ok(p) => Some(p),
         Err(Error::StrategyUnsupported { reason, .. }) => {
             eprintln!("SKIP: the planned strategy is a copy strategy: {reason}");
@@ -164,7 +166,11 @@ fn launch_or_skip(
 
 /// `n` requests through `p`, sent from another thread, answered `f(x)` in order. Sends
 /// and receives have deadlines: a hung chain fails instead of using up the GPU kit's time.
-fn send_and_receive_in_order(p: &gyre::Pipeline<u64, u64>, n: u64, f: impl Fn(u64) -> u64) {
+fn send_and_receive_in_order(
+    p: &gyre::pipeline::Pipeline<u64, u64>,
+    n: u64,
+    f: impl Fn(u64) -> u64,
+) {
     for (x, r) in (0..n).zip(deadline::stream(p, n)) {
         assert_eq!(r.expect("recv"), f(x), "reply {x}");
     }
@@ -172,7 +178,7 @@ fn send_and_receive_in_order(p: &gyre::Pipeline<u64, u64>, n: u64, f: impl Fn(u6
 
 /// 2000 requests in order ([`send_and_receive_in_order`]); then shut down, every stage
 /// terminated cleanly.
-fn serve_in_order(p: &gyre::Pipeline<u64, u64>, f: impl Fn(u64) -> u64) {
+fn serve_in_order(p: &gyre::pipeline::Pipeline<u64, u64>, f: impl Fn(u64) -> u64) {
     send_and_receive_in_order(p, 2000, f);
     p.shutdown_blocking().expect("shutdown");
     assert!(p
@@ -339,8 +345,8 @@ fn a_gpu_fan_out_feeds_a_cpu_join() {
         &runtimes,
         PipelineSpec::new("gpufan-cpujoin", echo())
             .fan_out(
-                gyre::Route::key_at(0),
-                (0..2).map(|_| gyre::Branch::new(echo())),
+                gyre::pipeline::Route::key_at(0),
+                (0..2).map(|_| gyre::pipeline::Branch::new(echo())),
             )
             .then(KernelSpec::from_fn("join", |x: u64| x + 7))
             .on(1),
@@ -352,14 +358,14 @@ fn a_gpu_fan_out_feeds_a_cpu_join() {
         .expect("device 0")
         .device
         .host_native_atomic_supported;
-    match gyre::Pipeline::launch_across(
+    match gyre::pipeline::Pipeline::launch_across(
         &runtimes,
         PipelineSpec::new("gpufan-mixed", echo())
             .fan_out(
-                gyre::Route::RoundRobin,
+                gyre::pipeline::Route::RoundRobin,
                 [
-                    gyre::Branch::new(echo()),
-                    gyre::Branch::new(KernelSpec::from_fn("cpu", |x: u64| x)),
+                    gyre::pipeline::Branch::new(echo()),
+                    gyre::pipeline::Branch::new(KernelSpec::from_fn("cpu", |x: u64| x)),
                 ],
             )
             .on(1) // the CPU branch

@@ -12,7 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gyre::{
-    codes, Backend, Branch, Error, KernelSpec, KernelState, Pipeline, PipelineSpec, Route, Runtime,
+    codes,
+    pipeline::{Branch, Pipeline, PipelineSpec, Route},
+    Backend, Error, KernelSpec, KernelState, Runtime,
 };
 
 #[path = "support/wait.rs"]
@@ -37,7 +39,7 @@ fn tagging(b: u64) -> Branch<u64, u64> {
 fn a_round_robin_fan_out_answers_the_host_in_request_order() {
     let rt = rt();
     let p = rt
-        .launch_pipeline(
+        .launch(
             PipelineSpec::new("rr", KernelSpec::<u64, u64>::echo())
                 .fan_out(Route::RoundRobin, (0..3).map(tagging)),
         )
@@ -104,7 +106,7 @@ fn a_keyed_fan_out_keeps_per_key_order_and_the_join_sees_request_order() {
     };
     let rt = rt();
     let p = rt
-        .launch_pipeline(
+        .launch(
             PipelineSpec::new(
                 "keyed",
                 KernelSpec::<[u64; 2], [u64; 2]>::echo().capacity(32),
@@ -157,7 +159,7 @@ fn many_producers_through_a_fan_out_and_a_join_lose_and_duplicate_nothing() {
     let fast = Branch::new(KernelSpec::from_fn("fast", |x: u64| x.rotate_left(9)).capacity(16));
     let rt = rt();
     let p: Pipeline<u64, u64> = rt
-        .launch_pipeline(
+        .launch(
             PipelineSpec::new(
                 "many",
                 KernelSpec::from_fn("xor", |x: u64| x ^ 0xa5).capacity(16),
@@ -205,7 +207,7 @@ fn many_producers_through_a_fan_out_and_a_join_lose_and_duplicate_nothing() {
 fn errors_pass_through_the_branches_and_the_join() {
     let rt = rt();
     let p = rt
-        .launch_pipeline(
+        .launch(
             PipelineSpec::new(
                 "errors",
                 KernelSpec::try_from_fn("odd-rejected", |x: u64| {
@@ -255,7 +257,7 @@ fn a_fault_in_one_branch_ends_the_graph_and_fails_only_what_it_did_not_answer() 
     const BAD: u64 = 51;
     let rt = rt();
     let p = rt
-        .launch_pipeline(
+        .launch(
             PipelineSpec::new("fault", KernelSpec::<u64, u64>::echo().capacity(16))
                 .fan_out(
                     Route::RoundRobin,
@@ -366,7 +368,7 @@ fn shutdown_drains_every_branch_before_the_join() {
     }));
     let fast = Branch::new(KernelSpec::from_fn("fast", |x: u32| x + 1));
     let p = rt
-        .launch_pipeline(
+        .launch(
             PipelineSpec::new("drain", KernelSpec::<u32, u32>::echo())
                 .fan_out(Route::RoundRobin, [slow, fast])
                 .then(KernelSpec::from_fn("join", |x: u32| x * 2)),
@@ -399,14 +401,14 @@ fn shapes_a_pipeline_cannot_have_are_refused() {
         other => panic!("{other:?}"),
     };
     refused(
-        rt.launch_pipeline(
+        rt.launch(
             PipelineSpec::new("one", echo()).fan_out(Route::RoundRobin, [Branch::new(echo())]),
         ),
         1,
         "2 to 8",
     );
     refused(
-        rt.launch_pipeline(
+        rt.launch(
             PipelineSpec::new("nine", echo())
                 .fan_out(Route::RoundRobin, (0..9).map(|_| Branch::new(echo()))),
         ),
@@ -414,7 +416,7 @@ fn shapes_a_pipeline_cannot_have_are_refused() {
         "2 to 8",
     );
     refused(
-        rt.launch_pipeline(
+        rt.launch(
             PipelineSpec::new("twice", echo())
                 .fan_out(
                     Route::RoundRobin,
@@ -429,7 +431,7 @@ fn shapes_a_pipeline_cannot_have_are_refused() {
         "join",
     );
     refused(
-        rt.launch_pipeline(
+        rt.launch(
             PipelineSpec::new("key", echo())
                 .fan_out(Route::key_at(4), [Branch::new(echo()), Branch::new(echo())]),
         ),
@@ -439,7 +441,7 @@ fn shapes_a_pipeline_cannot_have_are_refused() {
     // The refusals come from the launch's checks, before any stage runs; a good graph
     // launches on the same runtime and answers.
     let p = rt
-        .launch_pipeline(
+        .launch(
             PipelineSpec::new("fine", echo())
                 .fan_out(Route::key_at(0), [Branch::new(echo()), Branch::new(echo())]),
         )
@@ -468,9 +470,9 @@ fn published_heads_keep_up_when_slots_are_recycled_before_the_scan() {
         let spec = PipelineSpec::new("recycle", KernelSpec::<u64, u64>::echo().capacity(8))
             .fan_out(Route::RoundRobin, (0..3).map(jittery));
         let p = if join {
-            rt.launch_pipeline(spec.then(KernelSpec::<u64, u64>::echo().capacity(8)))
+            rt.launch(spec.then(KernelSpec::<u64, u64>::echo().capacity(8)))
         } else {
-            rt.launch_pipeline(spec)
+            rt.launch(spec)
         }
         .expect("launch");
         const N: u64 = 20_000;
@@ -507,7 +509,7 @@ fn a_fault_in_a_branch_answering_the_host_fails_only_what_was_not_answered() {
     const BAD: u64 = 51;
     let rt = rt();
     let p = rt
-        .launch_pipeline(
+        .launch(
             PipelineSpec::new("fault-host", KernelSpec::<u64, u64>::echo().capacity(16)).fan_out(
                 Route::RoundRobin,
                 [

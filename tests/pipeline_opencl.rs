@@ -17,7 +17,9 @@ mod support;
 use std::time::Duration;
 
 use gyre::{
-    codes, Backend, Error, KernelSpec, KernelState, Pipeline, PipelineSpec, RestartPolicy, Runtime,
+    codes,
+    pipeline::{Pipeline, PipelineSpec},
+    Backend, Error, KernelSpec, KernelState, RestartPolicy, Runtime,
 };
 
 fn guard() -> support::Guard {
@@ -125,7 +127,7 @@ fn opencl_pipeline_compiles_in_child() {
         return;
     };
     let p = rt
-        .launch_pipeline(PipelineSpec::new("c", reject_odd()).then(times_ten()))
+        .launch(PipelineSpec::new("c", reject_odd()).then(times_ten()))
         .expect("pipeline");
     assert_eq!(p.call_blocking(2).expect("call"), 21);
     p.shutdown_blocking().expect("shutdown");
@@ -138,9 +140,7 @@ fn two_device_stages_answer_in_order_and_pass_errors_on() {
         return;
     };
     let p = rt
-        .launch_pipeline(
-            PipelineSpec::new("cl", reject_odd().capacity(16)).then(times_ten().capacity(16)),
-        )
+        .launch(PipelineSpec::new("cl", reject_odd().capacity(16)).then(times_ten().capacity(16)))
         .expect("pipeline");
     assert!(matches!(p.backend(), Backend::OpenCl { .. }));
     let t = serve_reject_then_times_ten(&p);
@@ -162,7 +162,7 @@ fn each_device_stage_is_reloaded_while_the_other_serves() {
         return;
     };
     let p = rt
-        .launch_pipeline(
+        .launch(
             PipelineSpec::new("cl-reload", reject_odd().capacity(16))
                 .then(times_ten().capacity(16)),
         )
@@ -220,7 +220,7 @@ fn a_chain_longer_than_the_device_runs_is_refused_and_leaves_nothing_running() {
     for _ in 0..units {
         long = long.then(KernelSpec::<u32, u32>::echo());
     }
-    match rt.launch_pipeline(long) {
+    match rt.launch(long) {
         Err(Error::Launch {
             backend: "opencl", ..
         }) => {}
@@ -230,9 +230,7 @@ fn a_chain_longer_than_the_device_runs_is_refused_and_leaves_nothing_running() {
     for _ in 1..units {
         fits = fits.then(KernelSpec::<u32, u32>::echo());
     }
-    let p = rt
-        .launch_pipeline(fits)
-        .expect("a chain of one stage per unit");
+    let p = rt.launch(fits).expect("a chain of one stage per unit");
     assert_eq!(p.call_blocking(7).expect("call"), 7);
     p.shutdown_blocking().expect("shutdown");
 }
@@ -250,16 +248,16 @@ fn a_device_fan_out_answers_the_host_in_request_order() {
     };
     let spec = || {
         PipelineSpec::new("fan", reject_odd()).fan_out(
-            gyre::Route::RoundRobin,
+            gyre::pipeline::Route::RoundRobin,
             [
-                gyre::Branch::new(times_ten()),
-                gyre::Branch::new(times_ten()),
+                gyre::pipeline::Branch::new(times_ten()),
+                gyre::pipeline::Branch::new(times_ten()),
             ],
         )
     };
     let units = compute_units(&rt);
     if units < 3 {
-        match rt.launch_pipeline(spec()) {
+        match rt.launch(spec()) {
             Err(e @ Error::Launch { .. }) => {
                 let why = format!("{e}: {:?}", std::error::Error::source(&e));
                 assert!(
@@ -276,7 +274,7 @@ fn a_device_fan_out_answers_the_host_in_request_order() {
         );
         return;
     }
-    let p = rt.launch_pipeline(spec()).expect("pipeline");
+    let p = rt.launch(spec()).expect("pipeline");
     let t = serve_reject_then_times_ten(&p);
     assert_eq!(t[0].messages_out, 340);
     assert_eq!((t[1].messages_out, t[2].messages_out), (170, 170));
@@ -362,10 +360,10 @@ fn a_fan_out_across_the_cpu_and_a_device_answers_in_request_order() {
     let fan = || {
         PipelineSpec::new("fan", KernelSpec::from_fn("double", |x: u32| x * 2))
             .fan_out(
-                gyre::Route::RoundRobin,
+                gyre::pipeline::Route::RoundRobin,
                 [
-                    gyre::Branch::new(KernelSpec::from_fn("inc", |x: u32| x + 1)),
-                    gyre::Branch::new(times_ten()),
+                    gyre::pipeline::Branch::new(KernelSpec::from_fn("inc", |x: u32| x + 1)),
+                    gyre::pipeline::Branch::new(times_ten()),
                 ],
             )
             .on(1)
@@ -418,7 +416,7 @@ fn a_device_stage_that_panics_is_restarted_in_place() {
     };
     const N: u64 = 200;
     let p = rt
-        .launch_pipeline(
+        .launch(
             PipelineSpec::new("restart", KernelSpec::<u64, u64>::echo().capacity(16)).then(
                 KernelSpec::portable(fragile::fragile).capacity(16).restart(
                     RestartPolicy::new(100)

@@ -13,8 +13,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gyre::{
-    codes, Backend, Error, IdleStrategy, KernelSpec, KernelState, Pipeline, PipelineSpec,
-    RestartPolicy, Runtime,
+    codes,
+    pipeline::{Pipeline, PipelineSpec},
+    Backend, Error, IdleStrategy, KernelSpec, KernelState, RestartPolicy, Runtime,
 };
 
 #[path = "support/wait.rs"]
@@ -36,7 +37,7 @@ fn tagging(k: usize, tag: u64) -> KernelSpec<u64, u64> {
 
 /// A chain of three [`tagging`] stages, each with tag 1, in rings of 64 slots.
 fn three(rt: &Runtime) -> Pipeline<u64, u64> {
-    rt.launch_pipeline(
+    rt.launch(
         PipelineSpec::new("three", tagging(0, 1).capacity(64))
             .then(tagging(1, 1).capacity(64))
             .then(tagging(2, 1).capacity(64)),
@@ -211,7 +212,7 @@ fn what_a_stage_reload_cannot_be_is_refused_and_the_chain_serves_on() {
         })
     };
     let watched = rt
-        .launch_pipeline(
+        .launch(
             PipelineSpec::new(
                 "watched",
                 tagging(0, 1).watchdog(Duration::from_millis(100)),
@@ -252,7 +253,7 @@ fn what_a_stage_reload_cannot_be_is_refused_and_the_chain_serves_on() {
 fn a_chain_of_one_stage_reloads_as_its_kernel() {
     let rt = rt();
     let p = rt
-        .launch_pipeline(PipelineSpec::new("one", tagging(0, 1)))
+        .launch(PipelineSpec::new("one", tagging(0, 1)))
         .expect("launch");
     assert_eq!(p.call_blocking(2).expect("call"), 0x21);
     p.reload_stage_blocking(0, tagging(0, 2)).expect("reload");
@@ -267,7 +268,7 @@ fn a_chain_of_one_stage_reloads_as_its_kernel() {
 fn a_stage_in_epochs_hands_over_to_the_new_handler_from_then_on() {
     let rt = rt();
     let p = rt
-        .launch_pipeline(
+        .launch(
             PipelineSpec::new("epochs", tagging(0, 1).capacity(64))
                 .then(tagging(1, 1).capacity(64).epoch(Duration::from_millis(1))),
         )
@@ -298,7 +299,7 @@ fn a_stage_restarts_into_the_handler_it_was_reloaded_with() {
     let policy =
         RestartPolicy::new(5).backoff(Duration::from_micros(100), Duration::from_millis(2));
     let p = rt
-        .launch_pipeline(
+        .launch(
             PipelineSpec::new("restarts", tagging(0, 1).capacity(64))
                 .then(tagging(1, 1).capacity(64).restart(policy)),
         )
@@ -423,7 +424,7 @@ fn a_reload_that_meets_the_watchdog_leaves_its_terminate() {
     // The first stage of a chain (its command held by the head's lifecycle).
     let gate = Arc::new(Gate::default());
     let p = rt
-        .launch_pipeline(
+        .launch(
             PipelineSpec::new("p", stuck_on_99(&gate))
                 .then(KernelSpec::<u64, u64>::echo().capacity(16)),
         )

@@ -11,8 +11,9 @@ use deadline::{recv, send, stream};
 use std::time::{Duration, Instant};
 
 use gyre::{
-    codes, Backend, Branch, Error, KernelSpec, KernelState, Pipeline, PipelineSpec, RestartPolicy,
-    Route, Runtime,
+    codes,
+    pipeline::{Branch, Pipeline, PipelineSpec, Route},
+    Backend, Error, KernelSpec, KernelState, RestartPolicy, Runtime,
 };
 
 #[path = "support/wait.rs"]
@@ -60,7 +61,7 @@ fn a_restarted_stage_fails_only_the_request_that_faulted() {
     const N: u64 = 3000;
     let bad = |x: u64| x % 100 == 37;
     let p = rt()
-        .launch_pipeline(
+        .launch(
             PipelineSpec::new("restarts", KernelSpec::<u64, u64>::echo())
                 .then(fragile("fragile", bad).restart(policy(100)))
                 .then(KernelSpec::from_fn("inc", |x: u64| x + 1)),
@@ -99,7 +100,7 @@ fn a_restarted_stage_fails_only_the_request_that_faulted() {
 fn concurrent_callers_lose_nothing_while_stages_restart() {
     const PER: u64 = 400;
     let p = rt()
-        .launch_pipeline(
+        .launch(
             PipelineSpec::new(
                 "callers",
                 fragile("head", |x| x % 97 == 13).restart(policy(100)),
@@ -146,7 +147,7 @@ fn concurrent_callers_lose_nothing_while_stages_restart() {
 #[test]
 fn when_restarts_run_out_the_chain_stops_as_after_any_fault() {
     let p = rt()
-        .launch_pipeline(
+        .launch(
             PipelineSpec::new("spent", KernelSpec::<u64, u64>::echo())
                 .then(fragile("fragile", |x| x >= 1000).restart(policy(2)))
                 .then(KernelSpec::<u64, u64>::echo()),
@@ -200,7 +201,7 @@ fn when_restarts_run_out_the_chain_stops_as_after_any_fault() {
 fn a_shutdown_during_a_backoff_is_drained_by_the_successor() {
     let backoff = Duration::from_millis(300);
     let p = rt()
-        .launch_pipeline(
+        .launch(
             PipelineSpec::new(
                 "backoff",
                 KernelSpec::<u64, u64>::echo().watchdog(Duration::from_millis(100)),
@@ -248,7 +249,7 @@ fn a_branch_of_a_fan_out_restarts_and_the_join_keeps_request_order() {
         Branch::new(if b == 1 { s.restart(policy(100)) } else { s })
     };
     let p = rt()
-        .launch_pipeline(
+        .launch(
             PipelineSpec::new("fan", KernelSpec::<u64, u64>::echo())
                 .fan_out(Route::RoundRobin, (0..2).map(branch))
                 .then(KernelSpec::from_fn("join", |x: u64| x + 1)),
@@ -278,7 +279,7 @@ fn a_branch_of_a_fan_out_restarts_and_the_join_keeps_request_order() {
 #[test]
 fn a_lone_stage_restarts_as_a_kernel() {
     let p = rt()
-        .launch_pipeline(PipelineSpec::new(
+        .launch(PipelineSpec::new(
             "lone",
             fragile("fragile", |x| x == 3).restart(policy(5)),
         ))
@@ -300,7 +301,7 @@ fn exported_lines_count_each_stages_restarts() {
     ));
     let _ = std::fs::remove_dir_all(&dir);
     let p = rt()
-        .launch_pipeline(
+        .launch(
             PipelineSpec::new(
                 "exported",
                 fragile("head", |x| x == 1)
@@ -316,7 +317,7 @@ fn exported_lines_count_each_stages_restarts() {
         assert!(is_panic(&p.call_blocking(x)), "request {x}");
     }
     let read = |f: &str| {
-        gyre::TelemetryReader::open(&dir.join(f))
+        gyre::telemetry::TelemetryReader::open(&dir.join(f))
             .expect("export file")
             .snapshot()
             .expect("snapshot")
@@ -359,7 +360,7 @@ fn check(got: &[Result<u64, Error>], bad: fn(u64) -> bool, f: impl Fn(u64) -> u6
 fn a_fanning_stage_restarts_and_its_join_keeps_request_order() {
     let bad = |x: u64| x % 53 == 11;
     let p = rt()
-        .launch_pipeline(
+        .launch(
             PipelineSpec::new("fanning", KernelSpec::<u64, u64>::echo())
                 .then(fragile("fan", bad).restart(policy(1000)))
                 .fan_out(Route::RoundRobin, [inc("a"), inc("b"), inc("c")])
@@ -381,7 +382,7 @@ fn a_fanning_stage_restarts_and_its_join_keeps_request_order() {
 fn a_fanning_head_and_a_join_restart() {
     let bad = |x: u64| x % 41 == 5;
     let p = rt()
-        .launch_pipeline(
+        .launch(
             PipelineSpec::new("head-fan", fragile("fan", bad).restart(policy(1000)))
                 .fan_out(Route::key_at(0), [inc("a"), inc("b")]),
         )
@@ -393,7 +394,7 @@ fn a_fanning_head_and_a_join_restart() {
     let bad = |x: u64| x % 67 == 3;
     let echo = || Branch::new(KernelSpec::<u64, u64>::echo());
     let p = rt()
-        .launch_pipeline(
+        .launch(
             PipelineSpec::new("join", KernelSpec::<u64, u64>::echo())
                 .fan_out(Route::RoundRobin, [echo(), echo()])
                 .then(fragile("join", bad).restart(policy(1000))),
@@ -411,7 +412,7 @@ fn a_fanning_head_and_a_join_restart() {
 fn a_stage_feeding_a_stopped_stage_is_not_restarted() {
     let backoff = Duration::from_secs(5);
     let p = rt()
-        .launch_pipeline(
+        .launch(
             PipelineSpec::new("feeds-stopped", KernelSpec::<u64, u64>::echo())
                 .then(
                     fragile("up", |x| x == 0)
@@ -464,7 +465,7 @@ fn stages_in_epochs_hand_over_under_load_and_lose_nothing() {
     let bad = |x: u64| x % 500 == 99;
     let ms = Duration::from_millis(1);
     let p = rt()
-        .launch_pipeline(
+        .launch(
             PipelineSpec::new("epochs", KernelSpec::<u64, u64>::echo().epoch(ms))
                 .then(fragile("fragile", bad).restart(policy(100)).epoch(ms))
                 .then(KernelSpec::from_fn("inc", |x: u64| x + 1).epoch(ms)),
@@ -498,7 +499,7 @@ fn stages_in_epochs_hand_over_under_load_and_lose_nothing() {
 #[test]
 fn epochs_do_not_spend_a_stages_restarts() {
     let p = rt()
-        .launch_pipeline(
+        .launch(
             PipelineSpec::new("budget", KernelSpec::<u64, u64>::echo()).then(
                 fragile("fragile", |x| x >= 1000)
                     .restart(policy(1))
@@ -532,10 +533,10 @@ fn a_healthy_window_starts_the_restart_count_over_through_epochs() {
             .epoch(Duration::from_millis(1))
     };
     let alone = rt()
-        .launch_pipeline(PipelineSpec::new("alone", spec()))
+        .launch(PipelineSpec::new("alone", spec()))
         .expect("launch");
     let chained = rt()
-        .launch_pipeline(PipelineSpec::new("chained", KernelSpec::<u64, u64>::echo()).then(spec()))
+        .launch(PipelineSpec::new("chained", KernelSpec::<u64, u64>::echo()).then(spec()))
         .expect("launch");
     for (p, k) in [(&alone, 0), (&chained, 1)] {
         for fault in 0..3u64 {

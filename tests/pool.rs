@@ -8,7 +8,9 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use gyre::{
-    codes, Backend, Error, KernelPool, KernelSpec, KernelState, MemberFailure, PoolOptions, Runtime,
+    codes,
+    pool::{KernelPool, MemberFailure, PoolOptions},
+    Backend, Error, KernelSpec, KernelState, Runtime,
 };
 
 #[path = "support/wait.rs"]
@@ -65,13 +67,13 @@ fn send_all<F: Future + Unpin>(tokio: &tokio::runtime::Runtime, fs: &mut [F]) {
 
 /// x + 1; u64::MAX panics (the member faults).
 fn inc_pool(rt: &Runtime, options: PoolOptions) -> KernelPool<u64, u64> {
-    rt.launch_pool(
+    rt.launch(gyre::pool::PoolSpec::new(
         KernelSpec::from_fn("inc", |x: u64| {
             assert!(x != u64::MAX, "injected fault");
             x + 1
         }),
         options,
-    )
+    ))
     .expect("pool")
 }
 
@@ -83,14 +85,14 @@ fn log_pool(rt: &Runtime, options: PoolOptions) -> (KernelPool<[u64; 2], u64>, L
     let log = Log::default();
     let l = log.clone();
     let pool = rt
-        .launch_pool(
+        .launch(gyre::pool::PoolSpec::new(
             KernelSpec::from_fn("log", move |[key, seq]: [u64; 2]| {
                 assert!(seq != u64::MAX, "injected fault");
                 l.lock().unwrap().push((key, seq));
                 seq
             }),
             options,
-        )
+        ))
         .unwrap();
     (pool, log)
 }
@@ -300,7 +302,10 @@ fn a_pool_shuts_down_every_member_and_names_them() {
     assert!(matches!(pool.call_blocking(1), Err(Error::Closed { .. })));
     assert_eq!(pool.stats().replaced, 0);
     assert!(rt
-        .launch_pool(KernelSpec::<u64, u64>::echo(), PoolOptions::new(0))
+        .launch(gyre::pool::PoolSpec::new(
+            KernelSpec::<u64, u64>::echo(),
+            PoolOptions::new(0)
+        ))
         .is_err());
 }
 
@@ -441,7 +446,10 @@ fn a_completed_call_is_no_longer_outstanding() {
     assert_eq!(pool.stats().outstanding, 0);
     drop(f);
     assert!(matches!(
-        rt.launch_pool(KernelSpec::<u64, u64>::echo(), PoolOptions::new(usize::MAX)),
+        rt.launch(gyre::pool::PoolSpec::new(
+            KernelSpec::<u64, u64>::echo(),
+            PoolOptions::new(usize::MAX)
+        )),
         Err(Error::InvalidArgument { .. })
     ));
 }
@@ -450,7 +458,7 @@ fn a_completed_call_is_no_longer_outstanding() {
 /// get one as soon as it is returned.
 #[test]
 fn a_device_pool_lends_each_device_once() {
-    let devices = gyre::DevicePool::new(vec![rt(), rt()]).unwrap();
+    let devices = gyre::pool::DevicePool::new(vec![rt(), rt()]).unwrap();
     let a = devices.try_acquire().unwrap();
     let b = devices.try_acquire().unwrap();
     assert_ne!(a.index(), b.index());

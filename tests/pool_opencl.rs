@@ -7,7 +7,7 @@
 #[path = "support/opencl.rs"]
 mod support;
 
-use gyre::{Backend, KernelSpec, PoolOptions, Runtime};
+use gyre::{pool::PoolOptions, Backend, KernelSpec, Runtime};
 
 fn guard() -> support::Guard {
     support::guard(
@@ -39,7 +39,10 @@ fn opencl_pool_compiles_in_child() {
         return;
     };
     let pool = rt
-        .launch_pool(KernelSpec::<u32, u32>::echo(), PoolOptions::new(1))
+        .launch(gyre::pool::PoolSpec::new(
+            KernelSpec::<u32, u32>::echo(),
+            PoolOptions::new(1),
+        ))
         .expect("pool");
     assert_eq!(pool.call_blocking(3).expect("call"), 3);
     pool.shutdown_blocking().expect("shutdown");
@@ -52,7 +55,10 @@ fn two_members_on_one_device_share_the_calls() {
         return;
     };
     let pool = rt
-        .launch_pool(KernelSpec::<u64, u64>::echo(), PoolOptions::new(2))
+        .launch(gyre::pool::PoolSpec::new(
+            KernelSpec::<u64, u64>::echo(),
+            PoolOptions::new(2),
+        ))
         .expect("pool");
     for k in pool.members() {
         assert!(matches!(k.backend(), Backend::OpenCl { .. }));
@@ -99,7 +105,10 @@ fn a_stopped_member_is_replaced_on_a_full_device() {
         other => panic!("{other:?}"),
     };
     let pool = rt
-        .launch_pool(KernelSpec::<u64, u64>::echo(), PoolOptions::new(units))
+        .launch(gyre::pool::PoolSpec::new(
+            KernelSpec::<u64, u64>::echo(),
+            PoolOptions::new(units),
+        ))
         .expect("pool: one member per compute unit");
     let key = (0..)
         .find(|&k| pool.member_for_key(k) == Some(0))
@@ -129,7 +138,7 @@ fn a_pool_spans_backends_and_replaces_in_place() {
         .backend(Backend::Cpu)
         .build()
         .expect("CPU runtime");
-    let pool = gyre::KernelPool::launch_across(
+    let pool = gyre::pool::KernelPool::launch_across(
         &[cpu, cl.clone()],
         KernelSpec::<u64, u64>::echo(),
         PoolOptions::new(2),

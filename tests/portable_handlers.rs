@@ -21,7 +21,10 @@ mod handlers;
 #[path = "support/opencl.rs"]
 mod support;
 
-use gyre::{Backend, Error, KernelSpec, Portable, PortableLanes, Runtime};
+use gyre::{
+    portable::{Portable, PortableLanes},
+    Backend, Error, KernelSpec, Runtime,
+};
 use handlers::*;
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
@@ -341,7 +344,7 @@ fn lane_parallel_handlers_on_the_cpu_backend() {
     }
     for v in sample(any::<[u32; 16]>(), 50) {
         let one = sum_sq_lanes.run(v, 1).expect("one lane");
-        assert_eq!(sum_sq_lanes(v, gyre::Lane::single()), one);
+        assert_eq!(sum_sq_lanes(v, gyre::portable::Lane::single()), one);
         for lanes in [2, 7, 32, 256] {
             assert_eq!(sum_sq_lanes.run(v, lanes).expect("lanes"), one);
         }
@@ -478,7 +481,7 @@ fn lane_parallel_c_over_opencl_work_groups() {
 /// The re-expressed built-ins agree with `gyre_core::kernels`' references.
 #[test]
 fn builtins_reexpressed_match_the_references() {
-    use gyre::{ReduceSum, Sum, VecF32, VecScale};
+    use gyre::kernels::{ReduceSum, Sum, VecF32, VecScale};
     for (scale, data) in sample(
         (finite_f32(), prop::collection::vec(finite_f32(), 0..=14)),
         100,

@@ -12,7 +12,12 @@
 mod support;
 
 use gyre::portable::PortableLoanHandler;
-use gyre::{codes, Bytes, Error, KernelSpec, Lane, LoanConfig, Runtime};
+use gyre::{
+    codes,
+    loan::LoanConfig,
+    portable::{Bytes, Lane},
+    Error, KernelSpec, Runtime,
+};
 
 /// ASCII letters to upper case, in place.
 #[gyre::handler(loan)]
@@ -335,7 +340,7 @@ mod opencl {
         let Some(rt) = runtime("portable_loans_compile_in_child") else {
             return;
         };
-        let once = |spec: gyre::KernelSpec<gyre::LoanHandle, gyre::LoanHandle>| {
+        let once = |spec: gyre::KernelSpec<gyre::loan::Loan, gyre::loan::Loan>| {
             let name = spec.name().to_owned();
             let k = rt
                 .launch_loans(spec.loan_pool(super::pool()))

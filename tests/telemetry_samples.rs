@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use gyre::TelemetryReader;
+use gyre::telemetry::TelemetryReader;
 use gyre::{Backend, KernelSpec, Runtime};
 
 const DOC: &str = include_str!("../docs/telemetry.md");
@@ -62,8 +62,9 @@ fn with_export(tag: &str, f: impl FnOnce(&Path, &Path)) {
     // The CPU backend's export is a periodic copy: wait (bounded) for it to catch up.
     let r = TelemetryReader::open(&path).unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
-    let caught_up =
-        |s: gyre::ExportSnapshot| s.telemetry.messages_out >= CALLS && s.lifecycle.reloads >= 1;
+    let caught_up = |s: gyre::telemetry::ExportSnapshot| {
+        s.telemetry.messages_out >= CALLS && s.lifecycle.reloads >= 1
+    };
     while !caught_up(r.snapshot().unwrap()) {
         assert!(Instant::now() < deadline, "the export never caught up");
         std::thread::sleep(Duration::from_millis(2));

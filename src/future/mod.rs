@@ -21,6 +21,11 @@ pub use recv::{RecvFuture, RepliesStream};
 pub use send::SendFuture;
 pub use shutdown::ShutdownFuture;
 
+pub use crate::lifecycle::ReloadFuture;
+pub use crate::loan::future::{LoanCallFuture, LoanFuture, LoanRecvFuture, LoanSendFuture};
+pub use crate::pool::device::AcquireDevice;
+pub use crate::pool::future::PoolCallFuture;
+
 use crate::kernel::Kernel;
 
 impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {

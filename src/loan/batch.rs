@@ -24,7 +24,7 @@ impl LoanKernel {
     /// # Examples
     ///
     /// ```
-    /// use gyre::{Backend, KernelSpec, LoanBuf, Runtime};
+    /// use gyre::{Backend, KernelSpec, Runtime, loan::LoanBuf};
     /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
     /// let k = rt.launch_loans(KernelSpec::loans("echo", |_: &mut LoanBuf<'_>| Ok(())))?;
     /// let mut batch = (0..8).map(|_| k.loan_blocking(4096)).collect::<Result<Vec<_>, _>>()?;

@@ -6,12 +6,12 @@ use core::ops::{Deref, DerefMut};
 /// A loaned request as the kernel's handler sees it: `len()` bytes of a block of
 /// `capacity()` bytes. The handler reads the request, writes its reply over it (resizing
 /// with [`set_len`](Self::set_len) up to the capacity), and returns `Ok(())`: the reply
-/// goes back to the caller as a [`Loan`](crate::Loan) of the same block, with no copy.
+/// goes back to the caller as a [`Loan`](crate::loan::Loan) of the same block, with no copy.
 ///
 /// # Examples
 ///
 /// ```
-/// use gyre::{Backend, KernelSpec, LoanBuf, Runtime};
+/// use gyre::{Backend, KernelSpec, Runtime, loan::LoanBuf};
 /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
 /// let k = rt.launch_loans(KernelSpec::loans("upper", |b: &mut LoanBuf<'_>| {
 ///     b.make_ascii_uppercase();

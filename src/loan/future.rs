@@ -113,7 +113,7 @@ enum CallState {
 /// Future of [`LoanKernel::call_loan`]: sends a loan, resolves to the reply loan (the
 /// same block).
 ///
-/// It keeps the kernel alive while pending, as a [`CallFuture`](crate::CallFuture) does.
+/// It keeps the kernel alive while pending, as a [`CallFuture`](crate::future::CallFuture) does.
 ///
 /// # Cancel safety
 ///
@@ -226,7 +226,7 @@ impl Future for LoanSendFuture {
 
 /// Future of [`LoanKernel::recv_loan`]: the next `send_loan` reply, in order.
 ///
-/// Like [`RecvFuture`](crate::RecvFuture), it does not keep the kernel alive.
+/// Like [`RecvFuture`](crate::future::RecvFuture), it does not keep the kernel alive.
 ///
 /// # Cancel safety
 ///

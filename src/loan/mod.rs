@@ -1,28 +1,44 @@
 //! Loan kernels: messages larger than a slot, lent from a pool instead of copied
 //! (`docs/loans.md`).
 //!
-//! A [`LoanKernel`] owns a [`LoanArena`] in the memory kind its kernel reads. The host
-//! takes a [`Loan`] from it, writes the message, and sends it: the slot carries a 16-byte
+//! A [`LoanKernel`] owns a pool of blocks in the memory its kernel reads. The host takes
+//! a [`Loan`] from it, writes the message, and sends it: the slot carries a 16-byte
 //! [`LoanHandle`] and the block becomes the kernel's. The kernel's handler resolves the
-//! handle (checked: offset, length, and the slot the block was sent in), works on the bytes in place, and answers
-//! with the handle of the same block; the host claims it back as the reply `Loan`. A
-//! block no one claims (an error reply, a dropped call, a kernel that ended) is freed
-//! when the host releases its reply slot ([`ReleaseHook`]), never earlier.
+//! handle (checked: offset, length, and the slot the block was sent in), works on the
+//! bytes in place ([`LoanBuf`]), and answers with the handle of the same block; the host
+//! claims it back as the reply `Loan`. A block no one claims (an error reply, a dropped
+//! call, a kernel that ended) is freed when the host releases its reply slot, never
+//! earlier. The futures of a loan kernel are in [`crate::future`].
+//!
+//! # Examples
+//!
+//! ```
+//! use gyre::loan::LoanBuf;
+//!
+//! let rt = gyre::Runtime::builder().backend(gyre::Backend::Cpu).build()?;
+//! let k = rt.launch_loans(gyre::KernelSpec::loans("reverse", |b: &mut LoanBuf<'_>| {
+//!     b.reverse();
+//!     Ok(())
+//! }))?;
+//! let reply = k.call_bytes_blocking(b"abc")?;
+//! assert_eq!(&reply[..], b"cba");
+//! # Ok::<(), gyre::Error>(())
+//! ```
 
 mod batch;
 mod buf;
-mod future;
+pub(crate) mod future;
 
 use std::sync::Arc;
 
 use gyre_abi::error;
 use gyre_core::channel::{Kind, PublishError, ReplyView};
-use gyre_core::loan::{LoanArena, LoanConfig, LoanHandle, LoanMirror, LoanStats};
+use gyre_core::loan::{LoanArena, LoanMirror};
 use gyre_core::{Channel, Error, Result};
 
 pub use buf::LoanBuf;
-pub use future::{LoanCallFuture, LoanFuture, LoanRecvFuture, LoanSendFuture};
-pub use gyre_core::loan::Loan;
+use future::{LoanCallFuture, LoanFuture, LoanRecvFuture, LoanSendFuture};
+pub use gyre_core::loan::{Loan, LoanConfig, LoanHandle, LoanStats};
 
 use crate::decode::decode;
 use crate::{Backend, Kernel, KernelSpec, Runtime};
@@ -53,7 +69,7 @@ pub(crate) fn adapter(arena: Arc<LoanArena>, setup: &LoanSetup) -> Arc<dyn gyre_
     })
 }
 
-impl KernelSpec<LoanHandle, LoanHandle> {
+impl KernelSpec<Loan, Loan> {
     /// A loan kernel: each request is a [`Loan`] of up to the pool's size, which
     /// `handler` reads and answers in place (see [`LoanBuf`]); launch it with
     /// [`Runtime::launch_loans`]. `Err(status)` reaches the caller as
@@ -74,7 +90,7 @@ impl KernelSpec<LoanHandle, LoanHandle> {
     /// # Examples
     ///
     /// ```
-    /// use gyre::{Backend, KernelSpec, LoanBuf, Runtime};
+    /// use gyre::{Backend, KernelSpec, Runtime, loan::LoanBuf};
     /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
     /// let k = rt.launch_loans(KernelSpec::loans("sum", |b: &mut LoanBuf<'_>| {
     ///     let s: u64 = b.iter().map(|&x| u64::from(x)).sum();
@@ -91,9 +107,11 @@ impl KernelSpec<LoanHandle, LoanHandle> {
         F: Fn(&mut LoanBuf<'_>) -> core::result::Result<(), u32> + Send + Sync + 'static,
     {
         // The raw handler is built at launch, around the pool the launch allocates.
-        let mut spec = Self::raw(name, |_: u32, _: &[u8], _: &mut [u8]| {
-            Err(error::HANDLER_REJECTED)
-        });
+        let mut spec: Self =
+            KernelSpec::<LoanHandle, LoanHandle>::raw(name, |_: u32, _: &[u8], _: &mut [u8]| {
+                Err(error::HANDLER_REJECTED)
+            })
+            .retyped();
         spec.loan = Some(LoanSetup {
             config: LoanConfig::default(),
             handler: Arc::new(handler),
@@ -107,7 +125,7 @@ impl KernelSpec<LoanHandle, LoanHandle> {
     /// # Examples
     ///
     /// ```
-    /// use gyre::{KernelSpec, LoanBuf, LoanConfig};
+    /// use gyre::{KernelSpec, loan::{LoanBuf, LoanConfig}};
     /// let spec = KernelSpec::loans("echo", |_: &mut LoanBuf<'_>| Ok(()))
     ///     .loan_pool(LoanConfig::new(64 << 20, 4096));
     /// # let _ = spec;
@@ -249,7 +267,7 @@ pub(crate) fn claim(arena: &Arc<LoanArena>, ch: &Channel, v: ReplyView<'_>) -> R
 /// # Examples
 ///
 /// ```
-/// use gyre::{Backend, KernelSpec, LoanBuf, Runtime};
+/// use gyre::{Backend, KernelSpec, Runtime, loan::LoanBuf};
 /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
 /// let k = rt.launch_loans(KernelSpec::loans("rev", |b: &mut LoanBuf<'_>| {
 ///     b.reverse();
@@ -288,7 +306,7 @@ impl Runtime {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for a spec that is not a loan kernel or a bad
+    /// [`Error::InvalidArgument`] for a bad
     /// [`LoanConfig`]; [`Error::HandlerUnsupported`] on CUDA, or on OpenCL without an
     /// OpenCL source; [`Error::Alloc`] or [`Error::Launch`]
     /// for the pool; and those of [`Runtime::launch`].
@@ -296,14 +314,13 @@ impl Runtime {
     /// # Examples
     ///
     /// ```
-    /// use gyre::{Backend, KernelSpec, LoanBuf, Runtime};
+    /// use gyre::{Backend, KernelSpec, Runtime, loan::LoanBuf};
     /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
     /// let k = rt.launch_loans(KernelSpec::loans("echo", |_: &mut LoanBuf<'_>| Ok(())))?;
     /// assert_eq!(&k.call_bytes_blocking(&[7; 3000])?[..], &[7; 3000][..]);
-    /// assert!(rt.launch_loans(KernelSpec::<gyre::LoanHandle, gyre::LoanHandle>::echo()).is_err());
     /// # Ok::<(), gyre::Error>(())
     /// ```
-    pub fn launch_loans(&self, spec: KernelSpec<LoanHandle, LoanHandle>) -> Result<LoanKernel> {
+    pub fn launch_loans(&self, spec: KernelSpec<Loan, Loan>) -> Result<LoanKernel> {
         let Some(setup) = spec.loan.clone() else {
             return Err(Error::InvalidArgument {
                 name: "spec",
@@ -359,7 +376,7 @@ impl Runtime {
             // not resolve them too (no one else holds the arena yet).
             arena.serve_on_device();
         }
-        let mut launch = spec;
+        let mut launch: KernelSpec<LoanHandle, LoanHandle> = spec.retyped();
         launch.loan = None;
         launch.loan_arena = Some(arena.clone());
         if backend == Backend::Cpu {
@@ -409,6 +426,66 @@ impl LoanKernel {
     /// The kernel's name.
     pub fn name(&self) -> &str {
         self.kernel.name()
+    }
+
+    /// Replaces the kernel's handler with `spec`'s over the same rings and the same
+    /// pool, as [`Kernel::reload_blocking`] does for a kernel of plain messages: loans
+    /// held by the host, and requests queued, are the new handler's. `spec` must be a
+    /// loan kernel's of the same pool shape.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`Kernel::reload_blocking`]; [`Error::ReloadMismatch`] with `field:
+    /// "loan pool"` for another pool shape ([`KernelSpec::loan_pool`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gyre::{Backend, KernelSpec, Runtime, loan::LoanBuf};
+    /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
+    /// let k = rt.launch_loans(KernelSpec::loans("id", |_: &mut LoanBuf<'_>| Ok(())))?;
+    /// k.reload_blocking(KernelSpec::loans("rev", |b: &mut LoanBuf<'_>| {
+    ///     b.reverse();
+    ///     Ok(())
+    /// }))?;
+    /// assert_eq!(&k.call_bytes_blocking(b"abc")?[..], b"cba");
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
+    pub fn reload_blocking(&self, spec: KernelSpec<Loan, Loan>) -> Result<()> {
+        self.kernel.reload_blocking(spec.retyped())
+    }
+
+    /// [`LoanKernel::reload_blocking`] as a future ([`Kernel::reload`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Kernel::reload`]: once started, the reload runs to completion; dropping the
+    /// future loses only its result.
+    ///
+    /// # Errors
+    ///
+    /// As [`LoanKernel::reload_blocking`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gyre::{Backend, KernelSpec, Runtime, loan::LoanBuf};
+    /// # async fn example() -> Result<(), gyre::Error> {
+    /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
+    /// let k = rt.launch_loans(KernelSpec::loans("id", |_: &mut LoanBuf<'_>| Ok(())))?;
+    /// k.reload(KernelSpec::loans("rev", |b: &mut LoanBuf<'_>| {
+    ///     b.reverse();
+    ///     Ok(())
+    /// }))
+    /// .await?;
+    /// let mut loan = k.loan(3).await?;
+    /// loan.copy_from_slice(b"abc");
+    /// assert_eq!(&k.call_loan(loan).await?[..], b"cba");
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_multi_thread().build().unwrap().block_on(example()).unwrap();
+    /// ```
+    pub fn reload(&self, spec: KernelSpec<Loan, Loan>) -> crate::future::ReloadFuture {
+        self.kernel.reload(spec.retyped())
     }
 
     /// The pool's counters: hits, misses, returns, blocks and bytes in use, peak, free

@@ -23,7 +23,7 @@ use crate::spec::KernelSpec;
 /// # Examples
 ///
 /// ```
-/// use gyre::Route;
+/// use gyre::pipeline::Route;
 /// #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 /// #[repr(C)]
 /// struct Order { price: u32, qty: u32, account: u64 }
@@ -51,7 +51,7 @@ impl Route {
     /// # Examples
     ///
     /// ```
-    /// assert_eq!(gyre::Route::key_at(0), gyre::Route::Key { offset: 0 });
+    /// assert_eq!(gyre::pipeline::Route::key_at(0), gyre::pipeline::Route::Key { offset: 0 });
     /// ```
     pub fn key_at(offset: usize) -> Self {
         Self::Key { offset }
@@ -63,8 +63,8 @@ impl Route {
     /// # Examples
     ///
     /// ```
-    /// let b = gyre::Route::branch_of(7, 3);
-    /// assert!(b < 3 && b == gyre::Route::branch_of(7, 3));
+    /// let b = gyre::pipeline::Route::branch_of(7, 3);
+    /// assert!(b < 3 && b == gyre::pipeline::Route::branch_of(7, 3));
     /// ```
     pub fn branch_of(key: u64, branches: usize) -> usize {
         gyre_core::chain::route_branch(key, u32::try_from(branches).unwrap_or(u32::MAX)) as usize
@@ -77,7 +77,7 @@ impl Route {
 /// # Examples
 ///
 /// ```
-/// use gyre::{Branch, KernelSpec};
+/// use gyre::{KernelSpec, pipeline::Branch};
 /// let b = Branch::new(KernelSpec::from_fn("parse", |x: u32| u64::from(x)))
 ///     .then(KernelSpec::from_fn("score", |x: u64| x * 3));
 /// assert_eq!(b.stages(), 2);
@@ -110,7 +110,7 @@ impl<A: Pod, B: Pod> Branch<A, B> {
     /// # Examples
     ///
     /// ```
-    /// let b = gyre::Branch::new(gyre::KernelSpec::<u32, u32>::echo());
+    /// let b = gyre::pipeline::Branch::new(gyre::KernelSpec::<u32, u32>::echo());
     /// assert_eq!(b.stages(), 1);
     /// ```
     pub fn new(first: KernelSpec<A, B>) -> Self {
@@ -125,7 +125,7 @@ impl<A: Pod, B: Pod> Branch<A, B> {
     /// # Examples
     ///
     /// ```
-    /// use gyre::{Branch, KernelSpec};
+    /// use gyre::{KernelSpec, pipeline::Branch};
     /// let b = Branch::new(KernelSpec::<u32, u32>::echo()).then(KernelSpec::<u32, u32>::echo());
     /// assert_eq!(b.stages(), 2);
     /// ```

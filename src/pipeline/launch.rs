@@ -51,8 +51,9 @@ pub(super) fn device_fed(idle: gyre_core::IdleStrategy) -> gyre_core::IdleStrate
     }
 }
 
-impl Runtime {
-    /// Launches the stages of `spec` as one chain and returns the host's handle on it.
+impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
+    /// Launches the stages of `spec` as one chain and returns the host's handle on it;
+    /// [`Runtime::launch`] of a [`PipelineSpec`] is this with its runtime alone.
     ///
     /// Every stage runs on one backend: the runtime's if it runs them all, else (under
     /// [`Backend::Auto`](crate::Backend::Auto)) the CPU backend. The rings between stages
@@ -61,50 +62,14 @@ impl Runtime {
     /// fine-grained SVM, on CUDA mapped pinned memory. All stages run at once: a backend
     /// that cannot run them all (OpenCL: one per compute unit; CUDA: resident blocks)
     /// refuses the launch and the stages already started are stopped.
-    /// [`Pipeline::launch_across`] runs stages on several runtimes (devices).
     ///
-    /// # Errors
-    ///
-    /// Nothing is left running on any error:
-    /// [`Error::Pipeline`] (more than [`MAX_PIPELINE_STAGES`](super::MAX_PIPELINE_STAGES)
-    /// stages; a stage whose capacity or slot size differs from the first's; a stage with
-    /// a watched source or loans; a stage placed with [`PipelineSpec::on`] on a runtime
-    /// other than 0); [`Error::StrategyUnsupported`] under a copy strategy;
-    /// those of [`Runtime::launch`] for any stage ([`Error::HandlerUnsupported`],
-    /// [`Error::TypeTooLarge`], [`Error::InvalidArgument`], [`Error::Launch`] when a
-    /// backend cannot start one more kernel, ...).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use gyre::{Backend, KernelSpec, PipelineSpec, Runtime};
-    /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
-    /// let e = rt
-    ///     .launch_pipeline(
-    ///         PipelineSpec::new("p", KernelSpec::<u32, u32>::echo())
-    ///             .then(KernelSpec::<u32, u32>::echo().capacity(64)),
-    ///     )
-    ///     .unwrap_err();
-    /// assert!(matches!(e, gyre::Error::Pipeline { stage: 1, .. }));
-    /// # Ok::<(), gyre::Error>(())
-    /// ```
-    pub fn launch_pipeline<Req: Pod, Resp: Pod>(
-        &self,
-        spec: PipelineSpec<Req, Resp>,
-    ) -> Result<Pipeline<Req, Resp>> {
-        Pipeline::launch_across(std::slice::from_ref(self), spec)
-    }
-}
-
-impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
-    /// Launches `spec` with each stage on the runtime [`PipelineSpec::on`] placed it on:
+    /// With several runtimes, each stage runs on the runtime [`PipelineSpec::on`] placed it on:
     /// `runtimes[i]` for a stage's last `.on(i)`, `runtimes[0]` for a stage never placed
     /// (one runtime per device: `Backend::Cuda { device }` for each GPU,
-    /// `Backend::OpenCl { .. }` for each OpenCL device, or different backends). Otherwise
-    /// as [`Runtime::launch_pipeline`], which is this with one runtime.
+    /// `Backend::OpenCl { .. }` for each OpenCL device, or different backends).
     ///
-    /// The stages placed on one runtime run on one of its backends (as
-    /// [`Runtime::launch_pipeline`] picks it). A stage's region (its rings and control
+    /// The stages placed on one runtime run on one of its backends (picked as for one
+    /// runtime, above). A stage's region (its rings and control
     /// block) must be memory that every kernel writing into it can address: it comes
     /// from the stage's own backend if that memory will do, else from the backend of a
     /// stage that writes into it (a GPU stage followed by a CPU stage: the CPU stage's
@@ -122,7 +87,16 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
     ///
     /// # Errors
     ///
-    /// Those of [`Runtime::launch_pipeline`], and [`Error::Pipeline`] for no runtime, a
+    /// Nothing is left running on any error:
+    /// [`Error::Pipeline`] (more than [`MAX_STAGES`](super::MAX_STAGES)
+    /// stages; a stage whose capacity or slot size differs from the first's; a stage with
+    /// a watched source or loans; a stage placed with [`PipelineSpec::on`] on a runtime
+    /// other than 0); [`Error::StrategyUnsupported`] under a copy strategy;
+    /// those of [`Runtime::launch`] for any stage ([`Error::HandlerUnsupported`],
+    /// [`Error::TypeTooLarge`], [`Error::InvalidArgument`], [`Error::Launch`] when a
+    /// backend cannot start one more kernel, ...).
+    ///
+    /// With several runtimes, also [`Error::Pipeline`] for no runtime, a
     /// stage placed beyond `runtimes`, branches feeding one join from several devices
     /// whose atomics are not all the host's, or a stage whose region (or a link table)
     /// no backend of its users can place where all of them address it;
@@ -131,7 +105,7 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
     /// # Examples
     ///
     /// ```
-    /// use gyre::{Backend, KernelSpec, Pipeline, PipelineSpec, Runtime};
+    /// use gyre::{Backend, KernelSpec, Runtime, pipeline::{Pipeline, PipelineSpec}};
     /// let gpu0 = Runtime::builder().backend(Backend::Cpu).build()?; // say Backend::Cuda { device: 0 }
     /// let gpu1 = Runtime::builder().backend(Backend::Cpu).build()?; // say Backend::Cuda { device: 1 }
     /// let p = Pipeline::launch_across(
@@ -375,7 +349,7 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
 
 impl<Req, Resp> PipelineSpec<Req, Resp> {
     /// Where each stage runs: the target that `runtimes[place]` picks for all the stages
-    /// placed on it (as [`Runtime::launch_pipeline`] picks one for a whole pipeline).
+    /// placed on it (as [`Runtime::launch`] picks one for a whole pipeline).
     fn targets<'r>(&self, runtimes: &'r [Runtime]) -> Result<Vec<&'r Target>> {
         if runtimes.is_empty() {
             return Err(self.refuse(0, "no runtime to launch it on".into()));

@@ -35,7 +35,7 @@ use graph::{Out, Plan, Step};
 pub use graph::{Branch, Route};
 
 /// The most stages a pipeline has.
-pub const MAX_PIPELINE_STAGES: usize = 64;
+pub const MAX_STAGES: usize = 64;
 
 /// One stage, without its message types (kept for the size checks).
 #[derive(Clone)]
@@ -46,9 +46,9 @@ struct Stage {
     /// The request and reply types, which a reload of the stage must keep.
     ids: (core::any::TypeId, core::any::TypeId),
     /// The index of the runtime it runs on, among those given to
-    /// [`Pipeline::launch_across`] (0 under [`Runtime::launch_pipeline`]).
+    /// [`Pipeline::launch_across`] (0 under [`Runtime::launch`]).
     ///
-    /// [`Runtime::launch_pipeline`]: crate::Runtime::launch_pipeline
+    /// [`Runtime::launch`]: crate::Runtime::launch
     place: usize,
 }
 
@@ -78,15 +78,15 @@ impl Stage {
 /// its handler faults, and a stage in epochs ([`KernelSpec::epoch`], or on a device with
 /// a kernel time limit) is relaunched in place at the end of each, while the others run
 /// on (`docs/pipelines.md`, "Relaunching a stage"). Watched sources and loans are
-/// refused (see [`Runtime::launch_pipeline`]). [`on`](Self::on) places a stage on
+/// refused (see [`Runtime::launch`]). [`on`](Self::on) places a stage on
 /// another runtime (another device) for [`Pipeline::launch_across`].
 ///
-/// [`Runtime::launch_pipeline`]: crate::Runtime::launch_pipeline
+/// [`Runtime::launch`]: crate::Runtime::launch
 ///
 /// # Examples
 ///
 /// ```
-/// use gyre::{KernelSpec, PipelineSpec};
+/// use gyre::{KernelSpec, pipeline::PipelineSpec};
 /// let spec = PipelineSpec::new("double-then-add", KernelSpec::from_fn("double", |x: u32| x * 2))
 ///     .then(KernelSpec::from_fn("add", |x: u32| u64::from(x) + 1));
 /// assert_eq!(spec.stages(), 2);
@@ -128,7 +128,7 @@ impl<Req: Pod, Resp: Pod> PipelineSpec<Req, Resp> {
     /// # Examples
     ///
     /// ```
-    /// let spec = gyre::PipelineSpec::new("p", gyre::KernelSpec::<u64, u64>::echo());
+    /// let spec = gyre::pipeline::PipelineSpec::new("p", gyre::KernelSpec::<u64, u64>::echo());
     /// assert_eq!((spec.name(), spec.stages()), ("p", 1));
     /// ```
     pub fn new(name: impl Into<String>, first: KernelSpec<Req, Resp>) -> Self {
@@ -145,7 +145,7 @@ impl<Req: Pod, Resp: Pod> PipelineSpec<Req, Resp> {
     /// # Examples
     ///
     /// ```
-    /// use gyre::{KernelSpec, PipelineSpec};
+    /// use gyre::{KernelSpec, pipeline::PipelineSpec};
     /// let spec = PipelineSpec::new("p", KernelSpec::from_fn("len", |x: [u8; 8]| x.len() as u32))
     ///     .then(KernelSpec::from_fn("square", |n: u32| n * n));
     /// assert_eq!(spec.stages(), 2);
@@ -175,7 +175,7 @@ impl<Req: Pod, Resp: Pod> PipelineSpec<Req, Resp> {
     /// # Examples
     ///
     /// ```
-    /// use gyre::{Branch, KernelSpec, PipelineSpec, Route};
+    /// use gyre::{KernelSpec, pipeline::{Branch, PipelineSpec, Route}};
     /// let spec = PipelineSpec::new("p", KernelSpec::<u64, u64>::echo())
     ///     .fan_out(
     ///         Route::key_at(0),
@@ -221,7 +221,7 @@ impl<Req, Resp> PipelineSpec<Req, Resp> {
     /// # Examples
     ///
     /// ```
-    /// use gyre::{Backend, KernelSpec, Pipeline, PipelineSpec, Runtime};
+    /// use gyre::{Backend, KernelSpec, Runtime, pipeline::{Pipeline, PipelineSpec}};
     /// let a = Runtime::builder().backend(Backend::Cpu).build()?;
     /// let b = Runtime::builder().backend(Backend::Cpu).build()?;
     /// let spec = PipelineSpec::new("p", KernelSpec::from_fn("double", |x: u32| x * 2))
@@ -269,10 +269,10 @@ impl<Req, Resp> PipelineSpec<Req, Resp> {
     ///
     /// `targets[k]` is where stage k runs.
     fn check(&self, targets: &[&Target]) -> Result<(Vec<Checked>, Plan)> {
-        if self.stages.len() > MAX_PIPELINE_STAGES {
+        if self.stages.len() > MAX_STAGES {
             return Err(self.refuse(
                 self.stages.len() - 1,
-                format!("a pipeline has at most {MAX_PIPELINE_STAGES} stages"),
+                format!("a pipeline has at most {MAX_STAGES} stages"),
             ));
         }
         let plan = Plan::of(&self.steps, self.stages.len())
@@ -405,9 +405,9 @@ impl<Req, Resp> PipelineSpec<Req, Resp> {
 /// # Examples
 ///
 /// ```
-/// use gyre::{Backend, KernelSpec, PipelineSpec, Runtime};
+/// use gyre::{Backend, KernelSpec, Runtime, pipeline::PipelineSpec};
 /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
-/// let p = rt.launch_pipeline(
+/// let p = rt.launch(
 ///     PipelineSpec::new("p", KernelSpec::from_fn("double", |x: u32| x * 2))
 ///         .then(KernelSpec::from_fn("widen", |x: u32| u64::from(x) << 32)),
 /// )?;
@@ -478,9 +478,9 @@ impl<Req, Resp> Pipeline<Req, Resp> {
     /// # Examples
     ///
     /// ```
-    /// use gyre::{Backend, KernelSpec, PipelineSpec, Runtime};
+    /// use gyre::{Backend, KernelSpec, Runtime, pipeline::PipelineSpec};
     /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
-    /// let p = rt.launch_pipeline(
+    /// let p = rt.launch(
     ///     PipelineSpec::new("p", KernelSpec::<u32, u32>::echo().named("a"))
     ///         .then(KernelSpec::<u32, u32>::echo().named("b")),
     /// )?;
@@ -496,9 +496,9 @@ impl<Req, Resp> Pipeline<Req, Resp> {
     /// # Examples
     ///
     /// ```
-    /// use gyre::{Backend, KernelSpec, KernelState, PipelineSpec, Runtime};
+    /// use gyre::{Backend, KernelSpec, KernelState, Runtime, pipeline::PipelineSpec};
     /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
-    /// let p = rt.launch_pipeline(
+    /// let p = rt.launch(
     ///     PipelineSpec::new("p", KernelSpec::<u32, u32>::echo()).then(KernelSpec::echo()),
     /// )?;
     /// p.shutdown_blocking()?;
@@ -520,9 +520,9 @@ impl<Req, Resp> Pipeline<Req, Resp> {
     /// # Examples
     ///
     /// ```
-    /// use gyre::{Backend, Error, KernelSpec, PipelineSpec, RestartPolicy, Runtime};
+    /// use gyre::{Backend, Error, KernelSpec, RestartPolicy, Runtime, pipeline::PipelineSpec};
     /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
-    /// let p = rt.launch_pipeline(
+    /// let p = rt.launch(
     ///     PipelineSpec::new("p", KernelSpec::<u32, u32>::echo()).then(
     ///         KernelSpec::from_fn("picky", |x: u32| {
     ///             assert!(x != 13, "unlucky");
@@ -554,9 +554,9 @@ impl<Req, Resp> Pipeline<Req, Resp> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use gyre::{Backend, KernelSpec, PipelineSpec, Runtime};
+    /// use gyre::{Backend, KernelSpec, Runtime, pipeline::PipelineSpec};
     /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
-    /// let p = rt.launch_pipeline(
+    /// let p = rt.launch(
     ///     PipelineSpec::new("p", KernelSpec::<u32, u32>::echo())
     ///         .then(KernelSpec::<u32, u32>::echo().epoch(Duration::from_millis(1))),
     /// )?;
@@ -566,7 +566,7 @@ impl<Req, Resp> Pipeline<Req, Resp> {
     /// # p.shutdown_blocking()?;
     /// # Ok::<(), gyre::Error>(())
     /// ```
-    pub fn stage_relaunches(&self) -> Vec<crate::Relaunches> {
+    pub fn stage_relaunches(&self) -> Vec<crate::telemetry::Relaunches> {
         if self.counters.len() == 1 {
             // A lone stage is the head kernel, relaunched by its lifecycle.
             return vec![self.kernel.inner().life.relaunches()];
@@ -580,7 +580,7 @@ impl<Req, Resp> Pipeline<Req, Resp> {
                 // release), so the generation read after them is at least theirs.
                 let (reloads, epochs) = (c.reloads.load(Acquire), c.epochs.load(Acquire));
                 let restarts = c.restarts.load(Acquire);
-                crate::Relaunches {
+                crate::telemetry::Relaunches {
                     generation: r.control().generation.load(Acquire),
                     reloads,
                     epochs,
@@ -597,9 +597,9 @@ impl<Req, Resp> Pipeline<Req, Resp> {
     /// # Examples
     ///
     /// ```
-    /// use gyre::{Backend, KernelSpec, PipelineSpec, Runtime};
+    /// use gyre::{Backend, KernelSpec, Runtime, pipeline::PipelineSpec};
     /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
-    /// let p = rt.launch_pipeline(
+    /// let p = rt.launch(
     ///     PipelineSpec::new("p", KernelSpec::<u32, u32>::echo()).then(KernelSpec::echo()),
     /// )?;
     /// p.call_blocking(1)?;
@@ -625,9 +625,9 @@ impl<Req, Resp> Pipeline<Req, Resp> {
     /// # Examples
     ///
     /// ```
-    /// use gyre::{Backend, KernelSpec, PipelineSpec, Runtime};
+    /// use gyre::{Backend, KernelSpec, Runtime, pipeline::PipelineSpec};
     /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
-    /// let p = rt.launch_pipeline(
+    /// let p = rt.launch(
     ///     PipelineSpec::new("p", KernelSpec::<u32, u32>::echo()).then(KernelSpec::echo()),
     /// )?;
     /// let at = p.stage_request_rings();
@@ -652,9 +652,9 @@ impl<Req, Resp> Pipeline<Req, Resp> {
     /// # Examples
     ///
     /// ```
-    /// use gyre::{Backend, KernelSpec, PipelineSpec, Runtime};
+    /// use gyre::{Backend, KernelSpec, Runtime, pipeline::PipelineSpec};
     /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
-    /// let p = rt.launch_pipeline(
+    /// let p = rt.launch(
     ///     PipelineSpec::new("p", KernelSpec::<u32, u32>::echo()).then(KernelSpec::echo()),
     /// )?;
     /// p.call_blocking(1)?;

@@ -93,9 +93,9 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
     /// # Examples
     ///
     /// ```
-    /// use gyre::{Backend, KernelSpec, PipelineSpec, Runtime};
+    /// use gyre::{Backend, KernelSpec, Runtime, pipeline::PipelineSpec};
     /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
-    /// let p = rt.launch_pipeline(
+    /// let p = rt.launch(
     ///     PipelineSpec::new("p", KernelSpec::from_fn("double", |x: u32| x * 2))
     ///         .then(KernelSpec::from_fn("inc", |x: u32| u64::from(x) + 1)),
     /// )?;
@@ -142,10 +142,10 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
     /// # Examples
     ///
     /// ```
-    /// use gyre::{Backend, KernelSpec, PipelineSpec, Runtime};
+    /// use gyre::{Backend, KernelSpec, Runtime, pipeline::PipelineSpec};
     /// # async fn example() -> Result<(), gyre::Error> {
     /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
-    /// let p = rt.launch_pipeline(
+    /// let p = rt.launch(
     ///     PipelineSpec::new("p", KernelSpec::from_fn("double", |x: u32| x * 2))
     ///         .then(KernelSpec::from_fn("inc", |x: u32| x + 1)),
     /// )?;

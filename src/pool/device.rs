@@ -35,7 +35,7 @@ struct Inner {
 /// # Examples
 ///
 /// ```
-/// use gyre::{Backend, DevicePool, KernelSpec, Runtime};
+/// use gyre::{Backend, KernelSpec, Runtime, pool::DevicePool};
 /// let rt = || Runtime::builder().backend(Backend::Cpu).build();
 /// let devices = DevicePool::new(vec![rt()?, rt()?])?;
 /// let a = devices.try_acquire().expect("a free device");
@@ -73,7 +73,7 @@ impl DevicePool {
     /// # Examples
     ///
     /// ```
-    /// assert!(gyre::DevicePool::new(Vec::new()).is_err());
+    /// assert!(gyre::pool::DevicePool::new(Vec::new()).is_err());
     /// ```
     pub fn new(runtimes: Vec<Runtime>) -> Result<Self> {
         if runtimes.is_empty() {
@@ -170,7 +170,7 @@ impl DevicePool {
     ///
     /// ```
     /// # async fn example() -> Result<(), gyre::Error> {
-    /// let devices = gyre::DevicePool::new(vec![gyre::Runtime::builder().backend(gyre::Backend::Cpu).build()?])?;
+    /// let devices = gyre::pool::DevicePool::new(vec![gyre::Runtime::builder().backend(gyre::Backend::Cpu).build()?])?;
     /// let g = devices.acquire().await;
     /// assert_eq!(g.index(), 0);
     /// # Ok(()) }

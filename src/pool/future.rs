@@ -10,7 +10,7 @@ use bytemuck::Pod;
 use gyre_core::{Error, Result};
 
 use super::{Outstanding, Shared};
-use crate::CallFuture;
+use crate::future::CallFuture;
 
 /// The future of [`KernelPool::call`](super::KernelPool::call) and
 /// [`call_keyed`](super::KernelPool::call_keyed). Its first poll picks the member (the

@@ -15,8 +15,8 @@
 //! [`KernelPool::launch_across`] spreads members over several runtimes (devices or
 //! backends); [`DevicePool`] (`device.rs`) lends runtimes one holder at a time.
 
-mod device;
-mod future;
+pub(crate) mod device;
+pub(crate) mod future;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, RwLock};
@@ -24,8 +24,8 @@ use std::sync::{Arc, RwLock};
 use bytemuck::Pod;
 use gyre_core::{Error, Result};
 
-pub use device::{AcquireDevice, DeviceGuard, DevicePool};
-pub use future::PoolCallFuture;
+pub use device::{DeviceGuard, DevicePool};
+use future::PoolCallFuture;
 
 use crate::spec::ExportTarget;
 use crate::{Kernel, KernelSpec, KernelState, Runtime};
@@ -44,12 +44,12 @@ pub enum MemberFailure {
     Remove,
 }
 
-/// The shape of a pool (see [`Runtime::launch_pool`]).
+/// The shape of a pool (see [`Runtime::launch`]).
 ///
 /// # Examples
 ///
 /// ```
-/// use gyre::{MemberFailure, PoolOptions};
+/// use gyre::{pool::{MemberFailure, PoolOptions}};
 /// let o = PoolOptions::new(4).on_failure(MemberFailure::Remove);
 /// assert_eq!(o.members, 4);
 /// assert_eq!(PoolOptions::new(2).failure, MemberFailure::Replace { max: 16 });
@@ -78,6 +78,50 @@ impl PoolOptions {
     pub const fn on_failure(mut self, failure: MemberFailure) -> Self {
         self.failure = failure;
         self
+    }
+}
+
+/// What [`Runtime::launch`] starts as a [`KernelPool`]: `options.members` kernels of
+/// `spec`.
+///
+/// # Examples
+///
+/// ```
+/// use gyre::pool::{PoolOptions, PoolSpec};
+/// let rt = gyre::Runtime::builder().backend(gyre::Backend::Cpu).build()?;
+/// let pool = rt.launch(PoolSpec::new(gyre::KernelSpec::<u32, u32>::echo(), PoolOptions::new(2)))?;
+/// assert_eq!(pool.call_blocking(3)?, 3);
+/// # Ok::<(), gyre::Error>(())
+/// ```
+pub struct PoolSpec<Req, Resp> {
+    /// The members' spec.
+    pub spec: KernelSpec<Req, Resp>,
+    /// How many, and what happens to one that stops.
+    pub options: PoolOptions,
+}
+
+impl<Req, Resp> Clone for PoolSpec<Req, Resp> {
+    fn clone(&self) -> Self {
+        Self {
+            spec: self.spec.clone(),
+            options: self.options,
+        }
+    }
+}
+
+impl<Req, Resp> core::fmt::Debug for PoolSpec<Req, Resp> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("PoolSpec")
+            .field("spec", &self.spec)
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+impl<Req, Resp> PoolSpec<Req, Resp> {
+    /// `options.members` kernels of `spec`.
+    pub fn new(spec: KernelSpec<Req, Resp>, options: PoolOptions) -> Self {
+        Self { spec, options }
     }
 }
 
@@ -138,16 +182,16 @@ pub(crate) struct Shared<Req, Resp> {
     closed: AtomicBool,
 }
 
-/// N kernels of one spec serving one service (see [`Runtime::launch_pool`]). Clone it to
+/// N kernels of one spec serving one service (see [`Runtime::launch`]). Clone it to
 /// share it; the members stop when [`KernelPool::shutdown`] is called or the last handle
 /// (and every call) is dropped.
 ///
 /// # Examples
 ///
 /// ```
-/// use gyre::{Backend, KernelSpec, PoolOptions, Runtime};
+/// use gyre::{Backend, KernelSpec, Runtime, pool::PoolOptions};
 /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
-/// let pool = rt.launch_pool(KernelSpec::from_fn("inc", |x: u64| x + 1), PoolOptions::new(2))?;
+/// let pool = rt.launch(gyre::pool::PoolSpec::new(KernelSpec::from_fn("inc", |x: u64| x + 1), PoolOptions::new(2)))?;
 /// assert_eq!(pool.call_blocking(41)?, 42); // the least busy member
 /// assert_eq!(pool.call_keyed_blocking(7, 1)?, 2); // the member of key 7
 /// assert_eq!(pool.len(), 2);
@@ -201,56 +245,37 @@ fn stopped_for_good(s: KernelState) -> bool {
     )
 }
 
-impl Runtime {
-    /// Launches `options.members` kernels of `spec` as one [`KernelPool`], on the backend
-    /// `spec` would run on alone. Members are named `<name>.0`, `<name>.1`, ... (and so
-    /// are their telemetry export files: a service's directory gets one file per member,
-    /// an explicit path gets `.0`, `.1`, ... appended).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidArgument`] for 0 members or more than [`PoolOptions::MAX_MEMBERS`]; those of [`Runtime::launch`] for any
-    /// member (members launched before it are shut down). On OpenCL each member holds a
-    /// compute unit: more members than the device has are [`Error::Launch`].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use gyre::{Backend, KernelSpec, PoolOptions, Runtime};
-    /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
-    /// let pool = rt.launch_pool(KernelSpec::<u32, u32>::echo(), PoolOptions::new(2))?;
-    /// assert_eq!(pool.members()[1].name(), "echo.1");
-    /// assert!(rt.launch_pool(KernelSpec::<u32, u32>::echo(), PoolOptions::new(0)).is_err());
-    /// # Ok::<(), gyre::Error>(())
-    /// ```
-    pub fn launch_pool<Req: Pod, Resp: Pod>(
-        &self,
-        spec: KernelSpec<Req, Resp>,
-        options: PoolOptions,
-    ) -> Result<KernelPool<Req, Resp>> {
-        KernelPool::launch_across(std::slice::from_ref(self), spec, options)
-    }
-}
-
 impl<Req: Pod, Resp: Pod> KernelPool<Req, Resp> {
-    /// A pool whose member slot `s` runs on `runtimes[s % runtimes.len()]`: one runtime
-    /// per device (`Backend::OpenCl { platform, device }` for each OpenCL device) spreads
-    /// one service over devices, and runtimes of different backends make a mixed pool
-    /// (the spec must run on each: a built-in, or a Rust handler with device sources). A
-    /// replacement runs where its slot does. Otherwise as [`Runtime::launch_pool`].
+    /// Launches `options.members` kernels of `spec` as one pool, on the backend `spec`
+    /// would run on alone; [`Runtime::launch`] of a [`PoolSpec`] is this with its runtime
+    /// alone. Members are named `<name>.0`, `<name>.1`, ... (and so are their telemetry
+    /// export files: a service's directory gets one file per member, an explicit path
+    /// gets `.0`, `.1`, ... appended).
+    ///
+    /// With several runtimes, member slot `s` runs on `runtimes[s % runtimes.len()]`: one
+    /// runtime per device (`Backend::OpenCl { platform, device }` for each OpenCL device)
+    /// spreads one service over devices, and runtimes of different backends make a mixed
+    /// pool (the spec must run on each: a built-in, or a Rust handler with device
+    /// sources). A replacement runs where its slot does.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidArgument`] for no runtime; those of [`Runtime::launch_pool`].
+    /// [`Error::InvalidArgument`] for no runtime, 0 members or more than
+    /// [`PoolOptions::MAX_MEMBERS`]; those of [`Runtime::launch`] for any member (members
+    /// launched before it are shut down). On OpenCL each member holds a compute unit:
+    /// more members than the device has are [`Error::Launch`].
     ///
     /// # Examples
     ///
     /// ```
-    /// use gyre::{Backend, KernelPool, KernelSpec, PoolOptions, Runtime};
+    /// use gyre::{Backend, KernelSpec, Runtime, pool::{KernelPool, PoolOptions, PoolSpec}};
     /// let a = Runtime::builder().backend(Backend::Cpu).build()?;
     /// let b = Runtime::builder().backend(Backend::Cpu).build()?;
-    /// let pool = KernelPool::launch_across(&[a, b], KernelSpec::<u32, u32>::echo(), PoolOptions::new(4))?;
+    /// let pool = KernelPool::launch_across(&[a.clone(), b], KernelSpec::<u32, u32>::echo(), PoolOptions::new(4))?;
     /// assert_eq!(pool.call_blocking(9)?, 9);
+    /// let one = a.launch(PoolSpec::new(KernelSpec::<u32, u32>::echo(), PoolOptions::new(2)))?;
+    /// assert_eq!(one.members()[1].name(), "echo.1");
+    /// assert!(a.launch(PoolSpec::new(KernelSpec::<u32, u32>::echo(), PoolOptions::new(0))).is_err());
     /// # Ok::<(), gyre::Error>(())
     /// ```
     pub fn launch_across(
@@ -484,7 +509,7 @@ impl<Req: Pod, Resp: Pod> KernelPool<Req, Resp> {
     /// ```
     /// # async fn example() -> Result<(), gyre::Error> {
     /// let rt = gyre::Runtime::builder().backend(gyre::Backend::Cpu).build()?;
-    /// let pool = rt.launch_pool(gyre::KernelSpec::from_fn("sq", |x: u64| x * x), gyre::PoolOptions::new(2))?;
+    /// let pool = rt.launch(gyre::pool::PoolSpec::new(gyre::KernelSpec::from_fn("sq", |x: u64| x * x), gyre::pool::PoolOptions::new(2)))?;
     /// assert_eq!(pool.call(12).await?, 144);
     /// # Ok(()) }
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(example()).unwrap();
@@ -511,7 +536,7 @@ impl<Req: Pod, Resp: Pod> KernelPool<Req, Resp> {
     /// ```
     /// # async fn example() -> Result<(), gyre::Error> {
     /// let rt = gyre::Runtime::builder().backend(gyre::Backend::Cpu).build()?;
-    /// let pool = rt.launch_pool(gyre::KernelSpec::from_fn("id", |x: u64| x), gyre::PoolOptions::new(3))?;
+    /// let pool = rt.launch(gyre::pool::PoolSpec::new(gyre::KernelSpec::from_fn("id", |x: u64| x), gyre::pool::PoolOptions::new(3)))?;
     /// let (a, b) = tokio::join!(pool.call_keyed(5, 1), pool.call_keyed(5, 2)); // one member, in order
     /// assert_eq!((a?, b?), (1, 2));
     /// # Ok(()) }
@@ -531,7 +556,7 @@ impl<Req: Pod, Resp: Pod> KernelPool<Req, Resp> {
     ///
     /// ```
     /// let rt = gyre::Runtime::builder().backend(gyre::Backend::Cpu).build()?;
-    /// let pool = rt.launch_pool(gyre::KernelSpec::from_fn("neg", |x: i32| -x), gyre::PoolOptions::new(2))?;
+    /// let pool = rt.launch(gyre::pool::PoolSpec::new(gyre::KernelSpec::from_fn("neg", |x: i32| -x), gyre::pool::PoolOptions::new(2)))?;
     /// assert_eq!(pool.call_blocking(5)?, -5);
     /// # Ok::<(), gyre::Error>(())
     /// ```
@@ -550,7 +575,7 @@ impl<Req: Pod, Resp: Pod> KernelPool<Req, Resp> {
     ///
     /// ```
     /// let rt = gyre::Runtime::builder().backend(gyre::Backend::Cpu).build()?;
-    /// let pool = rt.launch_pool(gyre::KernelSpec::from_fn("neg", |x: i32| -x), gyre::PoolOptions::new(2))?;
+    /// let pool = rt.launch(gyre::pool::PoolSpec::new(gyre::KernelSpec::from_fn("neg", |x: i32| -x), gyre::pool::PoolOptions::new(2)))?;
     /// assert_eq!(pool.call_keyed_blocking(9, 5)?, -5);
     /// # Ok::<(), gyre::Error>(())
     /// ```

@@ -13,7 +13,7 @@
 //! # Examples
 //!
 //! ```
-//! use gyre::{Backend, KernelSpec, Lane, Runtime};
+//! use gyre::{Backend, KernelSpec, Runtime, portable::Lane};
 //!
 //! /// The sum of squares of the first `n` values, each lane taking every `count()`th.
 //! #[gyre::handler(lanes)]

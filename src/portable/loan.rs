@@ -23,7 +23,7 @@ use crate::spec::KernelSpec;
 ///
 /// ```
 /// #[gyre::handler(loan)]
-/// fn upper(b: gyre::Bytes) -> u32 {
+/// fn upper(b: gyre::portable::Bytes) -> u32 {
 ///     for i in 0..b.len() {
 ///         let c: u8 = b.get(i);
 ///         if c >= 97 && c <= 122 {
@@ -34,7 +34,7 @@ use crate::spec::KernelSpec;
 /// }
 ///
 /// let mut block = *b"hello, loan\0\0\0\0\0";
-/// let n = upper(gyre::Bytes::new(&mut block, 11));
+/// let n = upper(gyre::portable::Bytes::new(&mut block, 11));
 /// assert_eq!(&block[..n as usize], b"HELLO, LOAN");
 /// ```
 #[derive(Clone, Copy)]
@@ -148,7 +148,7 @@ impl PortableLoan {
     ///
     /// ```
     /// #[gyre::handler(loan)]
-    /// fn zero(b: gyre::Bytes) -> u32 { 0 }
+    /// fn zero(b: gyre::portable::Bytes) -> u32 { 0 }
     /// let c = zero.c_source();
     /// assert!(c.contains("gyre_h(c->reply, c->req_len, c->reply_cap, &p)"));
     /// ```
@@ -191,7 +191,7 @@ impl PortableLoan {
 /// # Examples
 ///
 /// ```
-/// use gyre::{Backend, Bytes, KernelSpec, Lane, Runtime};
+/// use gyre::{Backend, KernelSpec, Runtime, portable::{Bytes, Lane}};
 ///
 /// #[gyre::handler(loan)]
 /// fn double(b: Bytes, lane: Lane) -> u32 {
@@ -253,7 +253,7 @@ impl PortableLoanLanes {
     ///
     /// ```
     /// #[gyre::handler(loan)]
-    /// fn zero(b: gyre::Bytes, lane: gyre::Lane) -> u32 { 0 }
+    /// fn zero(b: gyre::portable::Bytes, lane: gyre::portable::Lane) -> u32 { 0 }
     /// assert!(zero.c_source().contains("gyre_h(c->reply, c->req_len, c->reply_cap, c->lane, c->lanes, &p)"));
     /// ```
     pub fn c_source(&self) -> String {
@@ -333,7 +333,7 @@ impl PortableLoanHandler for PortableLoanLanes {
     }
 }
 
-impl KernelSpec<crate::LoanHandle, crate::LoanHandle> {
+impl KernelSpec<crate::loan::Loan, crate::loan::Loan> {
     /// A loan kernel whose handler is written once in Rust (`#[gyre::handler(loan)]`,
     /// one lane: [`PortableLoan`], or every lane: [`PortableLoanLanes`]): the CPU backend
     /// calls the Rust function over the block; OpenCL and CUDA run the generated C (the
@@ -347,7 +347,7 @@ impl KernelSpec<crate::LoanHandle, crate::LoanHandle> {
     /// use gyre::{Backend, KernelSpec, Runtime};
     ///
     /// #[gyre::handler(loan)]
-    /// fn reverse(b: gyre::Bytes) -> u32 {
+    /// fn reverse(b: gyre::portable::Bytes) -> u32 {
     ///     let n: u32 = b.len();
     ///     let mut i: u32 = 0;
     ///     while i < n / 2 {

@@ -34,6 +34,7 @@ use std::ops::Deref;
 
 mod lanes;
 mod loan;
+#[doc(hidden)] // macro support: used by the code #[gyre::handler] generates
 pub mod ops;
 
 pub use lanes::{Lane, PortableLanes, Reduce, Reducible};
@@ -96,6 +97,7 @@ impl<T: DeviceType, const N: usize> DeviceType for [T; N] {
     }
 }
 
+#[doc(hidden)] // macro support: used by the code #[gyre::handler] generates
 /// The C declarations a program needs, in dependency order, each once.
 #[derive(Debug, Default)]
 pub struct Decls {
@@ -114,6 +116,7 @@ impl Decls {
     }
 }
 
+#[doc(hidden)] // macro support: used by the code #[gyre::handler] generates
 /// The C that checks a struct's layout against Rust's: size, alignment, every offset.
 pub fn layout_asserts(c: &str, size: usize, align: usize, fields: &[(&str, usize)]) -> String {
     let mut s = format!(
@@ -128,6 +131,7 @@ pub fn layout_asserts(c: &str, size: usize, align: usize, fields: &[(&str, usize
     s
 }
 
+#[doc(hidden)] // macro support: used by the code #[gyre::handler] generates
 /// A type used by generated C: its name and declarations.
 #[derive(Clone, Copy)]
 pub struct TypeRef {
@@ -137,6 +141,7 @@ pub struct TypeRef {
     pub declare: fn(&mut Decls),
 }
 
+#[doc(hidden)] // macro support: used by the code #[gyre::handler] generates
 /// The generated C of one handler or helper, with placeholders for its types
 /// (`\x01T<n>\x02`), its helpers (`\x01F<n>\x02`) and, for a helper, its own name
 /// (`\x01S\x02`).

@@ -28,7 +28,7 @@ pub fn echo_round_trip(b: Target) {
 /// while the first runs, and must work once it has ended).
 pub fn builtin_kernels_match_reference(b: Target) {
     use gyre::kernels::reference;
-    use gyre::{ReduceSum, VecScale};
+    use gyre::kernels::{ReduceSum, VecScale};
     let r = rt(b);
     let mut seed = 0x1234_5678u32;
     let mut next = || {
@@ -43,8 +43,8 @@ pub fn builtin_kernels_match_reference(b: Target) {
             (next(), vals)
         })
         .collect();
-    let rs_spec = || KernelSpec::<ReduceSum<14>, gyre::Sum>::reduce_sum();
-    let check_rs = |rs: &gyre::Kernel<ReduceSum<14>, gyre::Sum>, vals: &[f32]| {
+    let rs_spec = || KernelSpec::<ReduceSum<14>, gyre::kernels::Sum>::reduce_sum();
+    let check_rs = |rs: &gyre::Kernel<ReduceSum<14>, gyre::kernels::Sum>, vals: &[f32]| {
         let s = rs.call_blocking(ReduceSum::new(vals).unwrap()).unwrap();
         assert_eq!(s.count as usize, vals.len());
         assert!(
@@ -54,7 +54,7 @@ pub fn builtin_kernels_match_reference(b: Target) {
         );
     };
     let vs = r
-        .launch(KernelSpec::<VecScale<14>, gyre::VecF32<14>>::vec_scale())
+        .launch(KernelSpec::<VecScale<14>, gyre::kernels::VecF32<14>>::vec_scale())
         .unwrap();
     // The second kernel beside the first, where there is room (calls interleaved).
     let rs_beside = match r.launch(rs_spec()) {

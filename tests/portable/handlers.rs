@@ -5,7 +5,7 @@
 
 #![allow(clippy::all)]
 
-use gyre::{DeviceType, Lane, Pod, Zeroable};
+use gyre::{portable::Lane, DeviceType, Pod, Zeroable};
 
 // --- integer arithmetic, one handler per type ---------------------------------------------
 
@@ -492,7 +492,7 @@ pub fn via(x: u32) -> u32 {
 }
 
 /// A helper named like one of this module's, defined in a function body.
-pub fn shadowed_helper() -> gyre::Portable<u32, u32> {
+pub fn shadowed_helper() -> gyre::portable::Portable<u32, u32> {
     #[gyre::handler_fn]
     fn dup(x: u32) -> u32 {
         x * 3u32
@@ -671,7 +671,7 @@ pub fn all_sources() -> Vec<(&'static str, String)> {
 /// A loan handler (`#[gyre::handler(loan)]`, run on CPU and OpenCL by
 /// `tests/portable_loans.rs`): here so that NVRTC compiles the loan form too.
 #[gyre::handler(loan)]
-pub fn loan_rot13(b: gyre::Bytes) -> u32 {
+pub fn loan_rot13(b: gyre::portable::Bytes) -> u32 {
     let mut i: u32 = 0;
     while i < b.len() {
         let c: u8 = b.get(i);
@@ -685,7 +685,7 @@ pub fn loan_rot13(b: gyre::Bytes) -> u32 {
 
 /// [`loan_rot13`], lane-parallel (`fn f(b: Bytes, lane: Lane) -> u32`).
 #[gyre::handler(loan)]
-pub fn loan_rot13_lanes(b: gyre::Bytes, lane: gyre::Lane) -> u32 {
+pub fn loan_rot13_lanes(b: gyre::portable::Bytes, lane: gyre::portable::Lane) -> u32 {
     let mut i: u32 = lane.id();
     while i < b.len() {
         let c: u8 = b.get(i);

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use gyre::{codes, Error, Pipeline};
+use gyre::{codes, pipeline::Pipeline, Error};
 
 /// Panics (division by zero) when `x % 16 == 0`: `HANDLER_PANIC` on every backend.
 #[gyre::handler]

@@ -1,5 +1,5 @@
 #[gyre::handler(lanes)]
-fn h(x: u64, lane: gyre::Lane) -> u64 {
+fn h(x: u64, lane: gyre::portable::Lane) -> u64 {
     lane.sum(x)
 }
 fn main() {}

@@ -1,6 +1,6 @@
 // A loan handler takes its block and returns the reply's length.
 #[gyre::handler(loan)]
-fn wrong(b: gyre::Bytes) -> u64 {
+fn wrong(b: gyre::portable::Bytes) -> u64 {
     b.len() as u64
 }
 

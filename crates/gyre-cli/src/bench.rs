@@ -288,7 +288,7 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
 
 /// The cost model's rows of one measurement: read waves and fences per batch (waves of
 /// polls that found a batch; empty polls apart), telemetry writes.
-fn cost_rows(s: &mut Summary, prefix: &str, c: &gyre::DeviceCost) {
+fn cost_rows(s: &mut Summary, prefix: &str, c: &gyre::telemetry::DeviceCost) {
     let batches = c.batches.max(1) as f64;
     s.num(
         format!("{prefix}_read_waves_per_batch"),
@@ -313,7 +313,7 @@ fn throughput(
     batch: usize,
     max: u64,
     within: Duration,
-) -> Result<(f64, Option<gyre::DeviceCost>)> {
+) -> Result<(f64, Option<gyre::telemetry::DeviceCost>)> {
     let cap = 4096usize.max((batch * 4).next_power_of_two());
     let k: Kernel<Msg, Msg> = rt.launch(
         KernelSpec::echo()

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use gyre::{Kernel, Runtime, TelemetrySnapshot};
+use gyre::{telemetry::TelemetrySnapshot, Kernel, Runtime};
 
 use crate::args::DemoArgs;
 use crate::config::{DemoConfig, Msg, SERVE_SERVICE};

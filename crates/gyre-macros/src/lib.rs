@@ -27,7 +27,7 @@ mod translate;
 
 /// A handler for every backend: see the crate docs and `docs/handlers.md`.
 /// `#[gyre::handler(lanes)]` is the lane-parallel form, `#[gyre::handler(loan)]` the
-/// form over a loan's block (`fn f(b: gyre::Bytes) -> u32`).
+/// form over a loan's block (`fn f(b: gyre::portable::Bytes) -> u32`).
 #[proc_macro_attribute]
 pub fn handler(attr: TokenStream, item: TokenStream) -> TokenStream {
     let f = parse_macro_input!(item as ItemFn);
@@ -74,7 +74,7 @@ pub fn derive_device_type(item: TokenStream) -> TokenStream {
 pub(crate) enum Kind {
     Handler,
     Lanes,
-    /// Over a loan's block: `fn f(b: gyre::Bytes) -> u32`.
+    /// Over a loan's block: `fn f(b: gyre::portable::Bytes) -> u32`.
     Loan,
     Helper,
 }
@@ -115,8 +115,8 @@ fn expand(attr: TokenStream2, mut f: ItemFn, kind: Kind) -> syn::Result<TokenStr
             return Err(syn::Error::new(
                 at,
                 "a loan handler takes its block (and, lane-parallel, its lane) and returns \
-                 the reply's length: `fn f(b: gyre::Bytes) -> u32` or \
-                 `fn f(b: gyre::Bytes, lane: gyre::Lane) -> u32`",
+                 the reply's length: `fn f(b: gyre::portable::Bytes) -> u32` or \
+                 `fn f(b: gyre::portable::Bytes, lane: gyre::portable::Lane) -> u32`",
             ));
         }
     }
@@ -130,7 +130,7 @@ fn expand(attr: TokenStream2, mut f: ItemFn, kind: Kind) -> syn::Result<TokenStr
                     f.sig.inputs.span(),
                     if kind == Kind::Lanes {
                         "a lane-parallel handler takes the request and its lane: \
-                         `fn f(req: Req, lane: gyre::Lane) -> Resp`"
+                         `fn f(req: Req, lane: gyre::portable::Lane) -> Resp`"
                     } else {
                         "a handler takes one parameter, the request"
                     },

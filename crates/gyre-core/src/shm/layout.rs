@@ -105,7 +105,7 @@ impl ControlSnapshot {
 }
 
 /// Bytes 192..256 (layout version 2): the kernel's relaunches (reloads, epochs,
-/// restarts; see `gyre::Relaunches`), written by the publisher under a sequence lock.
+/// restarts; see `gyre::telemetry::Relaunches`), written by the publisher under a sequence lock.
 #[repr(C, align(64))]
 #[derive(Debug)]
 pub struct ExportLifecycle {
@@ -151,7 +151,7 @@ pub struct LifecycleSnapshot {
     pub epoch_us: u32,
 }
 
-/// Bytes 256..320 (layout version 2): the kernel's loan pool (`gyre::LoanKernel`), all
+/// Bytes 256..320 (layout version 2): the kernel's loan pool (`gyre::loan::LoanKernel`), all
 /// zero for a kernel without one; written by the publisher under a sequence lock. Byte
 /// figures are `u32` (a pool is at most 2 GiB).
 #[repr(C, align(64))]

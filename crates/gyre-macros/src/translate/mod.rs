@@ -271,7 +271,7 @@ impl Translator {
                 if !is_lane {
                     return err(
                         pt.ty.span(),
-                        "the second parameter of a lane-parallel handler is its `gyre::Lane`",
+                        "the second parameter of a lane-parallel handler is its `gyre::portable::Lane`",
                     );
                 }
                 self.lane = Some(pi.ident.to_string());
@@ -283,9 +283,9 @@ impl Translator {
                 if !is_bytes || k != 0 {
                     return err(
                         pt.ty.span(),
-                        "a loan handler takes its block, `fn f(b: gyre::Bytes) -> u32` \
+                        "a loan handler takes its block, `fn f(b: gyre::portable::Bytes) -> u32` \
                          (the reply's length), or its block and its lane, \
-                         `fn f(b: gyre::Bytes, lane: gyre::Lane) -> u32`",
+                         `fn f(b: gyre::portable::Bytes, lane: gyre::portable::Lane) -> u32`",
                     );
                 }
                 self.bytes = Some(pi.ident.to_string());
