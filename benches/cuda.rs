@@ -83,7 +83,7 @@ fn runtime(s: TransferStrategy) -> gyre::Result<Runtime> {
 
 fn gyre_rtt(s: TransferStrategy, calls: u64) -> gyre::Result<Rtt> {
     let rt = runtime(s)?;
-    let k: Kernel<Msg, Msg> = rt.launch(KernelSpec::echo().capacity(1024))?;
+    let k: Kernel<Msg, Msg> = rt.launch(KernelSpec::<Msg, Msg>::echo().capacity(1024))?;
     let mut bad = 0u64;
     let r = measure(calls, |i| {
         let m = req(i);
@@ -106,8 +106,11 @@ fn gyre_rtt(s: TransferStrategy, calls: u64) -> gyre::Result<Rtt> {
 fn gyre_throughput(batch: usize, messages: u64) -> gyre::Result<f64> {
     let rt = runtime(TransferStrategy::Unified)?;
     let cap = 4096usize.max((batch * 4).next_power_of_two());
-    let k: Kernel<Msg, Msg> =
-        rt.launch(KernelSpec::echo().capacity(cap).batch_size(batch.min(cap)))?;
+    let k: Kernel<Msg, Msg> = rt.launch(
+        KernelSpec::<Msg, Msg>::echo()
+            .capacity(cap)
+            .batch_size(batch.min(cap)),
+    )?;
     let reqs: Vec<Msg> = (0..batch as u64).map(req).collect();
     common::batched_echo_of(&k, messages / 10, &reqs, false)?;
     let d = common::batched_echo_of(&k, messages, &reqs, false)?;

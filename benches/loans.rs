@@ -56,7 +56,7 @@ fn memcpy(len: usize) -> Rate {
 /// Loans: copy the source into a loan, send it, keep `WINDOW` in flight, drop replies.
 fn loans(rt: &Runtime, len: usize) -> Rate {
     let k = rt
-        .launch_loans(
+        .launch(
             KernelSpec::loans("echo", |_: &mut LoanBuf<'_>| Ok(()))
                 .loan_pool(LoanConfig::new(16 << 20, 1024))
                 .idle(IdleStrategy::BusySpin)
@@ -105,7 +105,7 @@ fn loans_batched(rt: &Runtime, len: usize, spin: bool) -> Rate {
         IdleStrategy::default()
     };
     let k = rt
-        .launch_loans(
+        .launch(
             KernelSpec::loans("echo", |_: &mut LoanBuf<'_>| Ok(()))
                 .loan_pool(LoanConfig::new(16 << 20, 1024))
                 .idle(idle)

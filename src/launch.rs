@@ -1,20 +1,22 @@
 //! One way to launch: [`Runtime::launch`] takes whatever is launched — a kernel's
-//! [`KernelSpec`], a [`PipelineSpec`], a [`PoolSpec`] — and returns its handle, chosen by
-//! the spec's type ([`Launch::Handle`]). A loan kernel's spec (`KernelSpec<Loan, Loan>`)
-//! still launches through [`Runtime::launch_loans`](crate::Runtime::launch_loans).
+//! [`KernelSpec`] of plain messages or of loans, a [`PipelineSpec`], a [`PoolSpec`] — and
+//! returns its handle, chosen by the spec's type ([`Launch::Handle`]). The two impls for
+//! `KernelSpec` do not overlap because [`Loan`] is this crate's and not `Pod`.
 
 use bytemuck::Pod;
 #[cfg(doc)]
 use gyre_core::Error;
 use gyre_core::Result;
 
+use crate::loan::{Loan, LoanKernel};
 use crate::pipeline::{Pipeline, PipelineSpec};
 use crate::pool::{KernelPool, PoolSpec};
 use crate::{Kernel, KernelSpec, Runtime};
 
 /// What [`Runtime::launch`] launches, and the handle it returns. Implemented by
-/// [`KernelSpec`] ([`Kernel`]), [`PipelineSpec`] ([`Pipeline`]) and [`PoolSpec`]
-/// ([`KernelPool`]); sealed.
+/// [`KernelSpec`] of `Pod` messages ([`Kernel`]), a loan kernel's `KernelSpec<Loan, Loan>`
+/// ([`LoanKernel`]), [`PipelineSpec`] ([`Pipeline`]) and [`PoolSpec`] ([`KernelPool`]);
+/// sealed.
 ///
 /// # Examples
 ///
@@ -48,6 +50,13 @@ impl<Req: Pod, Resp: Pod> Launch for KernelSpec<Req, Resp> {
     }
 }
 
+impl Launch for KernelSpec<Loan, Loan> {
+    type Handle = LoanKernel;
+    fn launch_on(self, rt: &Runtime) -> Result<LoanKernel> {
+        rt.launch_loans(self)
+    }
+}
+
 impl<Req: Pod, Resp: Pod> Launch for PipelineSpec<Req, Resp> {
     type Handle = Pipeline<Req, Resp>;
     fn launch_on(self, rt: &Runtime) -> Result<Pipeline<Req, Resp>> {
@@ -63,8 +72,9 @@ impl<Req: Pod, Resp: Pod> Launch for PoolSpec<Req, Resp> {
 }
 
 impl Runtime {
-    /// Launches `spec` and returns its handle: a [`KernelSpec`] a [`Kernel`], a
-    /// [`PipelineSpec`] a [`Pipeline`] (as [`Pipeline::launch_across`] with this runtime
+    /// Launches `spec` and returns its handle: a [`KernelSpec`] a [`Kernel`], a loan
+    /// kernel's spec ([`KernelSpec::loans`]) a [`LoanKernel`] (its pool allocated first,
+    /// see [`KernelSpec::loans`]), a [`PipelineSpec`] a [`Pipeline`] (as [`Pipeline::launch_across`] with this runtime
     /// alone), a [`PoolSpec`] a [`KernelPool`] (as [`KernelPool::launch_across`]). A
     /// kernel's launch validates its spec, allocates its shared region, launches the
     /// kernel and starts its completion driver.
@@ -72,7 +82,10 @@ impl Runtime {
     /// # Errors
     ///
     /// For a pipeline or a pool, those of [`Pipeline::launch_across`] and
-    /// [`KernelPool::launch_across`]; nothing is left running on an error. For a kernel:
+    /// [`KernelPool::launch_across`]; nothing is left running on an error. For a loan
+    /// kernel, also [`Error::InvalidArgument`] for a bad
+    /// [`LoanConfig`](crate::loan::LoanConfig), [`Error::HandlerUnsupported`] on a device
+    /// without a device handler, [`Error::Alloc`] for its pool. For a kernel:
     /// [`Error::HandlerUnsupported`] when the backend cannot run the spec's handler (see
     /// [`Runtime::backend_for`]). Each of the others names the bad value:
     /// [`Error::InvalidCapacity`], [`Error::InvalidSlotSize`],

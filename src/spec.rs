@@ -60,7 +60,7 @@ pub struct KernelSpec<Req, Resp> {
     pub(crate) watch: Option<PathBuf>,
     /// A loan kernel's pool and byte handler ([`KernelSpec::loans`]).
     pub(crate) loan: Option<crate::loan::LoanSetup>,
-    /// The launched loan kernel's pool (set by `Runtime::launch_loans`; relaunches and
+    /// The launched loan kernel's pool (set by `Runtime::launch`; relaunches and
     /// restarts reuse it, so their kernels answer the same blocks).
     pub(crate) loan_arena: Option<Arc<gyre_core::loan::LoanArena>>,
     _types: PhantomData<fn(Req) -> Resp>,

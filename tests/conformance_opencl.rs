@@ -228,7 +228,7 @@ fn a_loan_kernel_over_device_buffers_is_a_typed_refusal() {
         .build()
         .expect("runtime");
     let e = rt
-        .launch_loans(
+        .launch(
             KernelSpec::loans("bump", |_: &mut gyre::loan::LoanBuf<'_>| Ok(()))
                 .device_handler("bump.h", loan_sources::BUMP),
         )

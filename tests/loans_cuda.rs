@@ -177,7 +177,7 @@ fn a_closure_without_device_code_is_refused() {
         .build()
         .expect("CUDA runtime");
     let spec = || KernelSpec::loans("c", |_: &mut gyre::loan::LoanBuf<'_>| Ok(()));
-    match rt.launch_loans(spec()) {
+    match rt.launch(spec()) {
         Err(gyre::Error::HandlerUnsupported {
             backend, remedy, ..
         }) => {
@@ -190,9 +190,7 @@ fn a_closure_without_device_code_is_refused() {
         .backend(Backend::Auto)
         .build()
         .expect("Auto runtime");
-    let k = auto
-        .launch_loans(spec())
-        .expect("the closure on the CPU backend");
+    let k = auto.launch(spec()).expect("the closure on the CPU backend");
     assert_eq!(k.kernel().backend(), Backend::Cpu);
     k.shutdown_blocking().expect("shutdown");
 }

@@ -38,7 +38,7 @@ fn opencl_loans_compile_in_child() {
         ("guard.h", sources::GUARD),
     ] {
         let k = rt
-            .launch_loans(
+            .launch(
                 KernelSpec::loans(name, |_: &mut gyre::loan::LoanBuf<'_>| Ok(()))
                     .device_handler(name, src),
             )
@@ -100,7 +100,7 @@ fn a_closure_without_device_code_is_refused() {
         .build()
         .expect("OpenCL runtime");
     let spec = || KernelSpec::loans("c", |_: &mut gyre::loan::LoanBuf<'_>| Ok(()));
-    match rt.launch_loans(spec()) {
+    match rt.launch(spec()) {
         Err(gyre::Error::HandlerUnsupported {
             backend, remedy, ..
         }) => {

@@ -170,7 +170,7 @@ fn serve_like_rust(rt: &Runtime) {
 fn serve_one(rt: &Runtime, h: impl PortableLoanHandler + Send + Sync + 'static) {
     {
         let k = rt
-            .launch_loans(KernelSpec::portable_loans(h).loan_pool(pool()))
+            .launch(KernelSpec::portable_loans(h).loan_pool(pool()))
             .unwrap_or_else(|e| panic!("{}: {e}", h.handler_name()));
         assert_eq!(
             k.kernel().backend(),
@@ -212,7 +212,7 @@ fn serve_one(rt: &Runtime, h: impl PortableLoanHandler + Send + Sync + 'static) 
 /// faults, and shutdown returns every block.
 fn panic_fails_the_request(rt: &Runtime, h: impl PortableLoanHandler + Send + Sync + 'static) {
     let k = rt
-        .launch_loans(KernelSpec::portable_loans(h).loan_pool(pool()))
+        .launch(KernelSpec::portable_loans(h).loan_pool(pool()))
         .expect("a panicking handler");
     assert_eq!(
         &k.call_bytes_blocking(&[1, 2, 3]).expect("call")[..],
@@ -231,7 +231,7 @@ fn panic_fails_the_request(rt: &Runtime, h: impl PortableLoanHandler + Send + Sy
 /// first) shows what the handler left.
 fn panics_write_nothing(rt: &Runtime) {
     let launch = || {
-        rt.launch_loans(KernelSpec::portable_loans(wild_set).loan_pool(pool()))
+        rt.launch(KernelSpec::portable_loans(wild_set).loan_pool(pool()))
             .expect("wild_set")
     };
     // An argument that panics: `set` is never called.
@@ -343,7 +343,7 @@ mod opencl {
         let once = |spec: gyre::KernelSpec<gyre::loan::Loan, gyre::loan::Loan>| {
             let name = spec.name().to_owned();
             let k = rt
-                .launch_loans(spec.loan_pool(super::pool()))
+                .launch(spec.loan_pool(super::pool()))
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
             assert!(k.call_bytes_blocking(&[1; 10]).is_ok(), "{name}");
             k.shutdown_blocking()

@@ -168,7 +168,7 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
                 Some((arena.clone(), crate::loan::adapter(arena.clone(), setup)))
             }
             // The launch's own spec (the file watcher reloads `KernelSpec::watch`'s changes
-            // over it): `launch_loans` moved its setup into this pool and the handler
+            // over it): the loan kernel's launch moved its setup into this pool and the handler
             // over it, which its launch spec carries already.
             (Some(arena), None)
                 if spec

@@ -26,7 +26,7 @@ impl LoanKernel {
     /// ```
     /// use gyre::{Backend, KernelSpec, Runtime, loan::LoanBuf};
     /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
-    /// let k = rt.launch_loans(KernelSpec::loans("echo", |_: &mut LoanBuf<'_>| Ok(())))?;
+    /// let k = rt.launch(KernelSpec::loans("echo", |_: &mut LoanBuf<'_>| Ok(())))?;
     /// let mut batch = (0..8).map(|_| k.loan_blocking(4096)).collect::<Result<Vec<_>, _>>()?;
     /// while !k.try_send_loans(&mut batch)? {}
     /// let mut out = Vec::new();

@@ -13,7 +13,7 @@ use core::ops::{Deref, DerefMut};
 /// ```
 /// use gyre::{Backend, KernelSpec, Runtime, loan::LoanBuf};
 /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
-/// let k = rt.launch_loans(KernelSpec::loans("upper", |b: &mut LoanBuf<'_>| {
+/// let k = rt.launch(KernelSpec::loans("upper", |b: &mut LoanBuf<'_>| {
 ///     b.make_ascii_uppercase();
 ///     Ok(())
 /// }))?;

@@ -7,10 +7,10 @@ use core::task::{Context, Poll};
 use std::sync::Arc;
 
 use gyre_core::channel::Kind;
-use gyre_core::loan::{Loan, LoanArena};
+use gyre_core::loan::LoanArena;
 use gyre_core::{Error, Result};
 
-use super::{check_pool, claim, try_publish_loan, LoanKernel};
+use super::{check_pool, claim, try_publish_loan, Loan, LoanKernel};
 use crate::future::poll_publish_by;
 use crate::inner::Inner;
 use crate::keep_alive::KeepAlive;
@@ -36,7 +36,7 @@ impl LoanFuture {
 impl Future for LoanFuture {
     type Output = Result<Loan>;
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Loan>> {
-        self.arena.poll_loan(self.len, cx)
+        self.arena.poll_loan(self.len, cx).map(|r| r.map(Loan))
     }
 }
 

@@ -16,7 +16,7 @@
 //! use gyre::loan::LoanBuf;
 //!
 //! let rt = gyre::Runtime::builder().backend(gyre::Backend::Cpu).build()?;
-//! let k = rt.launch_loans(gyre::KernelSpec::loans("reverse", |b: &mut LoanBuf<'_>| {
+//! let k = rt.launch(gyre::KernelSpec::loans("reverse", |b: &mut LoanBuf<'_>| {
 //!     b.reverse();
 //!     Ok(())
 //! }))?;
@@ -26,6 +26,7 @@
 //! ```
 
 mod batch;
+mod block;
 mod buf;
 pub(crate) mod future;
 
@@ -36,9 +37,10 @@ use gyre_core::channel::{Kind, PublishError, ReplyView};
 use gyre_core::loan::{LoanArena, LoanMirror};
 use gyre_core::{Channel, Error, Result};
 
+pub use block::Loan;
 pub use buf::LoanBuf;
 use future::{LoanCallFuture, LoanFuture, LoanRecvFuture, LoanSendFuture};
-pub use gyre_core::loan::{Loan, LoanConfig, LoanHandle, LoanStats};
+pub use gyre_core::loan::{LoanConfig, LoanHandle, LoanStats};
 
 use crate::decode::decode;
 use crate::{Backend, Kernel, KernelSpec, Runtime};
@@ -72,7 +74,7 @@ pub(crate) fn adapter(arena: Arc<LoanArena>, setup: &LoanSetup) -> Arc<dyn gyre_
 impl KernelSpec<Loan, Loan> {
     /// A loan kernel: each request is a [`Loan`] of up to the pool's size, which
     /// `handler` reads and answers in place (see [`LoanBuf`]); launch it with
-    /// [`Runtime::launch_loans`]. `Err(status)` reaches the caller as
+    /// [`Runtime::launch`]. `Err(status)` reaches the caller as
     /// [`Error::Handler`] under the rules of [`KernelSpec::try_from_fn`]. The pool is
     /// 16 MiB in blocks of 1 KiB and up unless [`KernelSpec::loan_pool`] says otherwise.
     ///
@@ -92,7 +94,7 @@ impl KernelSpec<Loan, Loan> {
     /// ```
     /// use gyre::{Backend, KernelSpec, Runtime, loan::LoanBuf};
     /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
-    /// let k = rt.launch_loans(KernelSpec::loans("sum", |b: &mut LoanBuf<'_>| {
+    /// let k = rt.launch(KernelSpec::loans("sum", |b: &mut LoanBuf<'_>| {
     ///     let s: u64 = b.iter().map(|&x| u64::from(x)).sum();
     ///     b.set_len(8).map_err(|_| gyre::codes::HANDLER_REJECTED)?;
     ///     b.copy_from_slice(&s.to_le_bytes());
@@ -192,19 +194,19 @@ impl gyre_core::Handler for Adapter {
 /// Refuses a loan from another pool than `arena` (another kernel's): its block would be
 /// bound to a slot of a ring its pool never sees, and never return.
 pub(crate) fn check_pool(arena: &Arc<LoanArena>, loan: &Loan) -> Result<()> {
-    if Arc::ptr_eq(loan.arena(), arena) {
+    if Arc::ptr_eq(loan.0.arena(), arena) {
         Ok(())
     } else {
         Err(Error::InvalidArgument {
             name: "loan",
-            value: format!("a loan of {:?}", loan.arena()),
+            value: format!("a loan of {:?}", loan.0.arena()),
             reason: "a loan is sent to the kernel whose pool lent it",
         })
     }
 }
 
 /// Publishes `loan` as one request: the loan is taken (its block bound to the claimed
-/// slot, [`Loan::send`]) only once the slot is claimed, so on any error it is still in
+/// slot) only once the slot is claimed, so on any error it is still in
 /// `loan`, unsent. The caller has checked its pool ([`check_pool`]).
 pub(crate) fn try_publish_loan(
     ch: &Channel,
@@ -222,7 +224,7 @@ pub(crate) fn try_publish_loan(
 /// reached: callers pass one loan per claimed slot).
 pub(crate) fn write_handle(loan: Option<Loan>, index: u64, dst: &mut [u8]) {
     match loan {
-        Some(l) => dst.copy_from_slice(bytemuck::bytes_of(&l.send(index))),
+        Some(l) => dst.copy_from_slice(bytemuck::bytes_of(&l.0.send(index))),
         None => dst.fill(0),
     }
 }
@@ -258,7 +260,7 @@ pub(crate) fn claim(arena: &Arc<LoanArena>, ch: &Channel, v: ReplyView<'_>) -> R
             }),
         };
     }
-    arena.claim(&v)
+    arena.claim(&v).map(Loan)
 }
 
 /// A kernel whose messages are [`Loan`]s (see [`KernelSpec::loans`]): messages of up to
@@ -269,7 +271,7 @@ pub(crate) fn claim(arena: &Arc<LoanArena>, ch: &Channel, v: ReplyView<'_>) -> R
 /// ```
 /// use gyre::{Backend, KernelSpec, Runtime, loan::LoanBuf};
 /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
-/// let k = rt.launch_loans(KernelSpec::loans("rev", |b: &mut LoanBuf<'_>| {
+/// let k = rt.launch(KernelSpec::loans("rev", |b: &mut LoanBuf<'_>| {
 ///     b.reverse();
 ///     Ok(())
 /// }))?;
@@ -298,34 +300,18 @@ impl core::fmt::Debug for LoanKernel {
 }
 
 impl Runtime {
-    /// Launches a loan kernel ([`KernelSpec::loans`]): allocates its pool where the
-    /// kernel reads it (on the CPU backend, host memory shared with the kernel under zero
-    /// copy, or host memory plus emulated device memory, kept in step by the bridge, under
-    /// a copy strategy; on OpenCL, fine-grained SVM), then launches as [`Runtime::launch`]
-    /// does.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidArgument`] for a bad
-    /// [`LoanConfig`]; [`Error::HandlerUnsupported`] on CUDA, or on OpenCL without an
-    /// OpenCL source; [`Error::Alloc`] or [`Error::Launch`]
-    /// for the pool; and those of [`Runtime::launch`].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use gyre::{Backend, KernelSpec, Runtime, loan::LoanBuf};
-    /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
-    /// let k = rt.launch_loans(KernelSpec::loans("echo", |_: &mut LoanBuf<'_>| Ok(())))?;
-    /// assert_eq!(&k.call_bytes_blocking(&[7; 3000])?[..], &[7; 3000][..]);
-    /// # Ok::<(), gyre::Error>(())
-    /// ```
-    pub fn launch_loans(&self, spec: KernelSpec<Loan, Loan>) -> Result<LoanKernel> {
+    /// A loan kernel's launch ([`Runtime::launch`] of a `KernelSpec<Loan, Loan>`):
+    /// allocates its pool where the kernel reads it (on the CPU backend, host memory
+    /// shared with the kernel under zero copy, or host memory plus emulated device
+    /// memory, kept in step by the bridge, under a copy strategy; on OpenCL, fine-grained
+    /// SVM or device memory; on CUDA, mapped pinned or device memory), then launches the
+    /// kernel over it.
+    pub(crate) fn launch_loans(&self, spec: KernelSpec<Loan, Loan>) -> Result<LoanKernel> {
         let Some(setup) = spec.loan.clone() else {
             return Err(Error::InvalidArgument {
                 name: "spec",
                 value: spec.name().to_owned(),
-                reason: "launch_loans takes a loan kernel (KernelSpec::loans)",
+                reason: "a loan kernel's launch takes a loan kernel's spec (KernelSpec::loans)",
             });
         };
         let (backend, strategy, imp) = self.loan_target(&spec)?;
@@ -443,7 +429,7 @@ impl LoanKernel {
     /// ```
     /// use gyre::{Backend, KernelSpec, Runtime, loan::LoanBuf};
     /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
-    /// let k = rt.launch_loans(KernelSpec::loans("id", |_: &mut LoanBuf<'_>| Ok(())))?;
+    /// let k = rt.launch(KernelSpec::loans("id", |_: &mut LoanBuf<'_>| Ok(())))?;
     /// k.reload_blocking(KernelSpec::loans("rev", |b: &mut LoanBuf<'_>| {
     ///     b.reverse();
     ///     Ok(())
@@ -472,7 +458,7 @@ impl LoanKernel {
     /// use gyre::{Backend, KernelSpec, Runtime, loan::LoanBuf};
     /// # async fn example() -> Result<(), gyre::Error> {
     /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
-    /// let k = rt.launch_loans(KernelSpec::loans("id", |_: &mut LoanBuf<'_>| Ok(())))?;
+    /// let k = rt.launch(KernelSpec::loans("id", |_: &mut LoanBuf<'_>| Ok(())))?;
     /// k.reload(KernelSpec::loans("rev", |b: &mut LoanBuf<'_>| {
     ///     b.reverse();
     ///     Ok(())
@@ -505,7 +491,7 @@ impl LoanKernel {
     ///
     /// [`Error::PoolExhausted`] (nothing was taken), [`Error::LoanTooLarge`].
     pub fn try_loan(&self, len: usize) -> Result<Loan> {
-        self.arena.try_loan(len)
+        self.arena.try_loan(len).map(Loan)
     }
 
     /// A loan of `len` bytes, waiting on this thread while the pool is exhausted.
@@ -514,7 +500,7 @@ impl LoanKernel {
     ///
     /// [`Error::LoanTooLarge`] (at once, never waits for the impossible).
     pub fn loan_blocking(&self, len: usize) -> Result<Loan> {
-        self.arena.loan_blocking(len, None)
+        self.arena.loan_blocking(len, None).map(Loan)
     }
 
     /// A loan of `len` bytes, waiting (without blocking the thread) while the pool is
@@ -669,6 +655,12 @@ impl LoanKernel {
         })
     }
 
+    /// The kernel's pool, for tests that resolve handles by hand.
+    #[doc(hidden)]
+    pub fn pool_for_tests(&self) -> &Arc<LoanArena> {
+        &self.arena
+    }
+
     /// Sends `loan` bound to the request slot `ahead` places after the last one claimed,
     /// and returns its handle without publishing anything: for tests that then publish
     /// raw handles through [`LoanKernel::kernel`] from one thread (the slot is theirs only
@@ -681,7 +673,7 @@ impl LoanKernel {
     #[doc(hidden)]
     pub fn bind_loan_for_tests(&self, loan: Loan, ahead: u64) -> Result<LoanHandle> {
         check_pool(&self.arena, &loan)?;
-        Ok(loan.send(self.kernel.inner().ch.claimed() + ahead))
+        Ok(loan.0.send(self.kernel.inner().ch.claimed() + ahead))
     }
 
     /// Shuts the kernel down ([`Kernel::shutdown_blocking`]), then returns to the pool

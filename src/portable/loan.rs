@@ -105,7 +105,7 @@ impl<'a> Bytes<'a> {
 
 /// A handler over a loan's block written once in Rust (`#[gyre::handler(loan)]`):
 /// callable as the Rust function (`name(bytes)`, through `Deref`), launched with
-/// [`KernelSpec::portable_loans`] and [`Runtime::launch_loans`](crate::Runtime::launch_loans).
+/// [`KernelSpec::portable_loans`] and [`Runtime::launch`](crate::Runtime::launch).
 #[derive(Clone, Copy)]
 pub struct PortableLoan {
     f: for<'a> fn(Bytes<'a>) -> u32,
@@ -207,7 +207,7 @@ impl PortableLoan {
 /// assert_eq!(double(Bytes::new(&mut block, 3), Lane::single()), 3);
 /// assert_eq!(block, [2, 4, 6, 0]);
 /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
-/// let k = rt.launch_loans(KernelSpec::portable_loans(double))?;
+/// let k = rt.launch(KernelSpec::portable_loans(double))?;
 /// assert_eq!(&k.call_bytes_blocking(&[5, 6])?[..], &[10, 12]);
 /// # Ok::<(), gyre::Error>(())
 /// ```
@@ -360,7 +360,7 @@ impl KernelSpec<crate::loan::Loan, crate::loan::Loan> {
     /// }
     ///
     /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
-    /// let k = rt.launch_loans(KernelSpec::portable_loans(reverse))?;
+    /// let k = rt.launch(KernelSpec::portable_loans(reverse))?;
     /// assert_eq!(&k.call_bytes_blocking(b"abc")?[..], b"cba");
     /// # Ok::<(), gyre::Error>(())
     /// ```

@@ -86,7 +86,7 @@ fn bump(b: &mut LoanBuf<'_>) -> Result<(), u32> {
 
 fn bump_kernel(rt: &Runtime, pool: LoanConfig) -> LoanKernel {
     let k = rt
-        .launch_loans(bump_spec("bump").loan_pool(pool))
+        .launch(bump_spec("bump").loan_pool(pool))
         .expect("launch");
     assert_eq!(
         k.kernel().backend(),
@@ -147,7 +147,7 @@ fn resize_spec() -> KernelSpec<Loan, Loan> {
 
 pub fn replies_may_shrink_or_grow_within_the_block(t: Target) {
     let rt = t.rt();
-    let k = rt.launch_loans(resize_spec()).unwrap();
+    let k = rt.launch(resize_spec()).unwrap();
     // 1 byte in a 1 KiB block: up to 1024 bytes back.
     let r = k.call_bytes_blocking(&[10]).unwrap();
     assert_eq!((r.len(), r.capacity()), (1000, 1024));
@@ -363,7 +363,7 @@ pub fn a_panic_with_loans_in_flight_fails_them_and_shutdown_returns_every_block(
 pub fn a_restarted_kernel_answers_the_loans_its_predecessor_left(t: Target) {
     let rt = t.rt();
     let k = rt
-        .launch_loans(bump_spec("bump").restart(
+        .launch(bump_spec("bump").restart(
             RestartPolicy::new(3).backoff(Duration::from_micros(100), Duration::from_millis(1)),
         ))
         .unwrap();
@@ -471,7 +471,7 @@ pub fn bad_specs_are_refused_and_copies_move_loan_bytes(t: Target) {
     // A spec that is not a loan kernel's does not compile here (tests/ui/loan_spec_types.rs).
     let e = t
         .rt()
-        .launch_loans(
+        .launch(
             KernelSpec::loans("x", |_: &mut LoanBuf<'_>| Ok(()))
                 .device_handler("bump.h", sources::BUMP)
                 .loan_pool(LoanConfig::new(1000, 64)),
@@ -547,7 +547,7 @@ pub fn the_export_file_shows_the_pool(t: Target) {
     let path = dir.join("svc").join("bump");
     let rt = t.rt();
     let k = rt
-        .launch_loans(
+        .launch(
             bump_spec("bump")
                 .loan_pool(LoanConfig::new(1 << 20, 1024))
                 .export_telemetry_to(&path)
@@ -579,7 +579,7 @@ pub fn a_handle_sent_twice_never_gives_its_block_two_writers(t: Target) {
     // refused whatever the timing: exactly one answer, one refusal.
     let rt = t.rt();
     let k = rt
-        .launch_loans(
+        .launch(
             KernelSpec::loans("guard", |b: &mut LoanBuf<'_>| {
                 let token = b[0].wrapping_add(100);
                 b.fill(token);
@@ -658,7 +658,7 @@ pub fn host_code_resolves_no_handle_of_a_device_kernels_pool(t: Target) {
     let k = bump_kernel(&rt, LoanConfig::new(1 << 14, 1024));
     let mut l = k.loan_blocking(3).unwrap();
     l.copy_from_slice(&[1, 2, 3]);
-    let arena = l.arena().clone();
+    let arena = k.pool_for_tests().clone();
     let index = k.kernel().raw_channel().claimed();
     let h = k.bind_loan_for_tests(l, 0).unwrap();
     let r = arena.resolve(&h, index).map(|b| b.len());
@@ -728,7 +728,7 @@ pub fn a_reloaded_loan_kernel_serves_the_same_pool(t: Target) {
 
 /// `KernelSpec::watch` on a device loan kernel: a change of its handler's file reloads
 /// it over the same pool (the watcher reloads from the launch's own spec, whose pool
-/// `launch_loans` set), with a loan held across the reload. The CPU backend runs the
+/// the launch set), with a loan held across the reload. The CPU backend runs the
 /// Rust closure, which has no file: refused there.
 pub fn a_watched_loan_kernel_reloads_over_the_same_pool(t: Target) {
     let rt = t.rt();
@@ -741,7 +741,7 @@ pub fn a_watched_loan_kernel_reloads_over_the_same_pool(t: Target) {
     let file = dir.join("bump.h");
     std::fs::write(&file, sources::BUMP).unwrap();
     let spec = bump_spec("watched").loan_pool(LoanConfig::new(1 << 16, 1024));
-    let k = match (t, rt.launch_loans(spec.watch(&file))) {
+    let k = match (t, rt.launch(spec.watch(&file))) {
         (Target::Cpu(_), Err(e)) => {
             assert!(
                 matches!(e, Error::InvalidArgument { name: "watch", .. }),

@@ -238,7 +238,7 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> Result<()> {
 
     // Round trip: one blocking caller, spinning, as the floor does.
     let k: Kernel<Msg, Msg> = rt.launch(
-        KernelSpec::echo()
+        KernelSpec::<Msg, Msg>::echo()
             .capacity(1024)
             .idle(IdleStrategy::BusySpin)
             .host_idle(IdleStrategy::BusySpin),
@@ -316,7 +316,7 @@ fn throughput(
 ) -> Result<(f64, Option<gyre::telemetry::DeviceCost>)> {
     let cap = 4096usize.max((batch * 4).next_power_of_two());
     let k: Kernel<Msg, Msg> = rt.launch(
-        KernelSpec::echo()
+        KernelSpec::<Msg, Msg>::echo()
             .capacity(cap)
             .batch_size(batch.min(cap))
             .idle(IdleStrategy::BusySpin)
