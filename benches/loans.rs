@@ -67,7 +67,7 @@ fn loans(rt: &Runtime, len: usize) -> Rate {
     let send = |k: &gyre::loan::LoanKernel| {
         let mut loan = k.loan_blocking(len).expect("loan");
         loan.copy_from_slice(black_box(&src));
-        k.send_loan_blocking(loan).expect("send");
+        k.send_blocking(loan).expect("send");
     };
     for _ in 0..WINDOW {
         send(&k);
@@ -76,7 +76,7 @@ fn loans(rt: &Runtime, len: usize) -> Rate {
     let mut n = 0u64;
     while t0.elapsed() < RUN {
         for _ in 0..64 {
-            let reply = k.recv_loan_blocking().expect("recv");
+            let reply = k.recv_blocking().expect("recv");
             assert_eq!(reply.len(), len);
             black_box(reply[len - 1]);
             drop(reply);
@@ -86,7 +86,7 @@ fn loans(rt: &Runtime, len: usize) -> Rate {
     }
     let dt = t0.elapsed();
     for _ in 0..WINDOW {
-        k.recv_loan_blocking().expect("drain");
+        k.recv_blocking().expect("drain");
     }
     assert_eq!(k.pool_stats().in_use_blocks, 0);
     k.shutdown_blocking().expect("shutdown");
@@ -94,7 +94,7 @@ fn loans(rt: &Runtime, len: usize) -> Rate {
 }
 
 /// Loans in batches of `BATCH`: one claim and one head store per batch of sends, one
-/// index update per batch of replies (`try_send_loans`, `recv_loans_blocking`).
+/// index update per batch of replies (`try_send_batch`, `recv_batch_blocking`).
 ///
 /// `spin`: kernel and host busy-spin. Off under the async copy strategy, whose copy worker
 /// is a third thread: three spinning threads on two cores starve each other.
@@ -119,7 +119,7 @@ fn loans_batched(rt: &Runtime, len: usize, spin: bool) -> Rate {
             loan.copy_from_slice(black_box(&src));
             batch.push(loan);
         }
-        k.send_loans_blocking(batch).expect("send");
+        k.send_batch_blocking(batch).expect("send");
     };
     let mut batch = Vec::with_capacity(WINDOW);
     fill(&k, &mut batch, WINDOW);
@@ -127,7 +127,7 @@ fn loans_batched(rt: &Runtime, len: usize, spin: bool) -> Rate {
     let t0 = Instant::now();
     let mut n = 0u64;
     while t0.elapsed() < RUN {
-        let got = k.recv_loans_blocking(&mut out, BATCH).expect("recv");
+        let got = k.recv_batch_blocking(&mut out, BATCH).expect("recv");
         for r in out.drain(..) {
             let reply = r.expect("reply");
             assert_eq!(reply.len(), len);
@@ -139,7 +139,7 @@ fn loans_batched(rt: &Runtime, len: usize, spin: bool) -> Rate {
     let dt = t0.elapsed();
     let mut left = WINDOW;
     while left > 0 {
-        left -= k.recv_loans_blocking(&mut out, left).expect("drain");
+        left -= k.recv_batch_blocking(&mut out, left).expect("drain");
         out.clear();
     }
     assert_eq!(k.pool_stats().in_use_blocks, 0);

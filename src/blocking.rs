@@ -12,6 +12,56 @@ use gyre_core::{Error, Result, TrySendError};
 use crate::decode::{decode, refused};
 use crate::kernel::Kernel;
 
+impl<Req, Resp> Kernel<Req, Resp> {
+    /// [`Kernel::publish_blocking`] of whatever `try_once` publishes (one attempt each
+    /// call, all or nothing), waiting on this thread while the ring is full.
+    pub(crate) fn publish_blocking_by(
+        &self,
+        kind: Kind,
+        timeout: Option<(Instant, Duration)>,
+        mut try_once: impl FnMut() -> core::result::Result<u64, PublishError>,
+    ) -> Result<u64> {
+        let ch = &self.inner().ch;
+        let mut idler = self.inner().polling.host_idle.idler();
+        let mut polls: u32 = 0;
+        loop {
+            match try_once() {
+                Ok(i) => return Ok(i),
+                Err(PublishError::Full) => {
+                    polls = polls.wrapping_add(1);
+                    // A kernel that stopped frees no more space: refuse rather than wait.
+                    if polls % 256 == 0 && ch.check_stopped().is_some() {
+                        return Err(refused(ch));
+                    }
+                    if let Some((start, t)) = timeout {
+                        if polls % 16 == 0 && start.elapsed() >= t {
+                            return Err(Error::Timeout {
+                                op: match kind {
+                                    Kind::Send => "send",
+                                    Kind::Call => "call",
+                                },
+                                after: t,
+                            });
+                        }
+                    }
+                    idler.idle(false);
+                }
+                Err(PublishError::Closed) => return Err(refused(ch)),
+                Err(PublishError::TooLarge { len, payload }) => {
+                    return Err(Error::MessageTooLarge { len, payload })
+                }
+                Err(PublishError::BatchTooLarge { len, capacity }) => {
+                    return Err(Error::InvalidArgument {
+                        name: "batch length",
+                        value: format!("{len} (capacity {capacity})"),
+                        reason: "a batch must fit the ring",
+                    })
+                }
+            }
+        }
+    }
+}
+
 impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
     fn publish(&self, kind: Kind, req: &Req) -> core::result::Result<u64, PublishError> {
         let inner = self.inner();
@@ -59,54 +109,6 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
         timeout: Option<(Instant, Duration)>,
     ) -> Result<u64> {
         self.publish_blocking_by(kind, timeout, || self.publish(kind, req))
-    }
-
-    /// [`Kernel::publish_blocking`] of whatever `try_once` publishes (one attempt each
-    /// call, all or nothing), waiting on this thread while the ring is full.
-    pub(crate) fn publish_blocking_by(
-        &self,
-        kind: Kind,
-        timeout: Option<(Instant, Duration)>,
-        mut try_once: impl FnMut() -> core::result::Result<u64, PublishError>,
-    ) -> Result<u64> {
-        let ch = &self.inner().ch;
-        let mut idler = self.inner().polling.host_idle.idler();
-        let mut polls: u32 = 0;
-        loop {
-            match try_once() {
-                Ok(i) => return Ok(i),
-                Err(PublishError::Full) => {
-                    polls = polls.wrapping_add(1);
-                    // A kernel that stopped frees no more space: refuse rather than wait.
-                    if polls % 256 == 0 && ch.check_stopped().is_some() {
-                        return Err(refused(ch));
-                    }
-                    if let Some((start, t)) = timeout {
-                        if polls % 16 == 0 && start.elapsed() >= t {
-                            return Err(Error::Timeout {
-                                op: match kind {
-                                    Kind::Send => "send",
-                                    Kind::Call => "call",
-                                },
-                                after: t,
-                            });
-                        }
-                    }
-                    idler.idle(false);
-                }
-                Err(PublishError::Closed) => return Err(refused(ch)),
-                Err(PublishError::TooLarge { len, payload }) => {
-                    return Err(Error::MessageTooLarge { len, payload })
-                }
-                Err(PublishError::BatchTooLarge { len, capacity }) => {
-                    return Err(Error::InvalidArgument {
-                        name: "batch length",
-                        value: format!("{len} (capacity {capacity})"),
-                        reason: "a batch must fit the ring",
-                    })
-                }
-            }
-        }
     }
 
     /// Sends `req`, waiting on this thread while the ring is full. Its reply is delivered

@@ -123,6 +123,14 @@ impl<Req, Resp> Kernel<Req, Resp> {
     pub(crate) fn inner(&self) -> &Arc<Inner> {
         &self.keep.inner
     }
+
+    /// The same kernel seen with other message types (a loan kernel's raw handles).
+    pub(crate) fn retyped<R2, S2>(&self) -> Kernel<R2, S2> {
+        Kernel {
+            keep: self.keep.clone(),
+            _types: PhantomData,
+        }
+    }
 }
 
 impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
@@ -256,7 +264,10 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
             k.reload_blocking(base.with_device_source(backend, &file, source))
         })
     }
+}
 
+/// What every kernel reports and accepts whatever its payload: plain messages or loans.
+impl<Req, Resp> Kernel<Req, Resp> {
     /// The file this kernel's telemetry is exported to (see
     /// [`KernelSpec::export_telemetry`]), while it is exported: `None` when the spec
     /// exports nothing, and after a shutdown (which removes the file).

@@ -191,6 +191,6 @@ fn a_closure_without_device_code_is_refused() {
         .build()
         .expect("Auto runtime");
     let k = auto.launch(spec()).expect("the closure on the CPU backend");
-    assert_eq!(k.kernel().backend(), Backend::Cpu);
+    assert_eq!(k.backend(), Backend::Cpu);
     k.shutdown_blocking().expect("shutdown");
 }

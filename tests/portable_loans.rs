@@ -172,11 +172,7 @@ fn serve_one(rt: &Runtime, h: impl PortableLoanHandler + Send + Sync + 'static) 
         let k = rt
             .launch(KernelSpec::portable_loans(h).loan_pool(pool()))
             .unwrap_or_else(|e| panic!("{}: {e}", h.handler_name()));
-        assert_eq!(
-            k.kernel().backend(),
-            rt.backend(),
-            "it runs where it was asked to"
-        );
+        assert_eq!(k.backend(), rt.backend(), "it runs where it was asked to");
         for (i, len) in [0usize, 1, 7, 100, 512, 513, 1024, 1025, 4000, 4096]
             .into_iter()
             .enumerate()
@@ -254,7 +250,7 @@ fn panics_write_nothing(rt: &Runtime) {
     req.copy_from_slice(&[254, 0, 0]);
     let mut neighbour = k.try_loan(1024).expect("neighbour");
     neighbour.fill(0x11);
-    match k.call_loan_blocking(req) {
+    match k.call_blocking(req) {
         Err(Error::Handler { status, .. }) => assert_eq!(status, codes::HANDLER_PANIC),
         other => panic!("{other:?}"),
     }

@@ -111,25 +111,6 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
         })
     }
 
-    /// How often this kernel was relaunched on its rings: reloads, epochs' handovers,
-    /// restarts after a fault, and the resulting generation.
-    ///
-    /// # Errors
-    ///
-    /// None: it reads counters.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let rt = gyre::Runtime::builder().backend(gyre::Backend::Cpu).build()?;
-    /// let k = rt.launch(gyre::KernelSpec::<u64, u64>::echo())?;
-    /// assert_eq!(k.relaunches().generation, 1);
-    /// # Ok::<(), gyre::Error>(())
-    /// ```
-    pub fn relaunches(&self) -> Relaunches {
-        self.inner().life.relaunches()
-    }
-
     /// Checks `spec` against the running kernel; its launch spec, with the kernel's
     /// export file and doorbell.
     pub(crate) fn reload_spec(&self, spec: &KernelSpec<Req, Resp>) -> Result<LaunchSpec> {
@@ -227,6 +208,27 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
         next.export = running.export;
         next.doorbell = running.doorbell;
         Ok(next)
+    }
+}
+
+impl<Req, Resp> Kernel<Req, Resp> {
+    /// How often this kernel was relaunched on its rings: reloads, epochs' handovers,
+    /// restarts after a fault, and the resulting generation.
+    ///
+    /// # Errors
+    ///
+    /// None: it reads counters.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let rt = gyre::Runtime::builder().backend(gyre::Backend::Cpu).build()?;
+    /// let k = rt.launch(gyre::KernelSpec::<u64, u64>::echo())?;
+    /// assert_eq!(k.relaunches().generation, 1);
+    /// # Ok::<(), gyre::Error>(())
+    /// ```
+    pub fn relaunches(&self) -> Relaunches {
+        self.inner().life.relaunches()
     }
 }
 

@@ -6,12 +6,13 @@ use gyre_core::channel::{Kind, PublishError};
 use gyre_core::loan::LoanHandle;
 use gyre_core::{Error, Result};
 
-use super::{check_pool, claim, write_handle, Loan, LoanKernel};
+use super::{check_pool, claim, write_handle, Loan};
 use crate::decode::refused;
+use crate::Kernel;
 
-impl LoanKernel {
+impl Kernel<Loan, Loan> {
     /// Sends every loan of `loans` as consecutive requests (replies to
-    /// [`recv_loan`](Self::recv_loan) and friends, in order), with one claim and one head
+    /// [`recv`](Self::recv) and friends, in order), with one claim and one head
     /// store, if the ring has room for all of them now. All or nothing: `Ok(true)` sent
     /// them all and emptied `loans`; `Ok(false)` the ring is full, `loans` is unchanged.
     ///
@@ -28,22 +29,22 @@ impl LoanKernel {
     /// let rt = Runtime::builder().backend(Backend::Cpu).build()?;
     /// let k = rt.launch(KernelSpec::loans("echo", |_: &mut LoanBuf<'_>| Ok(())))?;
     /// let mut batch = (0..8).map(|_| k.loan_blocking(4096)).collect::<Result<Vec<_>, _>>()?;
-    /// while !k.try_send_loans(&mut batch)? {}
+    /// while !k.try_send_batch(&mut batch)? {}
     /// let mut out = Vec::new();
     /// while out.len() < 8 {
-    ///     k.recv_loans_blocking(&mut out, 8)?;
+    ///     k.recv_batch_blocking(&mut out, 8)?;
     /// }
     /// assert!(out.iter().all(|r| r.as_ref().is_ok_and(|l| l.len() == 4096)));
     /// # Ok::<(), gyre::Error>(())
     /// ```
-    pub fn try_send_loans(&self, loans: &mut Vec<Loan>) -> Result<bool> {
+    pub fn try_send_batch(&self, loans: &mut Vec<Loan>) -> Result<bool> {
         if loans.is_empty() {
             return Ok(true);
         }
         for l in loans.iter() {
-            check_pool(&self.arena, l)?;
+            check_pool(self.pool(), l)?;
         }
-        let inner = self.kernel.inner();
+        let inner = self.inner();
         // Each loan is taken (bound to its slot) only once the batch's slots are claimed:
         // on any error, none was, and `loans` gets them all back.
         let mut pending: Vec<Option<Loan>> = loans.drain(..).map(Some).collect();
@@ -69,17 +70,17 @@ impl LoanKernel {
         }
     }
 
-    /// [`try_send_loans`](Self::try_send_loans), waiting on this thread while the ring
+    /// [`try_send_batch`](Self::try_send_batch), waiting on this thread while the ring
     /// is full.
     ///
     /// # Errors
     ///
-    /// As [`LoanKernel::try_send_loans`]; a kernel that stopped is [`Error::Closed`].
-    pub fn send_loans_blocking(&self, loans: &mut Vec<Loan>) -> Result<()> {
-        let inner = self.kernel.inner();
+    /// As [`Self::try_send_batch`]; a kernel that stopped is [`Error::Closed`].
+    pub fn send_batch_blocking(&self, loans: &mut Vec<Loan>) -> Result<()> {
+        let inner = self.inner();
         let mut idler = inner.polling.host_idle.idler();
         let mut polls: u32 = 0;
-        while !self.try_send_loans(loans)? {
+        while !self.try_send_batch(loans)? {
             polls = polls.wrapping_add(1);
             if polls % 256 == 0 && inner.ch.check_stopped().is_some() {
                 return Err(refused(&inner.ch));
@@ -89,28 +90,28 @@ impl LoanKernel {
         Ok(())
     }
 
-    /// Takes up to `max` ready `send_loan` replies, in order, appending each (a loan, or
+    /// Takes up to `max` ready `send` replies, in order, appending each (a loan, or
     /// the error of its request) to `out`, with one index update. Returns how many (0:
     /// none ready). Never waits.
     ///
     /// # Errors
     ///
     /// The end: the kernel stopped and every accepted send was delivered.
-    pub fn try_recv_loans(&self, out: &mut Vec<Result<Loan>>, max: usize) -> Result<usize> {
-        let ch = &self.kernel.inner().ch;
-        ch.try_recv_batch(max, out, |v| claim(&self.arena, ch, v))
+    pub fn try_recv_batch(&self, out: &mut Vec<Result<Loan>>, max: usize) -> Result<usize> {
+        let ch = &self.inner().ch;
+        ch.try_recv_batch(max, out, |v| claim(self.pool(), ch, v))
     }
 
-    /// [`try_recv_loans`](Self::try_recv_loans), waiting on this thread until at least
+    /// [`try_recv_batch`](Self::try_recv_batch), waiting on this thread until at least
     /// one reply is there.
     ///
     /// # Errors
     ///
-    /// As [`LoanKernel::try_recv_loans`].
-    pub fn recv_loans_blocking(&self, out: &mut Vec<Result<Loan>>, max: usize) -> Result<usize> {
-        let mut idler = self.kernel.inner().polling.host_idle.idler();
+    /// As [`Self::try_recv_batch`].
+    pub fn recv_batch_blocking(&self, out: &mut Vec<Result<Loan>>, max: usize) -> Result<usize> {
+        let mut idler = self.inner().polling.host_idle.idler();
         loop {
-            let n = self.try_recv_loans(out, max)?;
+            let n = self.try_recv_batch(out, max)?;
             if n > 0 {
                 return Ok(n);
             }

@@ -28,7 +28,7 @@ use gyre_core::Result;
 /// v.fill(0.5);
 /// loan.set_len(8)?;
 /// assert!(loan.set_len(loan.capacity() + 1).is_err());
-/// let reply = k.call_loan_blocking(loan)?;
+/// let reply = k.call_blocking(loan)?;
 /// assert_eq!(bytemuck::cast_slice::<u8, f32>(&reply[..]), [0.5, 0.5]);
 /// # Ok::<(), gyre::Error>(())
 /// ```

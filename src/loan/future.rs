@@ -52,11 +52,11 @@ struct Outgoing {
 
 impl Outgoing {
     fn new(k: &LoanKernel, loan: Loan) -> Self {
-        let keep = k.kernel.keep.clone();
+        let keep = k.keep.clone();
         let id = keep.inner.next_id();
         Self {
             keep,
-            arena: k.arena.clone(),
+            arena: k.pool().clone(),
             loan: Some(loan),
             id,
         }
@@ -110,7 +110,7 @@ enum CallState {
     Done,
 }
 
-/// Future of [`LoanKernel::call_loan`]: sends a loan, resolves to the reply loan (the
+/// Future of [`LoanKernel::call`]: sends a loan, resolves to the reply loan (the
 /// same block).
 ///
 /// It keeps the kernel alive while pending, as a [`CallFuture`](crate::future::CallFuture) does.
@@ -185,7 +185,7 @@ impl Drop for LoanCallFuture {
     }
 }
 
-/// Future of [`LoanKernel::send_loan`]: waits for a free slot and sends the loan.
+/// Future of [`LoanKernel::send`]: waits for a free slot and sends the loan.
 ///
 /// # Cancel safety
 ///
@@ -224,7 +224,7 @@ impl Future for LoanSendFuture {
     }
 }
 
-/// Future of [`LoanKernel::recv_loan`]: the next `send_loan` reply, in order.
+/// Future of [`LoanKernel::recv`]: the next `send` reply, in order.
 ///
 /// Like [`RecvFuture`](crate::future::RecvFuture), it does not keep the kernel alive.
 ///
@@ -240,11 +240,11 @@ pub struct LoanRecvFuture {
 
 impl LoanRecvFuture {
     pub(crate) fn new(k: &LoanKernel) -> Self {
-        let inner = k.kernel.inner().clone();
+        let inner = k.inner().clone();
         let id = inner.next_id();
         Self {
             inner,
-            arena: k.arena.clone(),
+            arena: k.pool().clone(),
             id,
         }
     }

@@ -264,7 +264,11 @@ pub(crate) fn claim(arena: &Arc<LoanArena>, ch: &Channel, v: ReplyView<'_>) -> R
 }
 
 /// A kernel whose messages are [`Loan`]s (see [`KernelSpec::loans`]): messages of up to
-/// its pool's size, moved by handle, not copied. Clone it to share it.
+/// its pool's size, moved by handle, not copied. A name for `Kernel<Loan, Loan>`, the
+/// handle [`Runtime::launch`] returns for a loan kernel's spec: its calls read as every
+/// kernel's (`call`, `send`, `recv`, `*_blocking`, batches), over loans; the methods that
+/// do not depend on the payload (state, telemetry, pause, relaunches, ...) are
+/// [`Kernel`]'s own. Clone it to share it.
 ///
 /// # Examples
 ///
@@ -277,27 +281,14 @@ pub(crate) fn claim(arena: &Arc<LoanArena>, ch: &Channel, v: ReplyView<'_>) -> R
 /// }))?;
 /// let mut loan = k.loan_blocking(64 * 1024)?; // far beyond a slot
 /// for (i, b) in loan.iter_mut().enumerate() { *b = i as u8; }
-/// let reply = k.call_loan_blocking(loan)?; // the same block, reversed in place
+/// let reply = k.call_blocking(loan)?; // the same block, reversed in place
 /// assert_eq!(reply[0], ((64 * 1024 - 1) % 256) as u8);
 /// drop(reply); // back to the pool
 /// assert_eq!(k.pool_stats().in_use_blocks, 0);
 /// k.shutdown_blocking()?;
 /// # Ok::<(), gyre::Error>(())
 /// ```
-#[derive(Clone)]
-pub struct LoanKernel {
-    pub(crate) kernel: Kernel<LoanHandle, LoanHandle>,
-    pub(crate) arena: Arc<LoanArena>,
-}
-
-impl core::fmt::Debug for LoanKernel {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("LoanKernel")
-            .field("name", &self.kernel.name())
-            .field("pool", &self.arena)
-            .finish()
-    }
-}
+pub type LoanKernel = Kernel<Loan, Loan>;
 
 impl Runtime {
     /// A loan kernel's launch ([`Runtime::launch`] of a `KernelSpec<Loan, Loan>`):
@@ -396,22 +387,28 @@ impl Runtime {
             kind = arena.kind().name(),
             "loan pool allocated"
         );
-        Ok(LoanKernel { kernel, arena })
+        Ok(kernel.retyped())
     }
 }
 
-impl LoanKernel {
-    /// The kernel underneath: its state, telemetry, pause and resume, relaunches. Its own
-    /// `call` / `send` take raw handles: a handle that names no block sent to the kernel
-    /// under its generation is refused (`BAD_LOAN`) and can never reach another owner's
-    /// bytes; use this type's methods to send loans.
-    pub fn kernel(&self) -> &Kernel<LoanHandle, LoanHandle> {
-        &self.kernel
+impl Kernel<Loan, Loan> {
+    /// The kernel's pool. Invariant: a `Kernel<Loan, Loan>` is made only by a loan
+    /// kernel's launch ([`Runtime::launch_loans`]), which sets the pool first, and the
+    /// pool is never unset.
+    pub(crate) fn pool(&self) -> &Arc<LoanArena> {
+        match self.inner().loans.get() {
+            Some(a) => a,
+            None => unreachable!("a loan kernel's pool is set at its launch"),
+        }
     }
 
-    /// The kernel's name.
-    pub fn name(&self) -> &str {
-        self.kernel.name()
+    /// The kernel over raw handles, for tests that play the protocol by hand: its `call`
+    /// and `send` take raw [`LoanHandle`]s; a handle that names no block sent to the
+    /// kernel under its generation is refused (`BAD_LOAN`) and can never reach another
+    /// owner's bytes.
+    #[doc(hidden)]
+    pub fn raw_for_tests(&self) -> Kernel<LoanHandle, LoanHandle> {
+        self.retyped()
     }
 
     /// Replaces the kernel's handler with `spec`'s over the same rings and the same
@@ -438,7 +435,8 @@ impl LoanKernel {
     /// # Ok::<(), gyre::Error>(())
     /// ```
     pub fn reload_blocking(&self, spec: KernelSpec<Loan, Loan>) -> Result<()> {
-        self.kernel.reload_blocking(spec.retyped())
+        self.retyped::<LoanHandle, LoanHandle>()
+            .reload_blocking(spec.retyped())
     }
 
     /// [`LoanKernel::reload_blocking`] as a future ([`Kernel::reload`]).
@@ -466,23 +464,24 @@ impl LoanKernel {
     /// .await?;
     /// let mut loan = k.loan(3).await?;
     /// loan.copy_from_slice(b"abc");
-    /// assert_eq!(&k.call_loan(loan).await?[..], b"cba");
+    /// assert_eq!(&k.call(loan).await?[..], b"cba");
     /// # Ok(()) }
     /// # tokio::runtime::Builder::new_multi_thread().build().unwrap().block_on(example()).unwrap();
     /// ```
     pub fn reload(&self, spec: KernelSpec<Loan, Loan>) -> crate::future::ReloadFuture {
-        self.kernel.reload(spec.retyped())
+        self.retyped::<LoanHandle, LoanHandle>()
+            .reload(spec.retyped())
     }
 
     /// The pool's counters: hits, misses, returns, blocks and bytes in use, peak, free
     /// bytes and fragmentation ([`LoanStats::fragmentation`]).
     pub fn pool_stats(&self) -> LoanStats {
-        self.arena.stats()
+        self.pool().stats()
     }
 
     /// The largest loan (the pool's size).
     pub fn max_loan(&self) -> usize {
-        self.arena.pool_bytes()
+        self.pool().pool_bytes()
     }
 
     /// A loan of `len` bytes if a block is free now.
@@ -491,7 +490,7 @@ impl LoanKernel {
     ///
     /// [`Error::PoolExhausted`] (nothing was taken), [`Error::LoanTooLarge`].
     pub fn try_loan(&self, len: usize) -> Result<Loan> {
-        self.arena.try_loan(len).map(Loan)
+        self.pool().try_loan(len).map(Loan)
     }
 
     /// A loan of `len` bytes, waiting on this thread while the pool is exhausted.
@@ -500,13 +499,13 @@ impl LoanKernel {
     ///
     /// [`Error::LoanTooLarge`] (at once, never waits for the impossible).
     pub fn loan_blocking(&self, len: usize) -> Result<Loan> {
-        self.arena.loan_blocking(len, None).map(Loan)
+        self.pool().loan_blocking(len, None).map(Loan)
     }
 
     /// A loan of `len` bytes, waiting (without blocking the thread) while the pool is
     /// exhausted. Cancel safe: a dropped future took nothing.
     pub fn loan(&self, len: usize) -> LoanFuture {
-        LoanFuture::new(self.arena.clone(), len)
+        LoanFuture::new(self.pool().clone(), len)
     }
 
     /// Sends `loan` and waits for its reply, which comes back as a loan of the same
@@ -514,22 +513,22 @@ impl LoanKernel {
     ///
     /// # Errors
     ///
-    /// As [`LoanKernel::call_loan_blocking`].
-    pub fn call_loan(&self, loan: Loan) -> LoanCallFuture {
+    /// As [`LoanKernel::call_blocking`].
+    pub fn call(&self, loan: Loan) -> LoanCallFuture {
         LoanCallFuture::new(self, loan)
     }
 
-    /// Sends `loan`; its reply goes to [`recv_loan`](Self::recv_loan), in order.
+    /// Sends `loan`; its reply goes to [`recv`](Self::recv), in order.
     ///
     /// # Errors
     ///
-    /// As [`LoanKernel::send_loan_blocking`].
-    pub fn send_loan(&self, loan: Loan) -> LoanSendFuture {
+    /// As [`LoanKernel::send_blocking`].
+    pub fn send(&self, loan: Loan) -> LoanSendFuture {
         LoanSendFuture::new(self, loan)
     }
 
-    /// The next `send_loan` reply, in order.
-    pub fn recv_loan(&self) -> LoanRecvFuture {
+    /// The next `send` reply, in order.
+    pub fn recv(&self) -> LoanRecvFuture {
         LoanRecvFuture::new(self)
     }
 
@@ -538,25 +537,25 @@ impl LoanKernel {
     ///
     /// # Errors
     ///
-    /// Those of [`LoanKernel::loan`] and [`LoanKernel::call_loan`].
+    /// Those of [`LoanKernel::loan`] and [`LoanKernel::call`].
     pub async fn call_bytes(&self, bytes: &[u8]) -> Result<Loan> {
         let mut loan = self.loan(bytes.len()).await?;
         loan.copy_from_slice(bytes);
-        self.call_loan(loan).await
+        self.call(loan).await
     }
 
     /// Copies `bytes` into a loan and sends it.
     ///
     /// # Errors
     ///
-    /// Those of [`LoanKernel::loan`] and [`LoanKernel::send_loan`].
+    /// Those of [`LoanKernel::loan`] and [`LoanKernel::send`].
     pub async fn send_bytes(&self, bytes: &[u8]) -> Result<()> {
         let mut loan = self.loan(bytes.len()).await?;
         loan.copy_from_slice(bytes);
-        self.send_loan(loan).await
+        self.send(loan).await
     }
 
-    /// [`call_loan`](Self::call_loan) on this thread.
+    /// [`call`](Self::call) on this thread.
     ///
     /// # Errors
     ///
@@ -565,48 +564,48 @@ impl LoanKernel {
     /// Accepted: [`Error::Handler`] (the handler's status), [`Error::BadLoan`],
     /// [`Error::Protocol`], or the kernel's end ([`Error::KernelFaulted`], ...), as for
     /// [`Kernel::call_blocking`]. The block returns to the pool in every error case.
-    pub fn call_loan_blocking(&self, loan: Loan) -> Result<Loan> {
-        check_pool(&self.arena, &loan)?;
-        let inner = self.kernel.inner();
+    pub fn call_blocking(&self, loan: Loan) -> Result<Loan> {
+        check_pool(self.pool(), &loan)?;
+        let inner = self.inner();
         let ch = &inner.ch;
         let mut loan = Some(loan);
         // Refused: the loan was never sent, and drops back into the pool.
-        let idx = self.kernel.publish_blocking_by(Kind::Call, None, || {
+        let idx = self.publish_blocking_by(Kind::Call, None, || {
             try_publish_loan(ch, Kind::Call, inner.polling.msg_type, &mut loan)
         })?;
         ch.wait_blocking(idx, &inner.polling.host_idle, None, |v| {
-            claim(&self.arena, ch, v)
+            claim(self.pool(), ch, v)
         })
     }
 
-    /// [`send_loan`](Self::send_loan) on this thread.
+    /// [`send`](Self::send) on this thread.
     ///
     /// # Errors
     ///
     /// Nothing was sent, and the loan is returned to its pool: [`Error::Closed`], and
     /// [`Error::InvalidArgument`] for a loan of another kernel's pool.
-    pub fn send_loan_blocking(&self, loan: Loan) -> Result<()> {
-        check_pool(&self.arena, &loan)?;
-        let inner = self.kernel.inner();
+    pub fn send_blocking(&self, loan: Loan) -> Result<()> {
+        check_pool(self.pool(), &loan)?;
+        let inner = self.inner();
         let mut loan = Some(loan);
         // Refused: the loan was never sent, and drops back into the pool.
-        self.kernel.publish_blocking_by(Kind::Send, None, || {
+        self.publish_blocking_by(Kind::Send, None, || {
             try_publish_loan(&inner.ch, Kind::Send, inner.polling.msg_type, &mut loan)
         })?;
         Ok(())
     }
 
-    /// [`recv_loan`](Self::recv_loan) on this thread.
+    /// [`recv`](Self::recv) on this thread.
     ///
     /// # Errors
     ///
     /// As [`Kernel::recv_blocking`], and [`Error::BadLoan`].
-    pub fn recv_loan_blocking(&self) -> Result<Loan> {
-        let inner = self.kernel.inner();
+    pub fn recv_blocking(&self) -> Result<Loan> {
+        let inner = self.inner();
         let ch = &inner.ch;
         let mut idler = inner.polling.host_idle.idler();
         loop {
-            if let Some(l) = ch.try_recv(|v| claim(&self.arena, ch, v))? {
+            if let Some(l) = ch.try_recv(|v| claim(self.pool(), ch, v))? {
                 return Ok(l);
             }
             idler.idle(false);
@@ -617,22 +616,22 @@ impl LoanKernel {
     ///
     /// # Errors
     ///
-    /// Those of [`LoanKernel::loan_blocking`] and [`LoanKernel::call_loan_blocking`].
+    /// Those of [`LoanKernel::loan_blocking`] and [`LoanKernel::call_blocking`].
     pub fn call_bytes_blocking(&self, bytes: &[u8]) -> Result<Loan> {
         let mut loan = self.loan_blocking(bytes.len())?;
         loan.copy_from_slice(bytes);
-        self.call_loan_blocking(loan)
+        self.call_blocking(loan)
     }
 
     /// [`send_bytes`](Self::send_bytes) on this thread.
     ///
     /// # Errors
     ///
-    /// Those of [`LoanKernel::loan_blocking`] and [`LoanKernel::send_loan_blocking`].
+    /// Those of [`LoanKernel::loan_blocking`] and [`LoanKernel::send_blocking`].
     pub fn send_bytes_blocking(&self, bytes: &[u8]) -> Result<()> {
         let mut loan = self.loan_blocking(bytes.len())?;
         loan.copy_from_slice(bytes);
-        self.send_loan_blocking(loan)
+        self.send_blocking(loan)
     }
 
     /// Calls with a raw handle, as a corrupt or forged slot would carry it: for tests of
@@ -644,21 +643,23 @@ impl LoanKernel {
     ///
     /// # Errors
     ///
-    /// As [`LoanKernel::call_loan_blocking`].
+    /// As [`LoanKernel::call_blocking`].
     #[doc(hidden)]
     pub fn call_handle_blocking(&self, h: LoanHandle) -> Result<Loan> {
-        let inner = self.kernel.inner();
-        let idx = self.kernel.publish_blocking(Kind::Call, &h, None)?;
+        let inner = self.inner();
+        let idx =
+            self.retyped::<LoanHandle, LoanHandle>()
+                .publish_blocking(Kind::Call, &h, None)?;
         let ch = &inner.ch;
         ch.wait_blocking(idx, &inner.polling.host_idle, None, |v| {
-            claim(&self.arena, ch, v)
+            claim(self.pool(), ch, v)
         })
     }
 
     /// The kernel's pool, for tests that resolve handles by hand.
     #[doc(hidden)]
     pub fn pool_for_tests(&self) -> &Arc<LoanArena> {
-        &self.arena
+        self.pool()
     }
 
     /// Sends `loan` bound to the request slot `ahead` places after the last one claimed,
@@ -672,8 +673,8 @@ impl LoanKernel {
     /// [`Error::InvalidArgument`] for a loan of another kernel's pool (nothing is bound).
     #[doc(hidden)]
     pub fn bind_loan_for_tests(&self, loan: Loan, ahead: u64) -> Result<LoanHandle> {
-        check_pool(&self.arena, &loan)?;
-        Ok(loan.0.send(self.kernel.inner().ch.claimed() + ahead))
+        check_pool(self.pool(), &loan)?;
+        Ok(loan.0.send(self.inner().ch.claimed() + ahead))
     }
 
     /// Shuts the kernel down ([`Kernel::shutdown_blocking`]), then returns to the pool
@@ -685,7 +686,7 @@ impl LoanKernel {
     /// As [`Kernel::shutdown_blocking`]. After [`Error::Unresponsive`] the kernel is not
     /// joined and keeps its blocks.
     pub fn shutdown_blocking(&self) -> Result<()> {
-        let r = self.kernel.shutdown_blocking();
+        let r = self.retyped::<LoanHandle, LoanHandle>().shutdown_blocking();
         self.reclaim(&r);
         r
     }
@@ -696,7 +697,7 @@ impl LoanKernel {
     ///
     /// As [`Kernel::shutdown`].
     pub async fn shutdown(&self) -> Result<()> {
-        let r = self.kernel.shutdown().await;
+        let r = self.retyped::<LoanHandle, LoanHandle>().shutdown().await;
         self.reclaim(&r);
         r
     }
@@ -704,14 +705,14 @@ impl LoanKernel {
     /// Returns the blocks of the requests the kernel never answered, after a shutdown.
     #[allow(unsafe_code)] // the one call below; its contract is checked here
     fn reclaim(&self, r: &Result<()>) {
-        let ch = &self.kernel.inner().ch;
+        let ch = &self.inner().ch;
         if matches!(r, Err(Error::Unresponsive { .. })) || ch.unresponsive().is_some() {
             return;
         }
         // SAFETY: the shutdown returned, and not as unresponsive: the kernel's last
         // execution has ended and been joined, and after a shutdown no restart, epoch or
         // reload launches a successor on its region, so no kernel touches a slot again.
-        let n = unsafe { self.arena.release_unanswered(ch) };
+        let n = unsafe { self.pool().release_unanswered(ch) };
         if n > 0 {
             tracing::info!(kernel = %self.name(), blocks = n, "loan blocks of unanswered requests returned to the pool");
         }

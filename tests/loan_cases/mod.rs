@@ -88,21 +88,15 @@ fn bump_kernel(rt: &Runtime, pool: LoanConfig) -> LoanKernel {
     let k = rt
         .launch(bump_spec("bump").loan_pool(pool))
         .expect("launch");
-    assert_eq!(
-        k.kernel().backend(),
-        rt.backend(),
-        "it runs where it was asked to"
-    );
+    assert_eq!(k.backend(), rt.backend(), "it runs where it was asked to");
     k
 }
 
 /// Pauses `k` and waits until it says so: what is sent next is queued, not taken (a
 /// pause command can land after requests published right behind it).
 fn pause(k: &LoanKernel) {
-    k.kernel().pause();
-    eventually("the pause", || {
-        k.kernel().state() == gyre::KernelState::Paused
-    });
+    k.pause();
+    eventually("the pause", || k.state() == gyre::KernelState::Paused);
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
@@ -121,7 +115,7 @@ pub fn large_messages_round_trip_in_place(t: Target) {
         let data = pattern(len, i as u8);
         let mut loan = k.loan_blocking(len).unwrap();
         loan.copy_from_slice(&data);
-        let reply = k.call_loan_blocking(loan).unwrap();
+        let reply = k.call_blocking(loan).unwrap();
         assert_eq!(reply.len(), len);
         assert!(
             reply.iter().zip(&data).all(|(r, d)| *r == d + 1),
@@ -258,16 +252,16 @@ pub fn corrupt_handles_are_refused_without_touching_the_pool(t: Target) {
     let first = bind(0);
     let real = bind(2);
     let too_long = LoanHandle { len: 4096, ..first };
-    k.kernel().send_blocking(too_long).unwrap();
-    k.kernel().send_blocking(real).unwrap();
-    k.kernel().send_blocking(real).unwrap();
-    k.kernel().resume();
+    k.raw_for_tests().send_blocking(too_long).unwrap();
+    k.raw_for_tests().send_blocking(real).unwrap();
+    k.raw_for_tests().send_blocking(real).unwrap();
+    k.resume();
     for (what, want_ok) in [
         ("length beyond", false),
         ("another slot's handle", false),
         ("real", true),
     ] {
-        match (k.recv_loan_blocking(), want_ok) {
+        match (k.recv_blocking(), want_ok) {
             (Ok(l), true) => assert!(l.iter().all(|&b| b == 4)),
             (
                 Err(Error::BadLoan {
@@ -285,7 +279,7 @@ pub fn corrupt_handles_are_refused_without_touching_the_pool(t: Target) {
     drop(held);
     assert_eq!(&k.call_bytes_blocking(&[41]).unwrap()[..], &[42]);
     assert_eq!(k.pool_stats().in_use_blocks, 0);
-    assert_eq!(k.kernel().protocol_errors(), 0);
+    assert_eq!(k.protocol_errors(), 0);
     k.shutdown_blocking().unwrap();
 }
 
@@ -318,7 +312,7 @@ pub fn an_exhausted_pool_refuses_try_loan_and_async_loans_wait(t: Target) {
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert!(!waiter.is_finished(), "nothing is free: it waits");
         // The whole pool goes to the kernel and back; dropping the reply frees it.
-        let reply = k.call_loan(all).await.unwrap();
+        let reply = k.call(all).await.unwrap();
         drop(reply);
         let got = tokio::time::timeout(Duration::from_secs(20), waiter)
             .await
@@ -342,13 +336,13 @@ pub fn a_panic_with_loans_in_flight_fails_them_and_shutdown_returns_every_block(
     let mut kept = k.loan_blocking(10_000).unwrap();
     kept.fill(5);
     assert_eq!(k.pool_stats().in_use_blocks, 22);
-    k.kernel().resume();
-    match k.recv_loan_blocking() {
+    k.resume();
+    match k.recv_blocking() {
         Err(Error::Handler { status, .. }) => assert_eq!(status, codes::HANDLER_PANIC),
         other => panic!("{other:?}"),
     }
     // The others are never answered: the kernel faulted.
-    assert!(k.recv_loan_blocking().is_err());
+    assert!(k.recv_blocking().is_err());
     assert!(matches!(
         k.shutdown_blocking(),
         Err(Error::KernelFaulted { .. })
@@ -376,9 +370,9 @@ pub fn a_restarted_kernel_answers_the_loans_its_predecessor_left(t: Target) {
         };
         k.send_bytes_blocking(&data).unwrap();
     }
-    k.kernel().resume();
+    k.resume();
     for i in 0..10u8 {
-        match k.recv_loan_blocking() {
+        match k.recv_blocking() {
             Ok(r) => {
                 assert_ne!(i, 3);
                 let want: Vec<u8> = pattern(2000, i).iter().map(|b| b + 1).collect();
@@ -390,7 +384,7 @@ pub fn a_restarted_kernel_answers_the_loans_its_predecessor_left(t: Target) {
             Err(e) => panic!("send {i}: {e:?}"),
         }
     }
-    eventually("the restart", || k.kernel().relaunches().restarts == 1);
+    eventually("the restart", || k.relaunches().restarts == 1);
     assert_eq!(k.pool_stats().in_use_blocks, 0);
     k.shutdown_blocking().unwrap();
 }
@@ -407,7 +401,7 @@ pub fn dropped_call_futures_return_their_block_only_after_the_reply(t: Target) {
         for _ in 0..20 {
             let mut loan = k.loan(8000).await.unwrap();
             loan.fill(1);
-            let call = k.call_loan(loan);
+            let call = k.call(loan);
             // Sent, then dropped while the kernel (paused) has not answered: the block
             // stays out until the reply slot is released by the completion driver.
             let _ = tokio::time::timeout(Duration::from_micros(200), call).await;
@@ -419,14 +413,14 @@ pub fn dropped_call_futures_return_their_block_only_after_the_reply(t: Target) {
         );
         // Never polled at all: nothing was sent, the loan returns at once.
         let before = k.pool_stats().returns;
-        drop(k.call_loan(k.loan(100).await.unwrap()));
+        drop(k.call(k.loan(100).await.unwrap()));
         assert_eq!(k.pool_stats().returns, before + 1);
     });
-    k.kernel().resume();
+    k.resume();
     eventually("every dropped call's block", || {
         k.pool_stats().in_use_blocks == 0
     });
-    assert_eq!(k.kernel().protocol_errors(), 0);
+    assert_eq!(k.protocol_errors(), 0);
     // The blocks are reused at once: had one been freed early, the kernel would refuse
     // a stale handle (an error reply, counted below).
     for _ in 0..20 {
@@ -436,11 +430,7 @@ pub fn dropped_call_futures_return_their_block_only_after_the_reply(t: Target) {
         );
     }
     k.shutdown_blocking().unwrap();
-    assert_eq!(
-        k.kernel().telemetry().unwrap().errors,
-        0,
-        "no request was refused"
-    );
+    assert_eq!(k.telemetry().unwrap().errors, 0, "no request was refused");
 }
 
 pub fn many_threads_loan_and_call_concurrently(t: Target) {
@@ -486,15 +476,15 @@ pub fn bad_specs_are_refused_and_copies_move_loan_bytes(t: Target) {
     for i in 0..8u8 {
         k.send_bytes_blocking(&pattern(4096, i)).unwrap();
     }
-    k.kernel().resume();
+    k.resume();
     for i in 0..8u8 {
-        let r = k.recv_loan_blocking().unwrap();
+        let r = k.recv_blocking().unwrap();
         assert_eq!(
             r[..],
             pattern(4096, i).iter().map(|b| b + 1).collect::<Vec<_>>()[..]
         );
     }
-    match k.kernel().transfer_stats() {
+    match k.transfer_stats() {
         None => assert!(!t.copies()),
         Some(s) => {
             assert!(t.copies());
@@ -519,11 +509,11 @@ pub fn batches_of_loans_go_and_come_back_in_order(t: Target) {
                 l
             })
             .collect();
-        k.send_loans_blocking(&mut batch).unwrap();
+        k.send_batch_blocking(&mut batch).unwrap();
         assert!(batch.is_empty());
         while got.len() % 8 != 0 || got.len() < usize::from(sent) {
             let mut out = Vec::new();
-            k.recv_loans_blocking(&mut out, 8).unwrap();
+            k.recv_batch_blocking(&mut out, 8).unwrap();
             got.extend(out.into_iter().map(|r| r.unwrap()[0]));
         }
     }
@@ -531,7 +521,7 @@ pub fn batches_of_loans_go_and_come_back_in_order(t: Target) {
     assert_eq!(got, want, "in order, each its own block");
     // A batch longer than the ring is refused and handed back whole.
     let mut big: Vec<Loan> = (0..1025).map(|_| k.loan_blocking(1).unwrap()).collect();
-    assert!(k.try_send_loans(&mut big).is_err());
+    assert!(k.try_send_batch(&mut big).is_err());
     assert_eq!(big.len(), 1025);
     drop(big);
     assert_eq!(k.pool_stats().in_use_blocks, 0);
@@ -599,10 +589,10 @@ pub fn a_handle_sent_twice_never_gives_its_block_two_writers(t: Target) {
         let h = k.bind_loan_for_tests(l, 0).unwrap();
         // The same handle twice, through the raw kernel (one thread publishes, so the
         // first lands in the slot it is bound to).
-        k.kernel().send_blocking(h).unwrap();
-        k.kernel().send_blocking(h).unwrap();
+        k.raw_for_tests().send_blocking(h).unwrap();
+        k.raw_for_tests().send_blocking(h).unwrap();
         for want_ok in [true, false] {
-            match (k.recv_loan_blocking(), want_ok) {
+            match (k.recv_blocking(), want_ok) {
                 (Ok(l), true) => assert!(l.iter().all(|&b| b == round.wrapping_add(100))),
                 (Err(Error::BadLoan { .. }), false) => {}
                 (Err(Error::Handler { status, .. }), _) if status == codes::USER_BASE + 9 => {
@@ -629,11 +619,11 @@ pub fn a_loan_of_another_pool_is_refused_and_returns_to_it(t: Target) {
         .unwrap();
     let mut batch = vec![from_b()];
     for r in [
-        a.call_loan_blocking(from_b()).map(drop),
-        a.send_loan_blocking(from_b()),
-        tokio.block_on(a.call_loan(from_b())).map(drop),
-        tokio.block_on(a.send_loan(from_b())),
-        a.try_send_loans(&mut batch).map(drop),
+        a.call_blocking(from_b()).map(drop),
+        a.send_blocking(from_b()),
+        tokio.block_on(a.call(from_b())).map(drop),
+        tokio.block_on(a.send(from_b())),
+        a.try_send_batch(&mut batch).map(drop),
     ] {
         assert!(
             matches!(r, Err(Error::InvalidArgument { name: "loan", .. })),
@@ -659,7 +649,7 @@ pub fn host_code_resolves_no_handle_of_a_device_kernels_pool(t: Target) {
     let mut l = k.loan_blocking(3).unwrap();
     l.copy_from_slice(&[1, 2, 3]);
     let arena = k.pool_for_tests().clone();
-    let index = k.kernel().raw_channel().claimed();
+    let index = k.raw_channel().claimed();
     let h = k.bind_loan_for_tests(l, 0).unwrap();
     let r = arena.resolve(&h, index).map(|b| b.len());
     match t {
@@ -702,7 +692,7 @@ pub fn a_reloaded_loan_kernel_serves_the_same_pool(t: Target) {
         "{e:?}"
     );
     let e = k
-        .kernel()
+        .raw_for_tests()
         .reload_blocking(KernelSpec::<LoanHandle, LoanHandle>::echo())
         .unwrap_err();
     assert!(
@@ -711,16 +701,16 @@ pub fn a_reloaded_loan_kernel_serves_the_same_pool(t: Target) {
     );
     // The new handler over the same pool: the queued requests and the held loan are its.
     k.reload_blocking(resize_spec().loan_pool(pool)).unwrap();
-    k.kernel().resume();
+    k.resume();
     for i in 0..4u8 {
-        let r = k.recv_loan_blocking().unwrap();
+        let r = k.recv_blocking().unwrap();
         assert_eq!(r.len(), usize::from(i) * 100, "queued request {i}");
         assert!(r.iter().all(|&b| b == 0xAB));
     }
-    let r = k.call_loan_blocking(held).unwrap();
+    let r = k.call_blocking(held).unwrap();
     assert_eq!((r.len(), r[0]), (300, 0xAB));
     drop(r);
-    assert_eq!(k.kernel().relaunches().reloads, 1);
+    assert_eq!(k.relaunches().reloads, 1);
     assert_eq!(k.pool_stats().in_use_blocks, 0);
     k.shutdown_blocking().unwrap();
     assert_eq!(k.pool_stats().in_use_blocks, 0);
@@ -761,11 +751,11 @@ pub fn a_watched_loan_kernel_reloads_over_the_same_pool(t: Target) {
     std::fs::write(&tmp, sources::RESIZE).unwrap();
     std::fs::rename(&tmp, &file).unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
-    while k.kernel().relaunches().reloads < 1 {
+    while k.relaunches().reloads < 1 {
         assert!(Instant::now() < deadline, "no reload after the change");
         std::thread::sleep(Duration::from_millis(10));
     }
-    let r = k.call_loan_blocking(held).unwrap();
+    let r = k.call_blocking(held).unwrap();
     assert_eq!((r.len(), r[0]), (300, 0xAB), "the reloaded handler answers");
     drop(r);
     assert_eq!(&k.call_bytes_blocking(&[2]).unwrap()[..], &[0xAB; 200][..]);
