@@ -664,7 +664,7 @@ impl Kernel<Loan, Loan> {
 
     /// Sends `loan` bound to the request slot `ahead` places after the last one claimed,
     /// and returns its handle without publishing anything: for tests that then publish
-    /// raw handles through [`LoanKernel::kernel`] from one thread (the slot is theirs only
+    /// raw handles through [`Kernel::raw_for_tests`] from one thread (the slot is theirs only
     /// if no one else publishes meanwhile). A handle published in any other slot is
     /// refused; the block returns when the slot it is bound to is released.
     ///
