@@ -49,10 +49,10 @@ pub enum Backend {
     /// [`Error::BackendUnavailable`] naming what is missing. Runs built-ins and specs with
     /// a CUDA source; launching a Rust handler without one is
     /// [`Error::HandlerUnsupported`]. One runtime per device; a [`KernelPool`] over
-    /// several runtimes ([`KernelPool::launch_across`]) spreads one service over devices.
+    /// several runtimes ([`Runtime::launch_across`]) spreads one service over devices.
     ///
     /// [`KernelPool`]: crate::pool::KernelPool
-    /// [`KernelPool::launch_across`]: crate::pool::KernelPool::launch_across
+    /// [`Runtime::launch_across`]: crate::Runtime::launch_across
     ///
     /// # Examples
     ///

@@ -21,12 +21,9 @@ use gyre::{
 mod wait;
 use wait::eventually;
 
-fn rt() -> Runtime {
-    Runtime::builder()
-        .backend(Backend::Cpu)
-        .build()
-        .expect("runtime")
-}
+#[path = "support/runtime.rs"]
+mod runtime;
+use runtime::cpu as rt;
 
 /// Three stages of three types: u32 -> u64 -> [u64; 2] -> u64.
 fn three(rt: &Runtime, capacity: usize) -> Pipeline<u32, u64> {

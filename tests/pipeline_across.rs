@@ -1,4 +1,4 @@
-//! Pipelines whose stages run on several runtimes (`Pipeline::launch_across`,
+//! Pipelines whose stages run on several runtimes (`Runtime::launch_across`,
 //! `PipelineSpec::on`; `docs/pipelines.md`, "Across devices"), on the CPU backend: two
 //! runtimes stand in for two devices. The placement of each stage's region where every
 //! kernel writing into it can address it is exercised with a device backend in
@@ -12,16 +12,13 @@ use deadline::{recv, send};
 
 use gyre::{
     codes,
-    pipeline::{Branch, Pipeline, PipelineSpec, Route},
+    pipeline::{Branch, PipelineSpec, Route},
     Backend, Error, KernelSpec, KernelState, Runtime, TransferStrategy,
 };
 
-fn rt() -> Runtime {
-    Runtime::builder()
-        .backend(Backend::Cpu)
-        .build()
-        .expect("runtime")
-}
+#[path = "support/runtime.rs"]
+mod runtime;
+use runtime::cpu as rt;
 
 /// x -> (2x + 1) * 3 over three stages on runtimes 0, 1, 0.
 fn three_across() -> PipelineSpec<u64, u64> {
@@ -37,7 +34,7 @@ fn stages_on_two_runtimes_answer_in_request_order() {
     let p = {
         let (a, b) = (rt(), rt());
         // The runtimes go away at once: the chain keeps what its stages need.
-        Pipeline::launch_across(&[a, b], three_across()).expect("launch")
+        Runtime::launch_across(&[a, b], three_across()).expect("launch")
     };
     assert_eq!(p.stages(), 3);
     // Each inner ring is written by a stage of the other runtime: both stay inline
@@ -76,7 +73,7 @@ fn stages_on_two_runtimes_answer_in_request_order() {
 #[test]
 fn a_fault_on_the_other_runtime_reaches_the_callers() {
     let (a, b) = (rt(), rt());
-    let p = Pipeline::launch_across(
+    let p = Runtime::launch_across(
         &[a, b],
         PipelineSpec::new("fault", KernelSpec::<u64, u64>::echo())
             .then(KernelSpec::from_fn("panics-at-13", |x: u64| {
@@ -103,7 +100,7 @@ fn a_fault_on_the_other_runtime_reaches_the_callers() {
 fn placements_that_cannot_run_are_refused() {
     let (a, b) = (rt(), rt());
     // Beyond the runtimes given.
-    match Pipeline::launch_across(std::slice::from_ref(&a), three_across()) {
+    match Runtime::launch_across(std::slice::from_ref(&a), three_across()) {
         Err(Error::Pipeline { stage, reason, .. }) => {
             assert_eq!(stage, 1);
             assert!(reason.contains("runtime 1 of 1"), "{reason}");
@@ -117,7 +114,7 @@ fn placements_that_cannot_run_are_refused() {
     ));
     // None at all.
     assert!(matches!(
-        Pipeline::launch_across(&[], three_across()),
+        Runtime::launch_across(&[], three_across()),
         Err(Error::Pipeline { stage: 0, .. })
     ));
     // A stage placed on a runtime whose transfer strategy copies (a stand-in for a
@@ -128,7 +125,7 @@ fn placements_that_cannot_run_are_refused() {
         .transfer_strategy(TransferStrategy::Sync)
         .build()
         .expect("copying runtime");
-    match Pipeline::launch_across(&[a.clone(), copying], three_across()) {
+    match Runtime::launch_across(&[a.clone(), copying], three_across()) {
         Err(Error::StrategyUnsupported { reason, .. }) => {
             assert!(
                 reason.contains("stage 1 ") && reason.contains("runtime 1"),
@@ -141,7 +138,7 @@ fn placements_that_cannot_run_are_refused() {
     // links stay among one device's kernels. Across devices a join's producers need
     // atomics that are the host's (`tests/pipeline_opencl.rs` runs the CPU with OpenCL;
     // the rule is a unit test in `src/pipeline/launch.rs`).
-    let p = Pipeline::launch_across(
+    let p = Runtime::launch_across(
         &[a, b],
         PipelineSpec::new("fan", KernelSpec::<u64, u64>::echo())
             .fan_out(

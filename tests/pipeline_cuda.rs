@@ -148,13 +148,13 @@ fn a_keyed_fan_out_into_a_join_answers_in_order_on_the_gpu() {
     assert_eq!((rings[4].h2k_head, rings[0].k2h_head), (10_000, 10_000));
 }
 
-/// `Pipeline::launch_across`, skipping the case when a copy strategy was planned (no
+/// `Runtime::launch_across`, skipping the case when a copy strategy was planned (no
 /// confirmed system scope): said, not a failure of the chain.
 fn launch_or_skip(
     runtimes: &[Runtime],
     spec: PipelineSpec<u64, u64>,
 ) -> Option<gyre::pipeline::Pipeline<u64, u64>> {
-    match gyre::pipeline::Pipeline::launch_across(runtimes, spec) {
+    match gyre::Runtime::launch_across(runtimes, spec) {
         Ok(p) => Some(p),
         Err(Error::StrategyUnsupported { reason, .. }) => {
             eprintln!("SKIP: the planned strategy is a copy strategy: {reason}");
@@ -358,7 +358,7 @@ fn a_gpu_fan_out_feeds_a_cpu_join() {
         .expect("device 0")
         .device
         .host_native_atomic_supported;
-    match gyre::pipeline::Pipeline::launch_across(
+    match gyre::Runtime::launch_across(
         &runtimes,
         PipelineSpec::new("gpufan-mixed", echo())
             .fan_out(

@@ -14,19 +14,16 @@ use std::time::Duration;
 use gyre::{
     codes,
     pipeline::{Branch, Pipeline, PipelineSpec, Route},
-    Backend, Error, KernelSpec, KernelState, Runtime,
+    Error, KernelSpec, KernelState,
 };
 
 #[path = "support/wait.rs"]
 mod wait;
 use wait::eventually;
 
-fn rt() -> Runtime {
-    Runtime::builder()
-        .backend(Backend::Cpu)
-        .build()
-        .expect("runtime")
-}
+#[path = "support/runtime.rs"]
+mod runtime;
+use runtime::cpu as rt;
 
 /// Branch `b` of `n`: tags each value with its branch (`x * 10 + b`).
 fn tagging(b: u64) -> Branch<u64, u64> {

@@ -30,14 +30,11 @@ fn guard() -> support::Guard {
     )
 }
 
+#[path = "support/runtime.rs"]
+mod test_runtime;
+
 fn runtime(test: &str) -> Option<Runtime> {
-    let (platform, device) = support::device_or_skip(test)?;
-    Some(
-        Runtime::builder()
-            .backend(Backend::OpenCl { platform, device })
-            .build()
-            .expect("OpenCL runtime"),
-    )
+    support::device_or_skip(test).map(test_runtime::opencl)
 }
 
 fn compute_units(rt: &Runtime) -> usize {
@@ -284,7 +281,7 @@ fn a_device_fan_out_answers_the_host_in_request_order() {
         .all(|s| *s == KernelState::Terminated { code: 0 }));
 }
 
-/// Stages on two backends (`Pipeline::launch_across`): a CPU stage and an OpenCL stage,
+/// Stages on two backends (`Runtime::launch_across`): a CPU stage and an OpenCL stage,
 /// in both orders. The CPU stage's region is written by the device stage (its replies,
 /// or its requests), which cannot address the CPU backend's host memory: the launch
 /// places that region in the OpenCL backend's SVM instead, which the CPU stage and the
@@ -301,7 +298,7 @@ fn a_cpu_stage_and_a_device_stage_chain_across_runtimes() {
         .expect("CPU runtime");
     let runtimes = [cpu, cl];
     // CPU first: x -> 2x on the CPU, then times ten plus one on the device.
-    let p = Pipeline::launch_across(
+    let p = Runtime::launch_across(
         &runtimes,
         PipelineSpec::new("cpu-then-cl", KernelSpec::from_fn("double", |x: u32| x * 2))
             .then(times_ten())
@@ -317,7 +314,7 @@ fn a_cpu_stage_and_a_device_stage_chain_across_runtimes() {
     let t = p.stage_telemetry().expect("telemetry");
     assert_eq!((t[0].messages_out, t[1].messages_out), (300, 300));
     // Device first: the errors the device stage answers pass through the CPU stage.
-    let p = Pipeline::launch_across(
+    let p = Runtime::launch_across(
         &runtimes,
         PipelineSpec::new("cl-then-cpu", reject_odd())
             .on(1)
@@ -391,11 +388,11 @@ fn a_fan_out_across_the_cpu_and_a_device_answers_in_request_order() {
         p.stage_telemetry().expect("telemetry")
     };
     // To the host: both branches write the head's reply ring by id.
-    let p = Pipeline::launch_across(&runtimes, fan()).expect("fan-out to the host");
+    let p = Runtime::launch_across(&runtimes, fan()).expect("fan-out to the host");
     let t = serve(&p, &|y| y);
     assert_eq!((t[1].messages_out, t[2].messages_out), (200, 200));
     // Into a join on the CPU.
-    let p = Pipeline::launch_across(
+    let p = Runtime::launch_across(
         &runtimes,
         fan().then(KernelSpec::from_fn("join", |x: u32| x + 1000)),
     )

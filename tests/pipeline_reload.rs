@@ -15,19 +15,16 @@ use std::time::Duration;
 use gyre::{
     codes,
     pipeline::{Pipeline, PipelineSpec},
-    Backend, Error, IdleStrategy, KernelSpec, KernelState, RestartPolicy, Runtime,
+    Error, IdleStrategy, KernelSpec, KernelState, RestartPolicy, Runtime,
 };
 
 #[path = "support/wait.rs"]
 mod wait;
 use wait::eventually;
 
-fn rt() -> Runtime {
-    Runtime::builder()
-        .backend(Backend::Cpu)
-        .build()
-        .expect("runtime")
-}
+#[path = "support/runtime.rs"]
+mod runtime;
+use runtime::cpu as rt;
 
 /// A stage that adds `tag` to `x * 16` (stage k leaves its tag in bits 4k..4k+4 of the
 /// reply, read back by [`tags`]).

@@ -13,19 +13,16 @@ use std::time::{Duration, Instant};
 use gyre::{
     codes,
     pipeline::{Branch, Pipeline, PipelineSpec, Route},
-    Backend, Error, KernelSpec, KernelState, RestartPolicy, Runtime,
+    Error, KernelSpec, KernelState, RestartPolicy,
 };
 
 #[path = "support/wait.rs"]
 mod wait;
 use wait::eventually;
 
-fn rt() -> Runtime {
-    Runtime::builder()
-        .backend(Backend::Cpu)
-        .build()
-        .expect("runtime")
-}
+#[path = "support/runtime.rs"]
+mod runtime;
+use runtime::cpu as rt;
 
 /// A policy with `n` restarts and short backoffs.
 fn policy(n: u32) -> RestartPolicy {

@@ -10,19 +10,16 @@ use std::time::{Duration, Instant};
 use gyre::{
     codes,
     pool::{KernelPool, MemberFailure, PoolOptions},
-    Backend, Error, KernelSpec, KernelState, Runtime,
+    Error, KernelSpec, KernelState, Runtime,
 };
 
 #[path = "support/wait.rs"]
 mod wait;
 use wait::eventually;
 
-fn rt() -> Runtime {
-    Runtime::builder()
-        .backend(Backend::Cpu)
-        .build()
-        .expect("runtime")
-}
+#[path = "support/runtime.rs"]
+mod runtime;
+use runtime::cpu as rt;
 
 fn tokio() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()

@@ -17,14 +17,11 @@ fn guard() -> support::Guard {
     )
 }
 
+#[path = "support/runtime.rs"]
+mod test_runtime;
+
 fn runtime(test: &str) -> Option<Runtime> {
-    let (platform, device) = support::device_or_skip(test)?;
-    Some(
-        Runtime::builder()
-            .backend(Backend::OpenCl { platform, device })
-            .build()
-            .expect("OpenCL runtime"),
-    )
+    support::device_or_skip(test).map(test_runtime::opencl)
 }
 
 /// The child of the compile check: one echo member.
@@ -138,10 +135,9 @@ fn a_pool_spans_backends_and_replaces_in_place() {
         .backend(Backend::Cpu)
         .build()
         .expect("CPU runtime");
-    let pool = gyre::pool::KernelPool::launch_across(
+    let pool = gyre::Runtime::launch_across(
         &[cpu, cl.clone()],
-        KernelSpec::<u64, u64>::echo(),
-        PoolOptions::new(2),
+        gyre::pool::PoolSpec::new(KernelSpec::<u64, u64>::echo(), PoolOptions::new(2)),
     )
     .expect("pool");
     let backends: Vec<Backend> = pool.members().iter().map(|k| k.backend()).collect();

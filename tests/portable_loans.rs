@@ -10,6 +10,9 @@
 #[cfg(feature = "opencl")]
 #[path = "support/opencl.rs"]
 mod support;
+#[cfg(feature = "opencl")]
+#[path = "support/runtime.rs"]
+mod test_runtime;
 
 use gyre::portable::PortableLoanHandler;
 use gyre::{
@@ -305,7 +308,7 @@ fn cpu_copy_strategy_answers_like_rust() {
 #[cfg(feature = "opencl")]
 mod opencl {
     use super::support;
-    use gyre::{Backend, Runtime};
+    use gyre::Runtime;
 
     fn guard() -> support::Guard {
         support::guard(
@@ -316,13 +319,7 @@ mod opencl {
     }
 
     fn runtime(test: &str) -> Option<Runtime> {
-        let (platform, device) = support::device_or_skip(test)?;
-        Some(
-            Runtime::builder()
-                .backend(Backend::OpenCl { platform, device })
-                .build()
-                .expect("OpenCL runtime"),
-        )
+        support::device_or_skip(test).map(super::test_runtime::opencl)
     }
 
     /// The child of the compile check: builds each handler's generated C once.

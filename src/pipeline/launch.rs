@@ -52,73 +52,12 @@ pub(super) fn device_fed(idle: gyre_core::IdleStrategy) -> gyre_core::IdleStrate
 }
 
 impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
-    /// Launches the stages of `spec` as one chain and returns the host's handle on it;
-    /// [`Runtime::launch`] of a [`PipelineSpec`] is this with its runtime alone.
-    ///
-    /// Every stage runs on one backend: the runtime's if it runs them all, else (under
-    /// [`Backend::Auto`](crate::Backend::Auto)) the CPU backend. The rings between stages
-    /// are shared by the two kernels that use them, so the backend's transfer strategy
-    /// must be `unified` (zero copy); on the CPU backend they are host memory, on OpenCL
-    /// fine-grained SVM, on CUDA mapped pinned memory. All stages run at once: a backend
-    /// that cannot run them all (OpenCL: one per compute unit; CUDA: resident blocks)
-    /// refuses the launch and the stages already started are stopped.
-    ///
-    /// With several runtimes, each stage runs on the runtime [`PipelineSpec::on`] placed it on:
-    /// `runtimes[i]` for a stage's last `.on(i)`, `runtimes[0]` for a stage never placed
-    /// (one runtime per device: `Backend::Cuda { device }` for each GPU,
-    /// `Backend::OpenCl { .. }` for each OpenCL device, or different backends).
-    ///
-    /// The stages placed on one runtime run on one of its backends (picked as for one
-    /// runtime, above). A stage's region (its rings and control
-    /// block) must be memory that every kernel writing into it can address: it comes
-    /// from the stage's own backend if that memory will do, else from the backend of a
-    /// stage that writes into it (a GPU stage followed by a CPU stage: the CPU stage's
-    /// region is the GPU backend's mapped pinned memory, which the host addresses too);
-    /// when none will do, the launch is refused. Between two GPUs that is mapped pinned
-    /// host memory, which both reach over their buses; the request ring itself goes into
-    /// the reading GPU's memory where the writing GPU has peer access to it with native
-    /// peer-to-peer atomics (NVLink), else it stays in that host memory
-    /// (`docs/pipelines.md`, "Peer-to-peer"). A fan-out may cross devices too: the fanning
-    /// stage writes each branch's ring with loads and stores. The branches feeding one
-    /// join (or the head's replies, by id) advance its ring by compare-and-swap, so they
-    /// run on one device, or on backends whose atomics are atomic with the host's
-    /// ([`gyre_core::Backend::host_atomics`]: the CPU, OpenCL; CUDA only with
-    /// `HOST_NATIVE_ATOMIC_SUPPORTED`).
-    ///
-    /// # Errors
-    ///
-    /// Nothing is left running on any error:
-    /// [`Error::Pipeline`] (more than [`MAX_STAGES`](super::MAX_STAGES)
-    /// stages; a stage whose capacity or slot size differs from the first's; a stage with
-    /// a watched source or loans; a stage placed with [`PipelineSpec::on`] on a runtime
-    /// other than 0); [`Error::StrategyUnsupported`] under a copy strategy;
-    /// those of [`Runtime::launch`] for any stage ([`Error::HandlerUnsupported`],
-    /// [`Error::TypeTooLarge`], [`Error::InvalidArgument`], [`Error::Launch`] when a
-    /// backend cannot start one more kernel, ...).
-    ///
-    /// With several runtimes, also [`Error::Pipeline`] for no runtime, a
-    /// stage placed beyond `runtimes`, branches feeding one join from several devices
-    /// whose atomics are not all the host's, or a stage whose region (or a link table)
-    /// no backend of its users can place where all of them address it;
-    /// [`Error::StrategyUnsupported`] names the stage and its runtime.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use gyre::{Backend, KernelSpec, Runtime, pipeline::{Pipeline, PipelineSpec}};
-    /// let gpu0 = Runtime::builder().backend(Backend::Cpu).build()?; // say Backend::Cuda { device: 0 }
-    /// let gpu1 = Runtime::builder().backend(Backend::Cpu).build()?; // say Backend::Cuda { device: 1 }
-    /// let p = Pipeline::launch_across(
-    ///     &[gpu0, gpu1],
-    ///     PipelineSpec::new("p", KernelSpec::<u64, u64>::echo())
-    ///         .then(KernelSpec::<u64, u64>::echo())
-    ///         .on(1),
-    /// )?;
-    /// assert_eq!(p.call_blocking(7)?, 7);
-    /// p.shutdown_blocking()?;
-    /// # Ok::<(), gyre::Error>(())
-    /// ```
-    pub fn launch_across(runtimes: &[Runtime], spec: PipelineSpec<Req, Resp>) -> Result<Self> {
+    /// The launch of [`Runtime::launch_across`] for a pipeline (its rules are documented
+    /// there).
+    pub(crate) fn launch_across(
+        runtimes: &[Runtime],
+        spec: PipelineSpec<Req, Resp>,
+    ) -> Result<Self> {
         let targets = spec.targets(runtimes)?;
         for (k, t) in targets.iter().enumerate() {
             let strategy = t.plan.strategy;

@@ -46,9 +46,10 @@ struct Stage {
     /// The request and reply types, which a reload of the stage must keep.
     ids: (core::any::TypeId, core::any::TypeId),
     /// The index of the runtime it runs on, among those given to
-    /// [`Pipeline::launch_across`] (0 under [`Runtime::launch`]).
+    /// [`Runtime::launch_across`] (0 under [`Runtime::launch`]).
     ///
     /// [`Runtime::launch`]: crate::Runtime::launch
+    /// [`Runtime::launch_across`]: crate::Runtime::launch_across
     place: usize,
 }
 
@@ -79,7 +80,7 @@ impl Stage {
 /// a kernel time limit) is relaunched in place at the end of each, while the others run
 /// on (`docs/pipelines.md`, "Relaunching a stage"). Watched sources and loans are
 /// refused (see [`Runtime::launch`]). [`on`](Self::on) places a stage on
-/// another runtime (another device) for [`Pipeline::launch_across`].
+/// another runtime (another device) for [`Runtime::launch_across`](crate::Runtime::launch_across).
 ///
 /// [`Runtime::launch`]: crate::Runtime::launch
 ///
@@ -212,7 +213,7 @@ impl<Req: Pod, Resp: Pod> PipelineSpec<Req, Resp> {
 }
 
 impl<Req, Resp> PipelineSpec<Req, Resp> {
-    /// Runs the stage added last on `runtimes[runtime]` of [`Pipeline::launch_across`]
+    /// Runs the stage added last on `runtimes[runtime]` of [`Runtime::launch_across`](crate::Runtime::launch_across)
     /// (every stage runs on runtime 0 until placed; after a
     /// [`fan_out`](PipelineSpec::fan_out), the stage added last is the last branch's
     /// last stage). A placement beyond the runtimes given is refused at launch
@@ -227,7 +228,7 @@ impl<Req, Resp> PipelineSpec<Req, Resp> {
     /// let spec = PipelineSpec::new("p", KernelSpec::from_fn("double", |x: u32| x * 2))
     ///     .then(KernelSpec::from_fn("inc", |x: u32| x + 1))
     ///     .on(1);
-    /// let p = Pipeline::launch_across(&[a, b], spec)?;
+    /// let p = Runtime::launch_across(&[a, b], spec)?;
     /// assert_eq!(p.call_blocking(20)?, 41);
     /// p.shutdown_blocking()?;
     /// # Ok::<(), gyre::Error>(())

@@ -12,7 +12,7 @@
 //! replaces it with a new kernel of the same spec, or removes it ([`MemberFailure`]). The
 //! other members and their calls are untouched.
 //!
-//! [`KernelPool::launch_across`] spreads members over several runtimes (devices or
+//! [`Runtime::launch_across`](crate::Runtime::launch_across) spreads members over several runtimes (devices or
 //! backends); [`DevicePool`] (`device.rs`) lends runtimes one holder at a time.
 
 pub(crate) mod device;
@@ -246,39 +246,9 @@ fn stopped_for_good(s: KernelState) -> bool {
 }
 
 impl<Req: Pod, Resp: Pod> KernelPool<Req, Resp> {
-    /// Launches `options.members` kernels of `spec` as one pool, on the backend `spec`
-    /// would run on alone; [`Runtime::launch`] of a [`PoolSpec`] is this with its runtime
-    /// alone. Members are named `<name>.0`, `<name>.1`, ... (and so are their telemetry
-    /// export files: a service's directory gets one file per member, an explicit path
-    /// gets `.0`, `.1`, ... appended).
-    ///
-    /// With several runtimes, member slot `s` runs on `runtimes[s % runtimes.len()]`: one
-    /// runtime per device (`Backend::OpenCl { platform, device }` for each OpenCL device)
-    /// spreads one service over devices, and runtimes of different backends make a mixed
-    /// pool (the spec must run on each: a built-in, or a Rust handler with device
-    /// sources). A replacement runs where its slot does.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidArgument`] for no runtime, 0 members or more than
-    /// [`PoolOptions::MAX_MEMBERS`]; those of [`Runtime::launch`] for any member (members
-    /// launched before it are shut down). On OpenCL each member holds a compute unit:
-    /// more members than the device has are [`Error::Launch`].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use gyre::{Backend, KernelSpec, Runtime, pool::{KernelPool, PoolOptions, PoolSpec}};
-    /// let a = Runtime::builder().backend(Backend::Cpu).build()?;
-    /// let b = Runtime::builder().backend(Backend::Cpu).build()?;
-    /// let pool = KernelPool::launch_across(&[a.clone(), b], KernelSpec::<u32, u32>::echo(), PoolOptions::new(4))?;
-    /// assert_eq!(pool.call_blocking(9)?, 9);
-    /// let one = a.launch(PoolSpec::new(KernelSpec::<u32, u32>::echo(), PoolOptions::new(2)))?;
-    /// assert_eq!(one.members()[1].name(), "echo.1");
-    /// assert!(a.launch(PoolSpec::new(KernelSpec::<u32, u32>::echo(), PoolOptions::new(0))).is_err());
-    /// # Ok::<(), gyre::Error>(())
-    /// ```
-    pub fn launch_across(
+    /// The launch of [`Runtime::launch_across`] for a pool (its rules are documented
+    /// there).
+    pub(crate) fn launch_across(
         runtimes: &[Runtime],
         spec: KernelSpec<Req, Resp>,
         options: PoolOptions,

@@ -1,7 +1,7 @@
 //! Peer-to-peer facts about pairs of GPUs (`cuDeviceCanAccessPeer`,
 //! `cuDeviceGetP2PAttribute`), as `gyre doctor` reports them.
 //!
-//! A pipeline whose stages run on two devices (`gyre::pipeline::Pipeline::launch_across`) keeps each
+//! A pipeline whose stages run on two devices (`gyre::Runtime::launch_across`) keeps each
 //! stage's region (control block, telemetry) in portable mapped pinned host memory
 //! (`cuMemHostAlloc(DEVICEMAP | PORTABLE)`), which every device reaches over its own bus.
 //! An inner ring between two GPUs lives in the reading GPU's device memory where the
