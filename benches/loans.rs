@@ -88,7 +88,7 @@ fn loans(rt: &Runtime, len: usize) -> Rate {
     for _ in 0..WINDOW {
         k.recv_blocking().expect("drain");
     }
-    assert_eq!(k.pool_stats().in_use_blocks, 0);
+    assert_eq!(k.loan_stats().in_use_blocks, 0);
     k.shutdown_blocking().expect("shutdown");
     rate(n, len, dt)
 }
@@ -142,7 +142,7 @@ fn loans_batched(rt: &Runtime, len: usize, spin: bool) -> Rate {
         left -= k.recv_batch_blocking(&mut out, left).expect("drain");
         out.clear();
     }
-    assert_eq!(k.pool_stats().in_use_blocks, 0);
+    assert_eq!(k.loan_stats().in_use_blocks, 0);
     k.shutdown_blocking().expect("shutdown");
     rate(n, len, dt)
 }

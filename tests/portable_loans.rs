@@ -202,7 +202,7 @@ fn serve_one(rt: &Runtime, h: impl PortableLoanHandler + Send + Sync + 'static) 
                 ),
             }
         }
-        assert_eq!(k.pool_stats().in_use_blocks, 0, "{}", h.handler_name());
+        assert_eq!(k.loan_stats().in_use_blocks, 0, "{}", h.handler_name());
         k.shutdown_blocking().expect("shutdown");
     }
 }
@@ -222,7 +222,7 @@ fn panic_fails_the_request(rt: &Runtime, h: impl PortableLoanHandler + Send + Sy
         other => panic!("{other:?}"),
     }
     let _ = k.shutdown_blocking();
-    assert_eq!(k.pool_stats().in_use_blocks, 0);
+    assert_eq!(k.loan_stats().in_use_blocks, 0);
 }
 
 /// [`wild_set`]'s panics leave the block and its neighbour as they were. A request's

@@ -284,7 +284,7 @@ pub(crate) fn claim(arena: &Arc<LoanArena>, ch: &Channel, v: ReplyView<'_>) -> R
 /// let reply = k.call_blocking(loan)?; // the same block, reversed in place
 /// assert_eq!(reply[0], ((64 * 1024 - 1) % 256) as u8);
 /// drop(reply); // back to the pool
-/// assert_eq!(k.pool_stats().in_use_blocks, 0);
+/// assert_eq!(k.loan_stats().in_use_blocks, 0);
 /// k.shutdown_blocking()?;
 /// # Ok::<(), gyre::Error>(())
 /// ```
@@ -475,7 +475,7 @@ impl Kernel<Loan, Loan> {
 
     /// The pool's counters: hits, misses, returns, blocks and bytes in use, peak, free
     /// bytes and fragmentation ([`LoanStats::fragmentation`]).
-    pub fn pool_stats(&self) -> LoanStats {
+    pub fn loan_stats(&self) -> LoanStats {
         self.pool().stats()
     }
 

@@ -122,7 +122,7 @@ pub fn large_messages_round_trip_in_place(t: Target) {
             "len {len}"
         );
     }
-    let s = k.pool_stats();
+    let s = k.loan_stats();
     assert_eq!(s.in_use_blocks, 0, "every reply loan was dropped");
     assert_eq!(s.returns, 8);
     k.shutdown_blocking().unwrap();
@@ -153,7 +153,7 @@ pub fn replies_may_shrink_or_grow_within_the_block(t: Target) {
     let e = k.call_bytes_blocking(&[11]).unwrap_err();
     assert!(matches!(e, Error::Handler { status, .. } if status == codes::HANDLER_REJECTED));
     drop(r);
-    assert_eq!(k.pool_stats().in_use_blocks, 0);
+    assert_eq!(k.loan_stats().in_use_blocks, 0);
 }
 
 pub fn handler_errors_return_the_block_and_the_kernel_serves_on(t: Target) {
@@ -174,8 +174,8 @@ pub fn handler_errors_return_the_block_and_the_kernel_serves_on(t: Target) {
             "{e:?}"
         );
     }
-    assert_eq!(k.pool_stats().in_use_blocks, 0);
-    assert_eq!(k.pool_stats().returns, 30);
+    assert_eq!(k.loan_stats().in_use_blocks, 0);
+    assert_eq!(k.loan_stats().returns, 30);
     k.shutdown_blocking().unwrap();
 }
 
@@ -275,10 +275,10 @@ pub fn corrupt_handles_are_refused_without_touching_the_pool(t: Target) {
     }
     // Nothing leaked: the refused block went back when its slot was released, the held
     // loan is intact and the kernel serves.
-    assert_eq!(k.pool_stats().in_use_blocks, 1);
+    assert_eq!(k.loan_stats().in_use_blocks, 1);
     drop(held);
     assert_eq!(&k.call_bytes_blocking(&[41]).unwrap()[..], &[42]);
-    assert_eq!(k.pool_stats().in_use_blocks, 0);
+    assert_eq!(k.loan_stats().in_use_blocks, 0);
     assert_eq!(k.protocol_errors(), 0);
     k.shutdown_blocking().unwrap();
 }
@@ -321,7 +321,7 @@ pub fn an_exhausted_pool_refuses_try_loan_and_async_loans_wait(t: Target) {
             .unwrap();
         assert_eq!(got, 8192);
     });
-    assert!(k.pool_stats().exhausted >= 1);
+    assert!(k.loan_stats().exhausted >= 1);
 }
 
 pub fn a_panic_with_loans_in_flight_fails_them_and_shutdown_returns_every_block(t: Target) {
@@ -335,7 +335,7 @@ pub fn a_panic_with_loans_in_flight_fails_them_and_shutdown_returns_every_block(
     }
     let mut kept = k.loan_blocking(10_000).unwrap();
     kept.fill(5);
-    assert_eq!(k.pool_stats().in_use_blocks, 22);
+    assert_eq!(k.loan_stats().in_use_blocks, 22);
     k.resume();
     match k.recv_blocking() {
         Err(Error::Handler { status, .. }) => assert_eq!(status, codes::HANDLER_PANIC),
@@ -348,10 +348,10 @@ pub fn a_panic_with_loans_in_flight_fails_them_and_shutdown_returns_every_block(
         Err(Error::KernelFaulted { .. })
     ));
     // Every block the kernel held is back; the host's own loan is untouched.
-    assert_eq!(k.pool_stats().in_use_blocks, 1);
+    assert_eq!(k.loan_stats().in_use_blocks, 1);
     assert!(kept.iter().all(|&b| b == 5));
     drop(kept);
-    assert_eq!(k.pool_stats().in_use_blocks, 0);
+    assert_eq!(k.loan_stats().in_use_blocks, 0);
 }
 
 pub fn a_restarted_kernel_answers_the_loans_its_predecessor_left(t: Target) {
@@ -385,7 +385,7 @@ pub fn a_restarted_kernel_answers_the_loans_its_predecessor_left(t: Target) {
         }
     }
     eventually("the restart", || k.relaunches().restarts == 1);
-    assert_eq!(k.pool_stats().in_use_blocks, 0);
+    assert_eq!(k.loan_stats().in_use_blocks, 0);
     k.shutdown_blocking().unwrap();
 }
 
@@ -407,18 +407,18 @@ pub fn dropped_call_futures_return_their_block_only_after_the_reply(t: Target) {
             let _ = tokio::time::timeout(Duration::from_micros(200), call).await;
         }
         assert_eq!(
-            k.pool_stats().in_use_blocks,
+            k.loan_stats().in_use_blocks,
             20,
             "a block returned while the kernel still had its request"
         );
         // Never polled at all: nothing was sent, the loan returns at once.
-        let before = k.pool_stats().returns;
+        let before = k.loan_stats().returns;
         drop(k.call(k.loan(100).await.unwrap()));
-        assert_eq!(k.pool_stats().returns, before + 1);
+        assert_eq!(k.loan_stats().returns, before + 1);
     });
     k.resume();
     eventually("every dropped call's block", || {
-        k.pool_stats().in_use_blocks == 0
+        k.loan_stats().in_use_blocks == 0
     });
     assert_eq!(k.protocol_errors(), 0);
     // The blocks are reused at once: had one been freed early, the kernel would refuse
@@ -450,7 +450,7 @@ pub fn many_threads_loan_and_call_concurrently(t: Target) {
             });
         }
     });
-    let s = k.pool_stats();
+    let s = k.loan_stats();
     assert_eq!(s.in_use_blocks, 0);
     assert_eq!(s.hits + s.misses, 1200);
     assert_eq!(s.returns, 1200);
@@ -524,7 +524,7 @@ pub fn batches_of_loans_go_and_come_back_in_order(t: Target) {
     assert!(k.try_send_batch(&mut big).is_err());
     assert_eq!(big.len(), 1025);
     drop(big);
-    assert_eq!(k.pool_stats().in_use_blocks, 0);
+    assert_eq!(k.loan_stats().in_use_blocks, 0);
     k.shutdown_blocking().unwrap();
 }
 
@@ -556,7 +556,7 @@ pub fn the_export_file_shows_the_pool(t: Target) {
     let p = r.snapshot().unwrap().loans;
     assert_eq!(p.pool_bytes, 1 << 20);
     assert_eq!(p.in_use_bytes, 4096);
-    assert_eq!(p, k.pool_stats());
+    assert_eq!(p, k.loan_stats());
     drop(held);
     k.shutdown_blocking().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
@@ -603,7 +603,7 @@ pub fn a_handle_sent_twice_never_gives_its_block_two_writers(t: Target) {
         }
     }
     k.shutdown_blocking().unwrap();
-    assert_eq!(k.pool_stats().in_use_blocks, 0);
+    assert_eq!(k.loan_stats().in_use_blocks, 0);
 }
 
 pub fn a_loan_of_another_pool_is_refused_and_returns_to_it(t: Target) {
@@ -633,7 +633,7 @@ pub fn a_loan_of_another_pool_is_refused_and_returns_to_it(t: Target) {
     assert_eq!(batch.len(), 1, "a refused batch keeps its loans");
     drop(batch);
     // Nothing was bound to a's ring: b's blocks are all back, and both kernels serve.
-    assert_eq!(b.pool_stats().in_use_blocks, 0);
+    assert_eq!(b.loan_stats().in_use_blocks, 0);
     assert_eq!(&a.call_bytes_blocking(&[1]).unwrap()[..], &[2]);
     assert_eq!(&b.call_bytes_blocking(&[2]).unwrap()[..], &[3]);
     a.shutdown_blocking().unwrap();
@@ -661,7 +661,7 @@ pub fn host_code_resolves_no_handle_of_a_device_kernels_pool(t: Target) {
     }
     // The bound block goes in its slot and comes back answered.
     assert_eq!(&k.call_handle_blocking(h).unwrap()[..], &[2, 3, 4]);
-    assert_eq!(k.pool_stats().in_use_blocks, 0);
+    assert_eq!(k.loan_stats().in_use_blocks, 0);
     k.shutdown_blocking().unwrap();
 }
 
@@ -711,9 +711,9 @@ pub fn a_reloaded_loan_kernel_serves_the_same_pool(t: Target) {
     assert_eq!((r.len(), r[0]), (300, 0xAB));
     drop(r);
     assert_eq!(k.relaunches().reloads, 1);
-    assert_eq!(k.pool_stats().in_use_blocks, 0);
+    assert_eq!(k.loan_stats().in_use_blocks, 0);
     k.shutdown_blocking().unwrap();
-    assert_eq!(k.pool_stats().in_use_blocks, 0);
+    assert_eq!(k.loan_stats().in_use_blocks, 0);
 }
 
 /// `KernelSpec::watch` on a device loan kernel: a change of its handler's file reloads
@@ -759,7 +759,7 @@ pub fn a_watched_loan_kernel_reloads_over_the_same_pool(t: Target) {
     assert_eq!((r.len(), r[0]), (300, 0xAB), "the reloaded handler answers");
     drop(r);
     assert_eq!(&k.call_bytes_blocking(&[2]).unwrap()[..], &[0xAB; 200][..]);
-    assert_eq!(k.pool_stats().in_use_blocks, 0);
+    assert_eq!(k.loan_stats().in_use_blocks, 0);
     k.shutdown_blocking().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
