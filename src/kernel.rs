@@ -12,20 +12,16 @@ use gyre_core::bridge::{BridgeAgent, TransferStats};
 use gyre_core::channel::driver::Driver;
 use gyre_core::strategy::TransferStrategy;
 use gyre_core::telemetry::read_consistent;
-use gyre_core::LaunchSpec;
 use gyre_core::{Channel, Error, IdleStrategy, KernelInstance, Result, SharedRegion};
 
 /// What [`crate::Runtime::launch`] made for one kernel: its rings, its first launch and
 /// what relaunches it.
 pub(crate) struct Started {
+    /// The host's view of the head stage's rings.
     pub(crate) region: Arc<SharedRegion>,
-    pub(crate) place: Place,
-    pub(crate) imp: Arc<dyn gyre_core::Backend>,
-    pub(crate) instance: Box<dyn KernelInstance>,
+    /// Every stage's first launch, head first: one for a lone kernel.
+    pub(crate) stages: Vec<StageStart>,
     pub(crate) transfer: Option<Arc<BridgeAgent>>,
-    /// What `instance` was launched with (export file and doorbell included).
-    pub(crate) launched: LaunchSpec,
-    pub(crate) epoch_us: u32,
     pub(crate) backend: crate::Backend,
     /// The pipeline whose head these rings are (`crate::pipeline`), if any.
     pub(crate) chain: Option<Arc<gyre_core::chain::ChainView>>,
@@ -33,7 +29,7 @@ pub(crate) struct Started {
 
 use crate::inner::{Inner, Polling};
 use crate::keep_alive::KeepAlive;
-use crate::lifecycle::{CurrentLiveness, Lifecycle, Place, Supervisor, Watcher};
+use crate::lifecycle::{CurrentLiveness, Lifecycle, StageStart, Stages, Supervisor, Watcher};
 use crate::spec::KernelSpec;
 use crate::state::KernelState;
 
@@ -137,12 +133,8 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
     pub(crate) fn start(started: Started, spec: &KernelSpec<Req, Resp>) -> Result<Self> {
         let Started {
             region,
-            place,
-            imp,
-            instance,
+            stages,
             transfer,
-            launched,
-            epoch_us,
             backend,
             chain,
         } = started;
@@ -154,26 +146,17 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
         if let Some(c) = chain {
             ch.set_chain(c);
         }
-        let instance: Arc<dyn KernelInstance> = Arc::from(instance);
+        let stages = Stages::new(stages);
         // A kernel that parks when idle (the CPU backend) is woken by every publication,
         // command and bridge push; its successors park on the same doorbell.
-        if let Some(d) = instance.doorbell() {
+        if let Some(d) = stages.doorbell() {
             ch.set_doorbell(d.clone());
             if let Some(t) = &transfer {
                 t.set_doorbell(d);
             }
         }
-        let export = launched.export.clone();
-        let life = Arc::new(Lifecycle::new(
-            ch.clone(),
-            imp,
-            place,
-            transfer.clone(),
-            instance,
-            launched,
-            epoch_us,
-            spec.restart,
-        ));
+        let export = stages.head().launched().export;
+        let life = Arc::new(Lifecycle::new(ch.clone(), stages, transfer.clone()));
         // The backend's view of the running launch's execution (a device fault kills a
         // kernel without a final state), consulted without keeping the kernel alive.
         ch.watch_liveness(Arc::new(CurrentLiveness(Arc::downgrade(&life))));
@@ -216,16 +199,7 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
                 .inner()
                 .publish_export(writer, spec.export_interval)?;
         }
-        let supervisor = if life.supervised() {
-            let epoch = (epoch_us != 0).then(|| Duration::from_micros(u64::from(epoch_us)));
-            Some(Supervisor::start(
-                Arc::downgrade(&life),
-                &spec.name,
-                Supervisor::tick(epoch),
-            )?)
-        } else {
-            None
-        };
+        let supervisor = Supervisor::start(&life, &spec.name)?;
         let watcher = match &spec.watch {
             Some(path) => Some(kernel.watch(spec, path)?),
             None => None,
@@ -261,7 +235,7 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
                 keep,
                 _types: PhantomData,
             };
-            k.reload_blocking(base.with_device_source(backend, &file, source))
+            k.reload_watched(base.with_device_source(backend, &file, source))
         })
     }
 }

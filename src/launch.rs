@@ -58,7 +58,7 @@ fn one<'a>(runtimes: &'a [Runtime], kernel: &str) -> Result<&'a Runtime> {
 impl<Req: Pod, Resp: Pod> Launch for KernelSpec<Req, Resp> {
     type Handle = Kernel<Req, Resp>;
     fn launch_across(self, runtimes: &[Runtime]) -> Result<Kernel<Req, Resp>> {
-        one(runtimes, &self.name)?.launch_kernel(self)
+        one(runtimes, &self.name)?.launch_kernel(self, None)
     }
 }
 

@@ -13,7 +13,7 @@ use gyre_core::{Error, Result, SharedRegion};
 use crate::backend::Backend;
 use crate::cuda;
 use crate::kernel::{Kernel, Started};
-use crate::lifecycle::Place;
+use crate::lifecycle::{Place, StageStart};
 use crate::opencl;
 use crate::spec::KernelSpec;
 
@@ -490,18 +490,22 @@ impl Runtime {
         target.imp.prepare(&spec.launch_spec())
     }
     /// A kernel's launch ([`Runtime::launch`] of a [`KernelSpec`]).
+    ///
+    /// `loans`: a loan kernel's pool (`crate::loan`), which every launch on its rings
+    /// serves; the runtime's state, never the spec's.
     pub(crate) fn launch_kernel<Req: Pod, Resp: Pod>(
         &self,
         spec: KernelSpec<Req, Resp>,
+        loans: Option<Arc<gyre_core::loan::LoanArena>>,
     ) -> Result<Kernel<Req, Resp>> {
         let ends = crate::keep_alive::ends_completed();
-        match self.launch_once(spec.clone()) {
+        match self.launch_once(spec.clone(), loans.clone()) {
             Err(Error::Launch { ref source, .. })
                 if (cuda::no_room(source) || opencl::no_room(source))
                     && crate::keep_alive::wait_for_ending(ends, crate::inner::UNATTENDED_STOP) =>
             {
                 tracing::debug!(kernel = %spec.name, "launch refused while kernels were ending: trying again");
-                self.launch_once(spec)
+                self.launch_once(spec, loans)
             }
             r => r,
         }
@@ -510,6 +514,7 @@ impl Runtime {
     fn launch_once<Req: Pod, Resp: Pod>(
         &self,
         spec: KernelSpec<Req, Resp>,
+        loans: Option<Arc<gyre_core::loan::LoanArena>>,
     ) -> Result<Kernel<Req, Resp>> {
         let target = self.target_for(&spec)?;
         let Checked {
@@ -527,6 +532,7 @@ impl Runtime {
         )
         .entered();
         let mut launch = spec.launch_spec();
+        launch.loans = loans;
         launch.export = spec.export_writer()?;
         // One doorbell for every launch on these rings (a parking kernel's successors).
         launch.doorbell = Some(Arc::new(gyre_core::doorbell::Doorbell::new()));
@@ -572,13 +578,19 @@ impl Runtime {
         );
         Kernel::start(
             Started {
-                region,
-                place,
-                imp: imp.clone(),
-                instance,
+                region: region.clone(),
+                stages: vec![StageStart {
+                    name: spec.name.clone(),
+                    imp: imp.clone(),
+                    place,
+                    region,
+                    instance: Arc::from(instance),
+                    launched: launch,
+                    epoch_us,
+                    restart: spec.restart,
+                    counts: Arc::default(),
+                }],
                 transfer,
-                launched: launch,
-                epoch_us,
                 backend: target.backend,
                 chain: None,
             },

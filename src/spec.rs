@@ -60,9 +60,6 @@ pub struct KernelSpec<Req, Resp> {
     pub(crate) watch: Option<PathBuf>,
     /// A loan kernel's pool and byte handler ([`KernelSpec::loans`]).
     pub(crate) loan: Option<crate::loan::LoanSetup>,
-    /// The launched loan kernel's pool (set by `Runtime::launch`; relaunches and
-    /// restarts reuse it, so their kernels answer the same blocks).
-    pub(crate) loan_arena: Option<Arc<gyre_core::loan::LoanArena>>,
     _types: PhantomData<fn(Req) -> Resp>,
 }
 
@@ -77,7 +74,6 @@ impl<Req, Resp> Clone for KernelSpec<Req, Resp> {
             lane_handler: self.lane_handler.clone(),
             watch: self.watch.clone(),
             loan: self.loan.clone(),
-            loan_arena: self.loan_arena.clone(),
             _types: PhantomData,
             ..*self
         }
@@ -214,7 +210,6 @@ impl<Req: Pod, Resp: Pod> KernelSpec<Req, Resp> {
             restart: None,
             watch: None,
             loan: None,
-            loan_arena: None,
             _types: PhantomData,
         }
     }
@@ -511,7 +506,6 @@ impl<Req, Resp> KernelSpec<Req, Resp> {
             restart: self.restart,
             watch: self.watch,
             loan: self.loan,
-            loan_arena: self.loan_arena,
             _types: PhantomData,
         }
     }

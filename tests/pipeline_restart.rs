@@ -520,8 +520,8 @@ fn epochs_do_not_spend_a_stages_restarts() {
 }
 
 /// `reset_after`: a stage that ran the window since its last restart without a fault
-/// has its count start over, epochs or not, alone (the head kernel's lifecycle) or in a
-/// chain (the stage supervisor).
+/// has its count start over, epochs or not, alone (a chain of one stage) or in a chain:
+/// one supervisor (`src/lifecycle/supervisor.rs`) for both.
 #[test]
 fn a_healthy_window_starts_the_restart_count_over_through_epochs() {
     let spec = || {

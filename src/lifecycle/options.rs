@@ -162,7 +162,7 @@ impl<Req, Resp> KernelSpec<Req, Resp> {
             lane_handler: self.lane_handler.clone(),
             export: None,
             doorbell: None,
-            loans: self.loan_arena.clone(),
+            loans: None,
             link: None,
         }
     }

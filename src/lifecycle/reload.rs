@@ -64,10 +64,10 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
     /// # Ok::<(), gyre::Error>(())
     /// ```
     pub fn reload_blocking(&self, spec: KernelSpec<Req, Resp>) -> Result<()> {
-        let next = self.reload_spec(&spec)?;
+        let next = self.reload_spec(&spec, false)?;
         let life = &self.inner().life;
-        life.prepare(&next)?;
-        life.reload(next)
+        life.prepare(0, &next)?;
+        life.reload(0, next)
     }
 
     /// [`Kernel::reload_blocking`] as a future: the build and the handover run on a
@@ -99,7 +99,7 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
     /// # tokio::runtime::Builder::new_multi_thread().build().unwrap().block_on(example()).unwrap();
     /// ```
     pub fn reload(&self, spec: KernelSpec<Req, Resp>) -> ReloadFuture {
-        let next = match self.reload_spec(&spec) {
+        let next = match self.reload_spec(&spec, false) {
             Ok(n) => n,
             Err(e) => return ReloadFuture::ready(Err(e)),
         };
@@ -107,17 +107,31 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
         let me = self.clone();
         ReloadFuture::spawn(self.name(), move || {
             let life = &me.inner().life;
-            life.prepare(&next).and_then(|()| life.reload(next))
+            life.prepare(0, &next).and_then(|()| life.reload(0, next))
         })
     }
 
+    /// [`Kernel::reload_blocking`] of the handler source file's change
+    /// ([`KernelSpec::watch`]): `spec` is the launch's own, with the file's source.
+    pub(crate) fn reload_watched(&self, spec: KernelSpec<Req, Resp>) -> Result<()> {
+        let next = self.reload_spec(&spec, true)?;
+        let life = &self.inner().life;
+        life.prepare(0, &next)?;
+        life.reload(0, next)
+    }
+
     /// Checks `spec` against the running kernel; its launch spec, with the kernel's
-    /// export file and doorbell.
-    pub(crate) fn reload_spec(&self, spec: &KernelSpec<Req, Resp>) -> Result<LaunchSpec> {
+    /// export file and doorbell. `watched`: `spec` is the launch's own (the file
+    /// watcher's), whose handler a loan kernel's launch put over its pool already.
+    pub(crate) fn reload_spec(
+        &self,
+        spec: &KernelSpec<Req, Resp>,
+        watched: bool,
+    ) -> Result<LaunchSpec> {
         let inner = self.inner();
-        // A chain's stages are reloaded one by one, by the pipeline (its first stage's
-        // handover needs the chain's supervisor out of the way): refused before anything
-        // is built. A chain of one stage is this kernel.
+        // A chain's stages are reloaded one at a time, each with its own types and
+        // checks, by `Pipeline::reload_stage`: refused before anything is built. A chain
+        // of one stage is this kernel.
         if inner.ch.chain().is_some_and(|c| c.len() > 1) {
             return Err(Error::Pipeline {
                 pipeline: self.name().to_owned(),
@@ -149,16 +163,9 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
                 Some((arena.clone(), crate::loan::adapter(arena.clone(), setup)))
             }
             // The launch's own spec (the file watcher reloads `KernelSpec::watch`'s changes
-            // over it): the loan kernel's launch moved its setup into this pool and the handler
-            // over it, which its launch spec carries already.
-            (Some(arena), None)
-                if spec
-                    .loan_arena
-                    .as_ref()
-                    .is_some_and(|a| std::sync::Arc::ptr_eq(a, arena)) =>
-            {
-                None
-            }
+            // over it): the loan kernel's launch moved its setup into this pool and the
+            // handler over it, which the spec carries already.
+            (Some(arena), None) if watched => Some((arena.clone(), spec.handler.clone())),
             (Some(_), None) => {
                 return Err(mismatch(
                     "loans",

@@ -355,14 +355,13 @@ impl Runtime {
         }
         let mut launch: KernelSpec<LoanHandle, LoanHandle> = spec.retyped();
         launch.loan = None;
-        launch.loan_arena = Some(arena.clone());
         if backend == Backend::Cpu {
             // Its Rust closure runs; device sources would send `launch` elsewhere.
             launch.cuda_source = None;
             launch.opencl_source = None;
         }
         launch.handler = adapter(arena.clone(), &setup);
-        let kernel = self.launch(launch)?;
+        let kernel = self.launch_kernel(launch, Some(arena.clone()))?;
         let inner = kernel.inner();
         // SAFETY: `inner.ch` is the channel of the ring this kernel serves; nobody else
         // has reached the arena yet, so this binding is the first.

@@ -12,14 +12,13 @@ use gyre_core::doorbell::Doorbell;
 use gyre_core::shm::ExportPublisher;
 use gyre_core::{Error, KernelInstance, LaunchSpec, Result, SharedRegion};
 
+use super::feed::StageFeed;
 use super::graph::{route_mode, Out, Plan};
-use super::instance::{ChainInstance, StageFeed};
 use super::placement::{inner_ring, join_address, joins_meet, Placement};
 use super::reload::StageMeta;
-use super::restart::{RelaunchCounters, Restartable, Running, StageSupervisor};
 use super::{Pipeline, PipelineSpec};
 use crate::kernel::{Kernel, Started};
-use crate::lifecycle::Place;
+use crate::lifecycle::{Place, RelaunchCounters, StageStart};
 use crate::runtime::{Runtime, Target};
 use crate::spec::KernelSpec;
 use crate::RestartPolicy;
@@ -118,8 +117,10 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
                 .store(c.epoch_us, core::sync::atomic::Ordering::Release);
         }
         let doorbells: Vec<Arc<Doorbell>> = (0..n).map(|_| Arc::new(Doorbell::new())).collect();
-        // A stage with restarts left is relaunched in place (`restart.rs`); a lone stage
-        // is the head kernel's, restarted by its lifecycle as any kernel.
+        // A chain's stage with restarts left hands over on a handler fault instead of
+        // faulting (`link::RESTARTS`), so no stage around it reads the fault as final; a
+        // lone stage is a lone kernel, whose fault the channel holds while a restart
+        // follows (`crate::lifecycle`).
         let restarts: Vec<Option<RestartPolicy>> = spec
             .stages
             .iter()
@@ -204,70 +205,45 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
                 .collect(),
             plan.edges(),
         ));
-        let running = Arc::new(Running::new(running, regions.clone(), launches.clone()));
-        // The stages the supervisor relaunches: restarts, epochs (a lone stage is the
-        // head kernel's: its lifecycle relaunches it).
-        let restartable = (0..n)
-            .filter(|&k| n > 1 && (restarts[k].is_some() || checked[k].epoch_us != 0))
-            .map(|k| Restartable {
-                stage: k,
-                name: spec.stage_name(k),
-                imp: imps[k].clone(),
-                region: regions[k].clone(),
-                launch: launches[k].clone(),
-                policy: restarts[k],
-                epoch_us: checked[k].epoch_us,
-                counters: counters[k].clone(),
-            })
-            .collect();
-        let supervisor =
-            match StageSupervisor::start(&spec.name, running.clone(), chain.clone(), restartable) {
-                Ok(s) => s,
-                Err(e) => {
-                    let stages: Vec<_> = running.current().collect();
-                    abandon(&regions, &doorbells, &stages);
-                    return Err(e);
-                }
-            };
         let mut head: KernelSpec<Req, Resp> = spec.stages[0].spec.clone().retyped();
         head.name = spec.name.clone();
-        if n > 1 {
-            // Its stage's supervisor relaunches the head stage alone; the chain as a
-            // whole is never relaunched.
-            head.restart = None;
-        }
+        // Every stage is relaunched in place by the head kernel's lifecycle (a lone stage
+        // is the head kernel).
+        let stages = running
+            .into_iter()
+            .enumerate()
+            .map(|(k, instance)| StageStart {
+                name: if n == 1 {
+                    spec.name.clone()
+                } else {
+                    spec.stage_name(k)
+                },
+                imp: imps[k].clone(),
+                place: Place::Shared(regions[k].clone()),
+                region: regions[k].clone(),
+                instance,
+                launched: launches[k].clone(),
+                epoch_us: checked[k].epoch_us,
+                restart: spec.stages[k].spec.restart,
+                counts: counters[k].clone(),
+            })
+            .collect();
         let kernel = Kernel::start(
             Started {
                 region: regions[0].clone(),
-                place: Place::Shared(regions[0].clone()),
-                imp: imps[0].clone(),
-                instance: Box::new(ChainInstance {
-                    running: running.clone(),
-                    supervisor: parking_lot::Mutex::new(supervisor),
-                }),
+                stages,
                 transfer: None,
-                launched: launches[0].clone(),
-                // A lone stage's epochs are its lifecycle's, as any kernel's.
-                epoch_us: if n == 1 { checked[0].epoch_us } else { 0 },
                 backend: targets[0].backend,
                 chain: Some(chain.clone()),
             },
             &head,
         )?;
         kernel.inner().keep_exports(exports);
-        if n > 1 {
-            // The head stage's relaunches are the head kernel's (`relaunches`, its export).
-            kernel
-                .inner()
-                .life
-                .count_relaunches_of(counters[0].clone(), checked[0].epoch_us);
-        }
         let meta = spec
             .stages
             .iter()
             .enumerate()
             .map(|(k, st)| StageMeta {
-                imp: imps[k].clone(),
                 backend: targets[k].backend,
                 req: (st.ids.0, st.req.0),
                 resp: (st.ids.1, st.resp.0),
@@ -279,8 +255,6 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
             kernel,
             names: spec.stages.iter().map(|s| s.spec.name.clone()).collect(),
             chain,
-            counters: counters.into(),
-            running,
             meta,
         })
     }

@@ -11,12 +11,11 @@
 //! pointed elsewhere (`gyre_k0_link` in `cuda/include/gyre/link.h`, part of `ring.h`); the host's view of
 //! the chain as one kernel is [`gyre_core::chain::ChainView`].
 
+mod feed;
 mod graph;
-mod instance;
 mod launch;
 mod placement;
 mod reload;
-mod restart;
 
 use core::marker::PhantomData;
 use std::sync::Arc;
@@ -338,7 +337,7 @@ impl<Req, Resp> PipelineSpec<Req, Resp> {
             if st.spec.watch.is_some() {
                 return Err(once("watches a handler source"));
             }
-            if st.spec.loan.is_some() || st.spec.loan_arena.is_some() {
+            if st.spec.loan.is_some() {
                 return Err(
                     self.refuse(k, "it is a loan kernel: pipelines carry slots only".into())
                 );
@@ -421,10 +420,6 @@ pub struct Pipeline<Req, Resp> {
     kernel: Kernel<Req, Resp>,
     names: Arc<[String]>,
     chain: Arc<ChainView>,
-    /// Each stage's relaunches ([`restart`]), head first.
-    counters: Arc<[Arc<restart::RelaunchCounters>]>,
-    /// Each stage's running launch ([`restart::Running`]), head first.
-    running: Arc<restart::Running>,
     /// What a reload of each stage checks ([`reload`]), head first.
     meta: Arc<[reload::StageMeta]>,
 }
@@ -435,8 +430,6 @@ impl<Req, Resp> Clone for Pipeline<Req, Resp> {
             kernel: self.kernel.clone(),
             names: self.names.clone(),
             chain: self.chain.clone(),
-            counters: self.counters.clone(),
-            running: self.running.clone(),
             meta: self.meta.clone(),
         }
     }
@@ -568,26 +561,10 @@ impl<Req, Resp> Pipeline<Req, Resp> {
     /// # Ok::<(), gyre::Error>(())
     /// ```
     pub fn stage_relaunches(&self) -> Vec<crate::telemetry::Relaunches> {
-        if self.counters.len() == 1 {
-            // A lone stage is the head kernel, relaunched by its lifecycle.
-            return vec![self.kernel.inner().life.relaunches()];
-        }
-        use core::sync::atomic::Ordering::Acquire;
-        self.counters
+        let life = &self.kernel.inner().life;
+        life.stages
             .iter()
-            .zip(self.chain.regions())
-            .map(|(c, r)| {
-                // The counts first: a relaunch is counted after its generation (with
-                // release), so the generation read after them is at least theirs.
-                let (reloads, epochs) = (c.reloads.load(Acquire), c.epochs.load(Acquire));
-                let restarts = c.restarts.load(Acquire);
-                crate::telemetry::Relaunches {
-                    generation: r.control().generation.load(Acquire),
-                    reloads,
-                    epochs,
-                    restarts,
-                }
-            })
+            .map(|s| life.stage_relaunches(s))
             .collect()
     }
 

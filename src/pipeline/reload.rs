@@ -10,37 +10,21 @@
 //! order holds: the old handler answers a prefix of the stage's requests, the new one the
 //! rest.
 //!
-//! Who else writes the stage's command: for the first stage, the host's lifecycle
-//! (pause, resume, shutdown), whose commands are held back until the successor's is
-//! written ([`HeadHold`](crate::lifecycle::HeadHold)), as for a lone kernel's reload; for
-//! a later stage, only the stage feeding it (`TERMINATE`, when that one stops for good:
-//! L3) and the host's chain view (the same, for a stage fed by one that stopped). So the
-//! reload moves a later stage's command from `RUN` to `HANDOVER` and back by
-//! compare-and-swap, and leaves a `TERMINATE` written meanwhile for the successor, which
-//! drains and stops.
-//!
-//! One relaunch of a stage at a time: the reload holds the stage's handover lock, which
-//! the stage supervisor (epochs, restarts: [`super::restart`]) tries before it looks at
-//! the stage, and the successors of the stage's later epochs and restarts run the new
-//! launch spec.
+//! The handover is the one every relaunch runs (`crate::lifecycle`): a chain's stages
+//! are its head kernel's, and a lone kernel is a chain of one stage. This file checks a
+//! reload's spec against the stage and hands it to that engine.
 
 use core::any::TypeId;
-use core::sync::atomic::Ordering::{AcqRel, Acquire, Release};
-use std::sync::Arc;
-use std::time::Duration;
 
 use bytemuck::Pod;
-use gyre_abi::{command, state, ControlBlock};
 use gyre_core::{Error, LaunchSpec, Result};
 
 use super::Pipeline;
-use crate::lifecycle::{HeadHold, RelaunchKind, ReloadFuture};
+use crate::lifecycle::ReloadFuture;
 use crate::spec::KernelSpec;
 
 /// What a reload of one stage checks and needs, fixed at launch.
 pub(crate) struct StageMeta {
-    /// The backend the stage runs on.
-    pub(crate) imp: Arc<dyn gyre_core::Backend>,
     /// Which one.
     pub(crate) backend: crate::Backend,
     /// Its request and reply types.
@@ -86,7 +70,8 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
     ///
     /// After the stop: the chain's error if it ended meanwhile ([`Error::KernelFaulted`],
     /// [`Error::KernelTerminated`], ...), or [`Error::Pipeline`] if the stage alone
-    /// stopped for good; [`Error::Launch`] if the new handler built but did not launch
+    /// stopped for good; [`Error::Timeout`] if the stage did not reach a batch boundary
+    /// within 30 s (it gets `RUN` back and serves on); [`Error::Launch`] if the new handler built but did not launch
     /// (the old one was relaunched and serves again; if that failed too, the stage is
     /// lost, and the chain stops as after a fault).
     ///
@@ -117,8 +102,9 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
         match self.reload_stage_spec(stage, &spec)? {
             Next::Lone(spec) => self.kernel.reload_blocking(spec),
             Next::Stage(next) => {
-                self.prepare(stage, &next)?;
-                self.hand_over(stage, next)
+                let life = &self.kernel.inner().life;
+                life.prepare(stage, &next)?;
+                life.reload(stage, next)
             }
         }
     }
@@ -167,8 +153,9 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
                 // reload.
                 let me = self.clone();
                 ReloadFuture::spawn(&format!("{}.{stage}", self.kernel.name()), move || {
-                    me.prepare(stage, &next)?;
-                    me.hand_over(stage, next)
+                    let life = &me.kernel.inner().life;
+                    life.prepare(stage, &next)?;
+                    life.reload(stage, next)
                 })
             }
         }
@@ -211,16 +198,16 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
                  Pipeline::reload_stage only",
             ));
         }
-        if spec.loan.is_some() || spec.loan_arena.is_some() {
+        if spec.loan.is_some() {
             return Err(refuse(
                 "the reload is a loan kernel: pipelines carry slots only",
             ));
         }
-        let (Some(region), Some(running)) =
-            (self.running.region(stage), self.running.launched(stage))
-        else {
+        let Ok(running) = self.kernel.inner().life.stages.get(stage) else {
             return Err(refuse("the stage is not in the running chain"));
         };
+        let region = running.region.clone();
+        let running = running.launched();
         let g = spec.geometry()?;
         let have = *region.geometry();
         for (field, running, reload) in [
@@ -251,173 +238,6 @@ impl<Req: Pod, Resp: Pod> Pipeline<Req, Resp> {
         next.export = running.export;
         Ok(Next::Stage(next))
     }
-
-    /// Builds what `next` needs on stage `stage`'s backend, before anything stops.
-    fn prepare(&self, stage: usize, next: &LaunchSpec) -> Result<()> {
-        match self.meta.get(stage) {
-            Some(m) => m.imp.prepare(next),
-            None => Err(no_stage(stage)),
-        }
-    }
-
-    /// R1–R6 on stage `k`, with its handover lock held.
-    fn hand_over(&self, k: usize, next: LaunchSpec) -> Result<()> {
-        let (Some(meta), Some(region)) = (self.meta.get(k), self.running.region(k).cloned()) else {
-            return Err(no_stage(k));
-        };
-        let name = format!("{}.{k}", self.kernel.name());
-        let _span = tracing::info_span!("gyre_reload_stage", stage = %name).entered();
-        let _one = self.running.hold(k);
-        let ch = &self.kernel.inner().ch;
-        // A stage that handed over counts as running on (not finished) until its
-        // successor runs, from before it is told to: shutdowns and the chain's end wait
-        // for it.
-        let watched = self.running.watched(k);
-        self.running.watch(k, true);
-        let r = self
-            .hold_commands(k, region.control())
-            .and_then(|mut cmds| self.relaunch(k, meta, &mut cmds, next, &name));
-        self.running.watch(k, watched);
-        // Waiters on the chain's state look again (a successor runs, or the stage is
-        // gone).
-        ch.state_waiters().wake_all(ch);
-        r
-    }
-
-    /// R1: `HANDOVER` into stage `k`'s command `cb`, with the host's commands held back
-    /// (the first stage), or moved from `RUN` (a later stage: one told to terminate is
-    /// not reloaded).
-    fn hold_commands<'a>(&'a self, k: usize, cb: &'a ControlBlock) -> Result<Commands<'a>> {
-        if k == 0 {
-            return Ok(Commands::Head(self.kernel.inner().life.hold_for_stage()?));
-        }
-        let ch = &self.kernel.inner().ch;
-        if ch.is_closed() {
-            return Err(ch.closed_error());
-        }
-        match cb
-            .command
-            .compare_exchange(command::RUN, command::HANDOVER, AcqRel, Acquire)
-        {
-            Ok(_) => {
-                // A CPU stage may be parked: wake it to read the command now.
-                if let Some(bell) = self.running.launched(k).and_then(|l| l.doorbell) {
-                    bell.ring();
-                }
-                Ok(Commands::Stage(cb))
-            }
-            Err(c) => Err(Error::Pipeline {
-                pipeline: self.kernel.name().to_owned(),
-                stage: k,
-                reason: format!(
-                    "the stage was told to stop (command {c}): there is nothing to reload"
-                ),
-            }),
-        }
-    }
-
-    /// R2–R6 of [`Pipeline::hand_over`], with the command held.
-    fn relaunch(
-        &self,
-        k: usize,
-        meta: &StageMeta,
-        cmds: &mut Commands<'_>,
-        next: LaunchSpec,
-        name: &str,
-    ) -> Result<()> {
-        let (Some(old), Some(region), Some(previous)) = (
-            self.running.get(k),
-            self.running.region(k),
-            self.running.launched(k),
-        ) else {
-            return Err(no_stage(k));
-        };
-        let cb = region.control();
-        // R2: wait until it handed over (by itself too: an epoch's end, a fault under a
-        // restart policy) and its execution ended.
-        let mut pause = Duration::from_micros(1);
-        loop {
-            if let Some(e) = self.kernel.inner().ch.check_stopped() {
-                return Err(e);
-            }
-            let st = cb.state.load(Acquire);
-            if state::is_final(st) {
-                return Err(self.refuse_stopped(k, st, cb));
-            }
-            if st == state::HANDED_OVER && old.is_finished() {
-                break;
-            }
-            if pause < Duration::from_micros(16) {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(pause);
-            }
-            pause = (pause * 2).min(Duration::from_micros(200));
-        }
-        // R3: join it (its resources go; the region stays).
-        if let Err(e) = old.join() {
-            tracing::warn!(stage = %name, error = %e, "joining the stage handed over");
-        }
-        if self.chain.feeds_a_final_stage(k) {
-            // A stage it writes to stopped for good meanwhile: a successor would stop at
-            // once (L4). The stage stops as L4 would have stopped it.
-            cb.error_code.store(gyre_abi::error::STAGE_STOPPED, Release);
-            cb.state.store(state::TERMINATED, Release);
-            let _ = self.chain.state();
-            return Err(Error::Pipeline {
-                pipeline: self.kernel.name().to_owned(),
-                stage: k,
-                reason: "a stage it feeds stopped for good during the reload".into(),
-            });
-        }
-        // R4: the successor's command and generation.
-        cmds.hand_to_successor();
-        // R6, counted before the launch: the successor may answer before it returns.
-        let counters = self.counters.get(k);
-        let counted = counters.map(|c| c.count(RelaunchKind::Reload));
-        match self.running.launch_successor(k, &*meta.imp, &next) {
-            Ok(()) => {
-                tracing::info!(
-                    generation = cb.generation.load(Acquire),
-                    "pipeline stage reloaded"
-                );
-                Ok(())
-            }
-            Err(e) => {
-                if let (Some(c), Some(counted)) = (counters, counted) {
-                    c.uncount(counted);
-                }
-                tracing::warn!(stage = %name, error = %e, "the reloaded handler did not launch: relaunching the previous one");
-                match self.running.launch_successor(k, &*meta.imp, &previous) {
-                    Ok(()) => Err(e),
-                    Err(e2) => {
-                        tracing::error!(stage = %name, error = %e2, "the stage's previous handler did not launch again: the stage is lost");
-                        // No launch after all: the generation R4 counted goes back.
-                        cb.generation.fetch_sub(1, AcqRel);
-                        if cb.error_code.load(Acquire) == gyre_abi::error::NONE {
-                            cb.error_code.store(gyre_abi::error::KERNEL_GONE, Release);
-                        }
-                        cb.state.store(state::FAULTED, Release);
-                        let _ = self.chain.state();
-                        Err(e2)
-                    }
-                }
-            }
-        }
-    }
-
-    /// The error of a reload whose stage stopped for good before it handed over.
-    fn refuse_stopped(&self, k: usize, st: u32, cb: &ControlBlock) -> Error {
-        let code = cb.error_code.load(Acquire);
-        Error::Pipeline {
-            pipeline: self.kernel.name().to_owned(),
-            stage: k,
-            reason: format!(
-                "the stage stopped for good (state {st}, {}) before it handed over",
-                gyre_abi::error::name(code)
-            ),
-        }
-    }
 }
 
 /// A stage index beyond the chain (checked before any reload starts; kept typed).
@@ -434,43 +254,4 @@ fn no_stage(k: usize) -> Error {
 enum Next<Req, Resp> {
     Lone(KernelSpec<Req, Resp>),
     Stage(LaunchSpec),
-}
-
-/// Who holds a reloaded stage's command: the head kernel's lifecycle (the first stage),
-/// or the reload itself (a later stage, moved from `RUN` to `HANDOVER`).
-enum Commands<'a> {
-    Head(HeadHold<'a>),
-    Stage(&'a ControlBlock),
-}
-
-impl Commands<'_> {
-    /// R4: the successor's command and the next generation into the stage's control
-    /// block.
-    fn hand_to_successor(&mut self) {
-        match self {
-            Commands::Head(h) => h.hand_to_successor(),
-            Commands::Stage(cb) => {
-                cb.generation.fetch_add(1, AcqRel);
-                back_to_run(cb);
-            }
-        }
-    }
-}
-
-/// `HANDOVER` back to `RUN`, unless a `TERMINATE` came in meanwhile: the successor (if
-/// any) obeys it, draining what it was given, then stopping.
-fn back_to_run(cb: &ControlBlock) {
-    let _ = cb
-        .command
-        .compare_exchange(command::HANDOVER, command::RUN, AcqRel, Acquire);
-}
-
-impl Drop for Commands<'_> {
-    /// A handover that ended early leaves no `HANDOVER` behind (the first stage's
-    /// [`HeadHold`] does the same for the host's commands).
-    fn drop(&mut self) {
-        if let Commands::Stage(cb) = self {
-            back_to_run(cb);
-        }
-    }
 }

@@ -17,6 +17,17 @@
 //! Every write happens under the gate's lock, through the caller's `write` (which in
 //! gyre stores the word and rings the kernel's doorbell), so writes are never reordered
 //! against each other.
+//!
+//! A chain's later stage has no gate: its word is written by the stage feeding it and
+//! the host's chain view (`TERMINATE`, with a plain store, when the chain stops), so a
+//! reload moves it with compare-and-swap: [`hold_stage`] (R1, `RUN` to `HANDOVER`) and
+//! [`release_stage`] (R4 or an early end, `HANDOVER` back to `RUN`). Checked by the same
+//! loom model:
+//!
+//! 3. A `TERMINATE` written into a later stage's word is never lost: a reload that finds
+//!    it reloads nothing, and one that started before it leaves it for the successor.
+//! 4. The kernel always stops (it reads `HANDOVER` or `TERMINATE`), and its successor
+//!    never reads `HANDOVER`.
 
 use gyre_abi::command;
 
@@ -24,6 +35,60 @@ use gyre_abi::command;
 use loom::sync::{Mutex, MutexGuard};
 #[cfg(not(gyre_loom))]
 use std::sync::{Mutex, MutexGuard};
+
+/// A command word a later stage's reload moves by compare-and-swap: the control block's
+/// (`core`'s atomic), or loom's in the model.
+pub trait CommandWord {
+    /// `compare_exchange` with acquire-release on success, acquire on failure.
+    fn swap_if(&self, current: u32, new: u32) -> Result<u32, u32>;
+}
+
+impl CommandWord for core::sync::atomic::AtomicU32 {
+    fn swap_if(&self, current: u32, new: u32) -> Result<u32, u32> {
+        use core::sync::atomic::Ordering::{AcqRel, Acquire};
+        self.compare_exchange(current, new, AcqRel, Acquire)
+    }
+}
+
+#[cfg(gyre_loom)]
+impl CommandWord for loom::sync::atomic::AtomicU32 {
+    fn swap_if(&self, current: u32, new: u32) -> Result<u32, u32> {
+        use core::sync::atomic::Ordering::{AcqRel, Acquire};
+        self.compare_exchange(current, new, AcqRel, Acquire)
+    }
+}
+
+/// R1 for a chain's later stage: `RUN` to `HANDOVER`.
+///
+/// # Errors
+///
+/// The command found instead (`TERMINATE`, `PAUSE`...): the stage was told something
+/// else, and there is nothing to reload; the word is left as it is.
+///
+/// # Examples
+///
+/// ```
+/// use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
+/// use gyre_abi::command;
+/// use gyre_core::command_gate::{hold_stage, release_stage};
+/// let word = AtomicU32::new(command::RUN);
+/// hold_stage(&word).expect("running");
+/// assert_eq!(word.load(Relaxed), command::HANDOVER);
+/// release_stage(&word); // R4
+/// assert_eq!(word.load(Relaxed), command::RUN);
+/// word.store(command::TERMINATE, Relaxed); // the stage feeding it stopped
+/// assert_eq!(hold_stage(&word), Err(command::TERMINATE));
+/// ```
+pub fn hold_stage<W: CommandWord + ?Sized>(word: &W) -> Result<(), u32> {
+    word.swap_if(command::RUN, command::HANDOVER).map(|_| ())
+}
+
+/// R4 (or a handover that ends early) for a chain's later stage: `HANDOVER` back to
+/// `RUN`, unless a `TERMINATE` came in meanwhile, which the successor (if any) obeys:
+/// it drains what it was given, then stops.
+pub fn release_stage<W: CommandWord + ?Sized>(word: &W) {
+    let _ = word.swap_if(command::HANDOVER, command::RUN);
+}
 
 #[derive(Debug)]
 struct Gate {

@@ -10,7 +10,10 @@
 //!   successor's first read of the word is a command the user gave (or the initial one),
 //!   never `HANDOVER`;
 //! * a handover abandoned before R4 (the kernel ended for good) also leaves the user's
-//!   last command in the word.
+//!   last command in the word;
+//! * a chain's later stage (no gate: `hold_stage` / `release_stage`), reloaded while the
+//!   stage feeding it writes `TERMINATE`: the kernel always stops, the `TERMINATE` is
+//!   never lost, and the successor never reads `HANDOVER`.
 //!
 //! Run with (CI does):
 //!
@@ -23,7 +26,7 @@
 use core::sync::atomic::Ordering::{Acquire, Release};
 
 use gyre_abi::{command, state};
-use gyre_core::command_gate::CommandGate;
+use gyre_core::command_gate::{hold_stage, release_stage, CommandGate};
 use loom::sync::atomic::AtomicU32;
 use loom::sync::Arc;
 use loom::thread;
@@ -142,5 +145,63 @@ fn an_abandoned_handover_leaves_the_last_command() {
         user.join().expect("user");
         assert_eq!(l.command.load(Acquire), command::TERMINATE);
         assert!(!gate.is_held());
+    });
+}
+
+/// A chain's later stage: follows `HANDOVER` (hands over) and `TERMINATE` (drains and
+/// stops for good), whichever it reads first.
+fn stage_kernel(l: &Line0) {
+    loop {
+        match l.command.load(Acquire) {
+            command::HANDOVER => return l.state.store(state::HANDED_OVER, Release),
+            command::TERMINATE => return l.state.store(state::TERMINATED, Release),
+            _ => thread::yield_now(),
+        }
+    }
+}
+
+#[test]
+fn a_later_stages_reload_never_loses_a_terminate() {
+    loom::model(|| {
+        let (l, _) = running();
+        let k = {
+            let l = l.clone();
+            thread::spawn(move || stage_kernel(&l))
+        };
+        // The stage feeding it stopped for good: it tells this one to terminate. (A
+        // store in the ABI; a swap here, the same write: loom can order a plain store
+        // before a compare-and-swap that read the value it overwrote, which the memory
+        // model forbids: tokio-rs/loom#282, #389.)
+        let feeder = {
+            let l = l.clone();
+            thread::spawn(move || {
+                l.command
+                    .swap(command::TERMINATE, core::sync::atomic::Ordering::AcqRel);
+            })
+        };
+        match hold_stage(&l.command) {
+            Err(c) => assert_eq!(c, command::TERMINATE, "only the feeder writes"),
+            Ok(()) => {
+                // R2: the stage stops either way.
+                let st = loop {
+                    match l.state.load(Acquire) {
+                        state::ACTIVE => thread::yield_now(),
+                        st => break st,
+                    }
+                };
+                release_stage(&l.command);
+                if st == state::HANDED_OVER {
+                    // The successor's K0 reads the word after its launch.
+                    assert_ne!(l.command.load(Acquire), command::HANDOVER);
+                }
+            }
+        }
+        k.join().expect("the stage stopped");
+        feeder.join().expect("feeder");
+        assert_eq!(
+            l.command.load(Acquire),
+            command::TERMINATE,
+            "the feeder's TERMINATE stays for the successor"
+        );
     });
 }
