@@ -1,10 +1,11 @@
 //! Pipelines on the CPU backend (`docs/pipelines.md`): replies in order through every
 //! stage, error replies passed on, end-to-end back-pressure, a fault in any stage failing
 //! exactly what the chain did not answer, shutdown stage by stage, per-stage telemetry,
-//! and the refusals.
+//! and the refusals; and the cases every backend runs (`tests/pipeline_cases/`).
 
 #[path = "support/deadline.rs"]
 mod deadline;
+mod pipeline_cases;
 
 use deadline::{recv, send};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -633,4 +634,29 @@ fn the_watchdog_notices_a_hung_later_stage() {
         p.shutdown_blocking(),
         Err(Error::Unresponsive { .. })
     ));
+}
+
+/// The cases every backend runs (`tests/pipeline_cases/`), on the CPU backend.
+mod every_backend {
+    use super::pipeline_cases::{self as cases, Target};
+
+    #[test]
+    fn a_chain_answers_in_order_and_counts_every_message() {
+        cases::a_chain_answers_in_order_and_counts_every_message(Target::Cpu);
+    }
+
+    #[test]
+    fn each_stage_is_reloaded_under_a_stream() {
+        cases::each_stage_is_reloaded_under_a_stream(Target::Cpu);
+    }
+
+    #[test]
+    fn a_stage_that_panics_is_restarted_in_place() {
+        cases::a_stage_that_panics_is_restarted_in_place(Target::Cpu);
+    }
+
+    #[test]
+    fn a_stage_chains_with_a_cpu_stage_across_runtimes() {
+        cases::a_stage_chains_with_a_cpu_stage_across_runtimes(Target::Cpu);
+    }
 }

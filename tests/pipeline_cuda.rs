@@ -8,16 +8,11 @@
 
 #[path = "support/deadline.rs"]
 mod deadline;
-#[path = "support/fragile.rs"]
-mod fragile;
+mod pipeline_cases;
 #[path = "support/cuda.rs"]
 mod support;
 
-use std::time::Duration;
-
-use gyre::{
-    pipeline::PipelineSpec, Backend, Error, KernelSpec, KernelState, RestartPolicy, Runtime,
-};
+use gyre::{pipeline::PipelineSpec, Backend, Error, KernelSpec, KernelState, Runtime};
 
 fn runtime(test: &str) -> Option<Runtime> {
     if !support::available(test) {
@@ -294,36 +289,6 @@ fn a_chain_across_two_gpus_answers_in_order() {
     serve_in_order(&p, |x| x);
 }
 
-/// A GPU stage whose handler panics is restarted in place (`docs/pipelines.md`,
-/// "Relaunching a stage"): its ring kernel is relaunched on its region while the stage
-/// before it keeps running on the device; the request that faulted is the only one that
-/// fails, the others are answered in order.
-#[test]
-fn a_gpu_stage_that_panics_is_restarted_in_place() {
-    let _g = support::serial();
-    let Some(rt) = runtime("a_gpu_stage_that_panics_is_restarted_in_place") else {
-        return;
-    };
-    let Some(p) = launch_or_skip(
-        std::slice::from_ref(&rt),
-        PipelineSpec::new("gpurestart", KernelSpec::<u64, u64>::echo()).then(
-            KernelSpec::portable(fragile::fragile).restart(
-                RestartPolicy::new(1000)
-                    .backoff(Duration::from_micros(100), Duration::from_millis(2)),
-            ),
-        ),
-    ) else {
-        return;
-    };
-    let faults = fragile::check(&deadline::stream(&p, 400));
-    fragile::until_restarts(&p, 1, faults);
-    p.shutdown_blocking().expect("shutdown");
-    assert!(p
-        .stage_states()
-        .iter()
-        .all(|s| *s == KernelState::Terminated { code: 0 }));
-}
-
 /// A fan-out across devices (`docs/pipelines.md`, "Across devices"): a GPU stage fans
 /// out by key into two GPU branches that write a join on the CPU by id (its region in
 /// mapped pinned memory; the producers' compare-and-swaps are one device's). Then the
@@ -384,3 +349,25 @@ fn a_gpu_fan_out_feeds_a_cpu_join() {
         Err(e) => panic!("mixed branches (host-native atomics: {host_native}): {e}"),
     }
 }
+
+/// The cases every backend runs (`tests/pipeline_cases/`), on CUDA device 0, one at a
+/// time.
+macro_rules! cuda_cases {
+    ($($case:ident),* $(,)?) => {
+        $(#[test]
+        fn $case() {
+            let _g = support::serial();
+            if !support::available(stringify!($case)) {
+                return;
+            }
+            pipeline_cases::$case(pipeline_cases::Target::Cuda);
+        })*
+    };
+}
+
+cuda_cases!(
+    a_chain_answers_in_order_and_counts_every_message,
+    each_stage_is_reloaded_under_a_stream,
+    a_stage_that_panics_is_restarted_in_place,
+    a_stage_chains_with_a_cpu_stage_across_runtimes,
+);

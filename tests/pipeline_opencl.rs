@@ -2,24 +2,22 @@
 //! next stage's request ring in fine-grained SVM (PoCL in CI: one compute unit per core,
 //! so at most that many stages). Without a usable OpenCL device the cases print `SKIP`
 //! and pass, unless `GYRE_REQUIRE_OPENCL=1`. The fault table is the CPU backend's
-//! (`tests/pipeline.rs`, `tests/pipeline_restart.rs`); here a portable handler panics
-//! (a division by zero) in a stage restarted in place.
+//! (`tests/pipeline.rs`, `tests/pipeline_restart.rs`); the cases every backend runs
+//! (`tests/pipeline_cases/`: in order, reloads, a portable handler's panic restarted in
+//! place, a chain across the CPU) run here on the device too.
 
 #![cfg(feature = "opencl")]
 
 #[path = "support/deadline.rs"]
 mod deadline;
-#[path = "support/fragile.rs"]
-mod fragile;
+mod pipeline_cases;
 #[path = "support/opencl.rs"]
 mod support;
-
-use std::time::Duration;
 
 use gyre::{
     codes,
     pipeline::{Pipeline, PipelineSpec},
-    Backend, Error, KernelSpec, KernelState, RestartPolicy, Runtime,
+    Backend, Error, KernelSpec, KernelState, Runtime,
 };
 
 fn guard() -> support::Guard {
@@ -401,35 +399,24 @@ fn a_fan_out_across_the_cpu_and_a_device_answers_in_request_order() {
     assert_eq!(t[3].messages_out, 400);
 }
 
-/// A device stage whose handler panics is restarted in place (`docs/pipelines.md`,
-/// "Relaunching a stage"): its OpenCL kernel is relaunched on its region while the stage
-/// before it keeps running, the request that faulted is the only one that fails, and the
-/// others are answered in order.
-#[test]
-fn a_device_stage_that_panics_is_restarted_in_place() {
-    let _g = guard();
-    let Some(rt) = runtime("a_device_stage_that_panics_is_restarted_in_place") else {
-        return;
+/// The cases every backend runs (`tests/pipeline_cases/`), on the OpenCL device, one at
+/// a time under the watchdog.
+macro_rules! opencl_cases {
+    ($($case:ident),* $(,)?) => {
+        $(#[test]
+        fn $case() {
+            let _g = guard();
+            let Some((p, d)) = support::device_or_skip(stringify!($case)) else {
+                return;
+            };
+            pipeline_cases::$case(pipeline_cases::Target::OpenCl(p, d));
+        })*
     };
-    const N: u64 = 200;
-    let p = rt
-        .launch(
-            PipelineSpec::new("restart", KernelSpec::<u64, u64>::echo().capacity(16)).then(
-                KernelSpec::portable(fragile::fragile).capacity(16).restart(
-                    RestartPolicy::new(100)
-                        .backoff(Duration::from_micros(100), Duration::from_millis(2)),
-                ),
-            ),
-        )
-        .expect("pipeline");
-    assert!(matches!(p.backend(), Backend::OpenCl { .. }));
-    let faults = fragile::check(&deadline::stream(&p, N));
-    assert_eq!(faults, N.div_ceil(16));
-    fragile::until_restarts(&p, 1, faults);
-    p.shutdown_blocking().expect("shutdown");
-    assert_eq!(p.stage_restarts(), [0, faults]);
-    assert!(p
-        .stage_states()
-        .iter()
-        .all(|s| *s == KernelState::Terminated { code: 0 }));
 }
+
+opencl_cases!(
+    a_chain_answers_in_order_and_counts_every_message,
+    each_stage_is_reloaded_under_a_stream,
+    a_stage_that_panics_is_restarted_in_place,
+    a_stage_chains_with_a_cpu_stage_across_runtimes,
+);
