@@ -1,5 +1,6 @@
 //! Kernel pools (`docs/pools.md`): calls spread by least outstanding, keyed calls in order,
-//! a failed member replaced or removed without losing what the others hold.
+//! a failed member replaced or removed without losing what the others hold; and the
+//! cases every backend runs (`tests/pool_cases/`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -13,6 +14,7 @@ use gyre::{
     Error, KernelSpec, KernelState, Runtime,
 };
 
+mod pool_cases;
 #[path = "support/wait.rs"]
 mod wait;
 use wait::eventually;
@@ -503,4 +505,24 @@ fn a_device_pool_lends_each_device_once() {
     assert_eq!(k.call_blocking(1).unwrap(), 2);
     k.shutdown_blocking().unwrap();
     assert_eq!(devices.available(), 1);
+}
+
+/// The cases every backend runs (`tests/pool_cases/`), on the CPU backend.
+mod every_backend {
+    use super::pool_cases::{self as cases, Target};
+
+    #[test]
+    fn keyed_calls_reach_every_member() {
+        cases::keyed_calls_reach_every_member(Target::Cpu);
+    }
+
+    #[test]
+    fn a_member_that_faults_is_replaced_and_the_other_loses_nothing() {
+        cases::a_member_that_faults_is_replaced_and_the_other_loses_nothing(Target::Cpu);
+    }
+
+    #[test]
+    fn a_pool_spans_runtimes_and_replaces_in_place() {
+        cases::a_pool_spans_runtimes_and_replaces_in_place(Target::Cpu);
+    }
 }

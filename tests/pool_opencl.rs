@@ -1,11 +1,16 @@
 //! Kernel pools on the OpenCL backend: members are work-groups of one device, each
 //! holding a compute unit (PoCL in CI: one per core). Without a usable OpenCL device the
-//! cases print `SKIP` and pass, unless `GYRE_REQUIRE_OPENCL=1`.
+//! cases print `SKIP` and pass, unless `GYRE_REQUIRE_OPENCL=1`. The cases every backend
+//! runs (`tests/pool_cases/`) run here on the device too; a member's portable handler
+//! faults there.
 
 #![cfg(feature = "opencl")]
 
+mod pool_cases;
 #[path = "support/opencl.rs"]
 mod support;
+#[path = "support/wait.rs"]
+mod wait;
 
 use gyre::{pool::PoolOptions, Backend, KernelSpec, Runtime};
 
@@ -45,50 +50,6 @@ fn opencl_pool_compiles_in_child() {
     pool.shutdown_blocking().expect("shutdown");
 }
 
-#[test]
-fn two_members_on_one_device_share_the_calls() {
-    let _g = guard();
-    let Some(rt) = runtime("two_members_on_one_device_share_the_calls") else {
-        return;
-    };
-    let pool = rt
-        .launch(gyre::pool::PoolSpec::new(
-            KernelSpec::<u64, u64>::echo(),
-            PoolOptions::new(2),
-        ))
-        .expect("pool");
-    for k in pool.members() {
-        assert!(matches!(k.backend(), Backend::OpenCl { .. }));
-    }
-    let tokio = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .expect("tokio");
-    // Keyed calls, each to its key's member: the keys use both members.
-    let keys: Vec<u64> = (0..64).collect();
-    let replies = tokio.block_on(async {
-        let calls: Vec<_> = keys.iter().map(|&k| pool.call_keyed(k, k * 10)).collect();
-        let mut out = Vec::new();
-        for c in calls {
-            out.push(c.await);
-        }
-        out
-    });
-    for (k, r) in keys.iter().zip(replies) {
-        assert_eq!(r.expect("reply"), k * 10);
-    }
-    for k in pool.members() {
-        assert!(
-            k.telemetry().expect("telemetry").messages_out > 0,
-            "{}",
-            k.name()
-        );
-    }
-    for i in 0..100 {
-        assert_eq!(pool.call_blocking(i).expect("call"), i);
-    }
-    pool.shutdown_blocking().expect("shutdown");
-}
-
 /// A member that stopped (here: shut down directly) is replaced on a device whose compute
 /// units are all taken: the stopped member gives its unit back first.
 #[test]
@@ -120,49 +81,6 @@ fn a_stopped_member_is_replaced_on_a_full_device() {
     );
     let s = pool.stats();
     assert_eq!((s.members, s.replaced, s.removed), (units, 1, 0));
-    pool.shutdown_blocking().expect("shutdown");
-}
-
-/// A pool over two runtimes, the CPU backend and the OpenCL device: slot 0 on the CPU,
-/// slot 1 on OpenCL; calls reach both, and a replacement runs where its slot does.
-#[test]
-fn a_pool_spans_backends_and_replaces_in_place() {
-    let _g = guard();
-    let Some(cl) = runtime("a_pool_spans_backends_and_replaces_in_place") else {
-        return;
-    };
-    let cpu = Runtime::builder()
-        .backend(Backend::Cpu)
-        .build()
-        .expect("CPU runtime");
-    let pool = gyre::Runtime::launch_across(
-        &[cpu, cl.clone()],
-        gyre::pool::PoolSpec::new(KernelSpec::<u64, u64>::echo(), PoolOptions::new(2)),
-    )
-    .expect("pool");
-    let backends: Vec<Backend> = pool.members().iter().map(|k| k.backend()).collect();
-    assert_eq!(backends, [Backend::Cpu, cl.backend()]);
-    for i in 0..200 {
-        assert_eq!(pool.call_keyed_blocking(i, i).expect("call"), i);
-    }
-    for k in pool.members() {
-        assert!(
-            k.telemetry().expect("telemetry").messages_out > 0,
-            "{}",
-            k.name()
-        );
-    }
-    let key = (0..)
-        .find(|&k| pool.member_for_key(k) == Some(1))
-        .expect("a key");
-    pool.members()[1].shutdown_blocking().expect("shutdown");
-    assert_eq!(pool.call_keyed_blocking(key, 3).expect("replacement"), 3);
-    assert_eq!(
-        pool.members()[1].backend(),
-        cl.backend(),
-        "replaced on its slot's device"
-    );
-    assert_eq!(pool.stats().replaced, 1);
     pool.shutdown_blocking().expect("shutdown");
 }
 
@@ -200,3 +118,24 @@ fn a_launch_right_after_a_drop_gets_the_freed_compute_unit() {
         k.shutdown_blocking().expect("shutdown");
     }
 }
+
+/// The cases every backend runs (`tests/pool_cases/`), on the OpenCL device, one at a
+/// time under the watchdog.
+macro_rules! opencl_cases {
+    ($($case:ident),* $(,)?) => {
+        $(#[test]
+        fn $case() {
+            let _g = guard();
+            let Some((p, d)) = support::device_or_skip(stringify!($case)) else {
+                return;
+            };
+            pool_cases::$case(pool_cases::Target::OpenCl(p, d));
+        })*
+    };
+}
+
+opencl_cases!(
+    keyed_calls_reach_every_member,
+    a_member_that_faults_is_replaced_and_the_other_loses_nothing,
+    a_pool_spans_runtimes_and_replaces_in_place,
+);
