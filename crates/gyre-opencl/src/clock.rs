@@ -2,7 +2,10 @@
 //! (`GYRE_CL_TICKS()` in `port_opencl.h`) and the host tells it, at build time, how many
 //! nanoseconds a tick is. `calibrate` measures that with a one-work-item probe kernel
 //! read twice, some milliseconds apart, against the host's monotonic clock. The
-//! result is a [`ClockScale`] (`scale.rs`, shared with the program builder).
+//! result is a [`ClockScale`] (`scale.rs`, shared with the program builder); a
+//! calibration that agrees with the one kept from an earlier process uses that one
+//! (`clock_cache.rs`), so that the build options, and the driver's program cache, stay
+//! the same.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,6 +17,7 @@ use opencl3::kernel::Kernel;
 use opencl3::memory::{Buffer, ClMem, CL_MEM_READ_WRITE};
 use opencl3::types::CL_BLOCKING;
 
+use crate::clock_cache;
 use crate::error::{check, Error, Result};
 use crate::probe::DeviceInfo;
 use crate::program::{self, CLOCK_PROBE_ENTRY};
@@ -119,9 +123,14 @@ pub(crate) fn calibrate(ctx: &Arc<Context>, info: &DeviceInfo) -> Result<ClockSc
             "the tick counter did not advance ({a} then {b}) over {CALIBRATION_GAP:?}"
         )));
     }
-    let ns_per_tick = (hb - ha) / (b - a) as f64;
+    let measured = (hb - ha) / (b - a) as f64;
+    ClockScale::from_ns_per_tick(measured)
+        .ok_or_else(|| fail(format!("implausible rate: {measured} ns per tick")))?;
+    // The kept calibration when this one agrees with it: the same build options as the
+    // last process, so the driver's program cache serves the ring kernels.
+    let ns_per_tick = clock_cache::settle(clock_cache::path_for(info).as_deref(), measured);
     let scale = ClockScale::from_ns_per_tick(ns_per_tick)
         .ok_or_else(|| fail(format!("implausible rate: {ns_per_tick} ns per tick")))?;
-    tracing::info!(device = %info.name, ns_per_tick, "OpenCL device clock calibrated");
+    tracing::info!(device = %info.name, measured, ns_per_tick, "OpenCL device clock calibrated");
     Ok(scale)
 }

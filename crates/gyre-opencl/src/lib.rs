@@ -21,6 +21,7 @@
 
 pub mod backend;
 pub mod clock;
+mod clock_cache;
 pub mod copy;
 pub mod error;
 mod kernel;
