@@ -56,35 +56,26 @@ fn guard() -> support::Guard {
     )
 }
 
-macro_rules! opencl_cases {
-    ($($case:ident),* $(,)?) => {
-        $(#[test]
-        fn $case() {
-            let _g = guard();
-            let Some((p, d)) = support::device_or_skip(stringify!($case)) else {
-                return;
-            };
-            loan_cases::$case(Target::OpenCl(p, d));
-        })*
-    };
-}
-
-opencl_cases!(
-    large_messages_round_trip_in_place,
-    replies_may_shrink_or_grow_within_the_block,
-    handler_errors_return_the_block_and_the_kernel_serves_on,
-    corrupt_handles_are_refused_without_touching_the_pool,
-    an_exhausted_pool_refuses_try_loan_and_async_loans_wait,
-    dropped_call_futures_return_their_block_only_after_the_reply,
-    many_threads_loan_and_call_concurrently,
-    bad_specs_are_refused_and_copies_move_loan_bytes,
-    batches_of_loans_go_and_come_back_in_order,
-    the_export_file_shows_the_pool,
-    a_handle_sent_twice_never_gives_its_block_two_writers,
-    a_loan_of_another_pool_is_refused_and_returns_to_it,
-    a_reloaded_loan_kernel_serves_the_same_pool,
-    host_code_resolves_no_handle_of_a_device_kernels_pool,
-    a_watched_loan_kernel_reloads_over_the_same_pool,
+support::device_cases!(
+    loan_cases,
+    Target::OpenCl,
+    [
+        large_messages_round_trip_in_place,
+        replies_may_shrink_or_grow_within_the_block,
+        handler_errors_return_the_block_and_the_kernel_serves_on,
+        corrupt_handles_are_refused_without_touching_the_pool,
+        an_exhausted_pool_refuses_try_loan_and_async_loans_wait,
+        dropped_call_futures_return_their_block_only_after_the_reply,
+        many_threads_loan_and_call_concurrently,
+        bad_specs_are_refused_and_copies_move_loan_bytes,
+        batches_of_loans_go_and_come_back_in_order,
+        the_export_file_shows_the_pool,
+        a_handle_sent_twice_never_gives_its_block_two_writers,
+        a_loan_of_another_pool_is_refused_and_returns_to_it,
+        a_reloaded_loan_kernel_serves_the_same_pool,
+        host_code_resolves_no_handle_of_a_device_kernels_pool,
+        a_watched_loan_kernel_reloads_over_the_same_pool,
+    ]
 );
 
 /// A loan kernel with a Rust closure and no OpenCL C source is refused on OpenCL, naming

@@ -399,24 +399,15 @@ fn a_fan_out_across_the_cpu_and_a_device_answers_in_request_order() {
     assert_eq!(t[3].messages_out, 400);
 }
 
-/// The cases every backend runs (`tests/pipeline_cases/`), on the OpenCL device, one at
-/// a time under the watchdog.
-macro_rules! opencl_cases {
-    ($($case:ident),* $(,)?) => {
-        $(#[test]
-        fn $case() {
-            let _g = guard();
-            let Some((p, d)) = support::device_or_skip(stringify!($case)) else {
-                return;
-            };
-            pipeline_cases::$case(pipeline_cases::Target::OpenCl(p, d));
-        })*
-    };
-}
-
-opencl_cases!(
-    a_chain_answers_in_order_and_counts_every_message,
-    each_stage_is_reloaded_under_a_stream,
-    a_stage_that_panics_is_restarted_in_place,
-    a_stage_chains_with_a_cpu_stage_across_runtimes,
+// The cases every backend runs (`tests/pipeline_cases/`), on the OpenCL device, one at
+// a time under the watchdog.
+support::device_cases!(
+    pipeline_cases,
+    pipeline_cases::Target::OpenCl,
+    [
+        a_chain_answers_in_order_and_counts_every_message,
+        each_stage_is_reloaded_under_a_stream,
+        a_stage_that_panics_is_restarted_in_place,
+        a_stage_chains_with_a_cpu_stage_across_runtimes,
+    ]
 );

@@ -119,23 +119,14 @@ fn a_launch_right_after_a_drop_gets_the_freed_compute_unit() {
     }
 }
 
-/// The cases every backend runs (`tests/pool_cases/`), on the OpenCL device, one at a
-/// time under the watchdog.
-macro_rules! opencl_cases {
-    ($($case:ident),* $(,)?) => {
-        $(#[test]
-        fn $case() {
-            let _g = guard();
-            let Some((p, d)) = support::device_or_skip(stringify!($case)) else {
-                return;
-            };
-            pool_cases::$case(pool_cases::Target::OpenCl(p, d));
-        })*
-    };
-}
-
-opencl_cases!(
-    keyed_calls_reach_every_member,
-    a_member_that_faults_is_replaced_and_the_other_loses_nothing,
-    a_pool_spans_runtimes_and_replaces_in_place,
+// The cases every backend runs (`tests/pool_cases/`), on the OpenCL device, one at a
+// time under the watchdog.
+support::device_cases!(
+    pool_cases,
+    pool_cases::Target::OpenCl,
+    [
+        keyed_calls_reach_every_member,
+        a_member_that_faults_is_replaced_and_the_other_loses_nothing,
+        a_pool_spans_runtimes_and_replaces_in_place,
+    ]
 );

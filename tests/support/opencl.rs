@@ -15,6 +15,26 @@
 
 #![allow(dead_code)]
 
+/// One test per case of a shared case module (`tests/loan_cases/`, `pipeline_cases/`,
+/// `pool_cases/`) on the OpenCL device: each holds the binary's `guard()` (defined where
+/// the macro is used), skips without a device, and calls `$cases::case($target(platform,
+/// device))`. (Unused by the binaries without shared cases.)
+#[allow(unused_macros)]
+macro_rules! device_cases {
+    ($cases:ident, $target:path, [$($case:ident),* $(,)?]) => {
+        $(#[test]
+        fn $case() {
+            let _g = guard();
+            let Some((p, d)) = support::device_or_skip(stringify!($case)) else {
+                return;
+            };
+            $cases::$case($target(p, d));
+        })*
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use device_cases;
+
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
