@@ -156,7 +156,7 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
             }
         }
         let export = stages.head().launched().export;
-        let life = Arc::new(Lifecycle::new(ch.clone(), stages, transfer.clone()));
+        let life = Lifecycle::new(ch.clone(), stages, transfer.clone());
         // The backend's view of the running launch's execution (a device fault kills a
         // kernel without a final state), consulted without keeping the kernel alive.
         ch.watch_liveness(Arc::new(CurrentLiveness(Arc::downgrade(&life))));

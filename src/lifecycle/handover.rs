@@ -110,8 +110,9 @@ impl Lifecycle {
         let watched = stage.watched();
         stage.watch(true);
         let r = self.hand_over_watched(k, stage, why, next);
-        if !watched {
-            // A supervised stage stays watched (unless the handover gave it up).
+        if !watched && !stage.late.load(Acquire) {
+            // A supervised stage stays watched (unless the handover gave it up), and so
+            // does one a late watch follows.
             stage.watch(false);
         }
         // Waiters on the kernel's state look again (a successor runs, or it is gone).
@@ -140,7 +141,20 @@ impl Lifecycle {
             }
         };
         // R2: wait until it stopped and its execution ended.
-        let code = self.wait_stopped(k, stage, &*old)?;
+        let code = match self.wait_stopped(k, stage, &*old) {
+            Ok(code) => code,
+            Err(e @ Error::Timeout { .. }) if why == Why::Reload => {
+                // Given up: the hold goes, and the stage serves on when it comes back.
+                // It may have read `HANDOVER` just before: a late watch relaunches it
+                // then (an unsupervised stage; a supervisor relaunches its own).
+                drop(held);
+                if !stage.supervised() {
+                    self.follow_late(k, stage);
+                }
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
         // R3: join it (its resources go; the region stays).
         if let Err(e) = old.join() {
             tracing::warn!(kernel = %stage.name, error = %e, "joining the kernel handed over");
@@ -217,8 +231,10 @@ impl Lifecycle {
     /// Waits at most [`HANDOVER_DEADLINE`]: a stage whose batch never ends (a handler
     /// that never returns, without a watchdog) fails the relaunch with [`Error::Timeout`]
     /// instead of hanging it; the hold on its command is released, so it serves on if it
-    /// ever comes back.
+    /// ever comes back (and is relaunched with the handler it ran if it read `HANDOVER`
+    /// just before the release: [`super::late`]).
     fn wait_stopped(&self, k: usize, stage: &Stage, old: &dyn KernelInstance) -> Result<u32> {
+        let deadline = deadline();
         let mut pause = Duration::from_micros(1);
         let start = Instant::now();
         loop {
@@ -247,11 +263,13 @@ impl Lifecycle {
                 }
                 _ => {}
             }
-            if start.elapsed() >= HANDOVER_DEADLINE {
+            if start.elapsed() >= deadline {
                 tracing::error!(kernel = %stage.name, state = st, "the kernel did not stop for its relaunch in time");
+                #[cfg(test)]
+                tests::at_deadline();
                 return Err(Error::Timeout {
                     op: "a relaunch waiting for the kernel to stop at a batch boundary",
-                    after: HANDOVER_DEADLINE,
+                    after: deadline,
                 });
             }
             if pause < Duration::from_micros(16) {
@@ -303,7 +321,9 @@ impl Lifecycle {
             // Synchronous: the successor must not read the old command.
             t.bridge().push().inspect_err(|_| ungenerate())?;
         }
-        let counted = count.map(|why| stage.counts.count(why.kind()));
+        let counted = count
+            .and_then(Why::kind)
+            .map(|kind| stage.counts.count(kind));
         stage.launch(spec).inspect_err(|_| {
             if let Some(c) = counted {
                 stage.counts.uncount(c);
@@ -382,5 +402,45 @@ impl Lifecycle {
         cb.state.store(state::TERMINATED, Release);
         stage.watch(false);
         let _ = self.ch.check_stopped();
+    }
+}
+
+/// R2's deadline: [`HANDOVER_DEADLINE`] (a test's own on its thread).
+fn deadline() -> Duration {
+    #[cfg(test)]
+    if let Some(d) = tests::deadline() {
+        return d;
+    }
+    HANDOVER_DEADLINE
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use core::cell::RefCell;
+    use std::time::Duration;
+
+    type AtDeadline = (Duration, Box<dyn FnMut()>);
+
+    thread_local! {
+        /// A test's R2 deadline for relaunches on this thread, and what runs when it
+        /// passes, before the hold is released.
+        static AT_DEADLINE: RefCell<Option<AtDeadline>> = const { RefCell::new(None) };
+    }
+
+    /// Relaunches on this thread give up after `after`, running `then` first.
+    pub(in crate::lifecycle) fn set_deadline(after: Duration, then: impl FnMut() + 'static) {
+        AT_DEADLINE.with(|d| *d.borrow_mut() = Some((after, Box::new(then))));
+    }
+
+    pub(super) fn deadline() -> Option<Duration> {
+        AT_DEADLINE.with(|d| d.borrow().as_ref().map(|(after, _)| *after))
+    }
+
+    pub(super) fn at_deadline() {
+        AT_DEADLINE.with(|d| {
+            if let Some((_, then)) = d.borrow_mut().as_mut() {
+                then();
+            }
+        });
     }
 }

@@ -30,10 +30,13 @@
 //! (`docs/pipelines.md`, "Relaunching a stage").
 //!
 //! Who does it: a reload on the thread that asked for it; epochs and restarts on the
-//! kernel's one supervisor thread ([`supervisor`]), for every stage that has them. One
-//! relaunch of a stage at a time (its `handover` lock).
+//! kernel's one supervisor thread ([`supervisor`]), for every stage that has them; the
+//! resume of an unsupervised stage that read the `HANDOVER` of a reload that gave up, on
+//! a thread that follows it ([`late`]). One relaunch of a stage at a time (its
+//! `handover` lock).
 
 mod handover;
+mod late;
 mod options;
 mod policy;
 mod reload;
@@ -72,15 +75,20 @@ pub(crate) enum Why {
     Epoch,
     /// A fault, under a restart policy.
     Restart,
+    /// The handler it ran, relaunched after a reload gave up waiting for the stage
+    /// (R2's deadline) while the stage was reading its `HANDOVER` ([`late`]).
+    Resume,
 }
 
 impl Why {
-    /// The count it goes to.
-    fn kind(self) -> stages::RelaunchKind {
+    /// The count it goes to: none for a resume, which only the generation counts (the
+    /// reload it completes failed, and nothing was new).
+    fn kind(self) -> Option<stages::RelaunchKind> {
         match self {
-            Why::Reload => stages::RelaunchKind::Reload,
-            Why::Epoch => stages::RelaunchKind::Epoch,
-            Why::Restart => stages::RelaunchKind::Restart,
+            Why::Reload => Some(stages::RelaunchKind::Reload),
+            Why::Epoch => Some(stages::RelaunchKind::Epoch),
+            Why::Restart => Some(stages::RelaunchKind::Restart),
+            Why::Resume => None,
         }
     }
 
@@ -89,6 +97,7 @@ impl Why {
             Why::Reload => "reload",
             Why::Epoch => "epoch",
             Why::Restart => "restart",
+            Why::Resume => "resume",
         }
     }
 }
@@ -132,6 +141,8 @@ pub(crate) struct Lifecycle {
     cmds: CommandGate,
     /// Set when the kernel's end was handled: no more relaunches.
     pub(crate) ended: AtomicBool,
+    /// This lifecycle, for the threads it starts (weak: they keep nothing alive).
+    me: Weak<Lifecycle>,
 }
 
 impl Lifecycle {
@@ -139,19 +150,20 @@ impl Lifecycle {
         ch: Arc<Channel>,
         stages: Stages,
         transfer: Option<Arc<BridgeAgent>>,
-    ) -> Self {
+    ) -> Arc<Self> {
         let head = stages.head();
         if head.restart.is_some() && !head.faults_hand_over {
             // A lone kernel's fault is `FAULTED`, not final while a restart follows.
             ch.arm_restart(true);
         }
-        Self {
+        Arc::new_cyclic(|me| Self {
             ch,
             stages: Arc::new(stages),
             transfer,
             cmds: CommandGate::new(command::RUN),
             ended: AtomicBool::new(false),
-        }
+            me: me.clone(),
+        })
     }
 
     /// Every stage's running launch as one: what a shutdown joins.

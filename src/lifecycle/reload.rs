@@ -46,7 +46,11 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
     /// ([`Error::KernelFaulted`], [`Error::KernelTerminated`], [`Error::KernelLost`],
     /// [`Error::Unresponsive`]); [`Error::Launch`] if the new handler built but did not
     /// launch (the old handler was relaunched and serves again; if that failed too, the
-    /// kernel is lost and its waiters fail with [`Error::KernelLost`]).
+    /// kernel is lost and its waiters fail with [`Error::KernelLost`]); [`Error::Timeout`]
+    /// when the kernel did not reach a batch boundary within 30 s (a handler that does
+    /// not return): the old handler serves on when it comes back (relaunched, if it
+    /// stopped for the reload just as the reload gave up; counted only in the
+    /// generation).
     ///
     /// # Examples
     ///

@@ -131,6 +131,13 @@ pub(crate) struct Stage {
     /// during a reload; a stage in `HANDED_OVER` that is watched is not finished
     /// ([`Stages::is_finished`]).
     watched: AtomicBool,
+    /// A late watch follows the stage ([`super::late`]): a reload of it gave up at R2's
+    /// deadline, and the stage may have read `HANDOVER` before the release. Set and
+    /// cleared under the handover lock; the stage stays watched meanwhile.
+    pub(super) late: AtomicBool,
+    /// Bumped by each reload that gives up: the late watch starts counting heartbeats
+    /// again from the release that went with it.
+    pub(super) late_round: AtomicU64,
     pub(crate) epoch_us: u32,
     pub(crate) restart: Option<RestartPolicy>,
     /// Launched with [`link::RESTARTS`]: a handler fault hands over with its code in
@@ -149,6 +156,8 @@ impl Stage {
             .is_some_and(|l| l.flags & link::RESTARTS != 0);
         Self {
             watched: AtomicBool::new(false),
+            late: AtomicBool::new(false),
+            late_round: AtomicU64::new(0),
             name: s.name,
             imp: s.imp,
             place: s.place,

@@ -1,0 +1,244 @@
+//! The late watch: what follows a reload that gave up at R2's deadline.
+//!
+//! The reload wrote `HANDOVER` (R1) and waited for a stage stuck in a batch; at the
+//! deadline it released its hold (`RUN`, or the host's last command for the head) and
+//! returned [`Error::Timeout`](gyre_core::Error::Timeout). The stage reads its command
+//! at its next batch boundary, which may have come just before the release: then it
+//! read `HANDOVER` and hands over, and an unsupervised stage had nobody to launch its
+//! successor. It stayed `HANDED_OVER`, and the kernel ended with it.
+//!
+//! So the stage stays watched (`HANDED_OVER` is then not its end: callers wait) and one
+//! thread follows it until one of three things is known:
+//!
+//! * **It handed over:** it read `HANDOVER`. Its successor runs the handler it ran (the
+//!   reload launched nothing), counted only in the generation ([`Why::Resume`]).
+//! * **It read the release:** two changes of its heartbeat seen after the release. A
+//!   slow tick writes the heartbeat (K9) before it reads the command (K1), and a stage
+//!   that reads `HANDOVER` stops in that tick without another heartbeat. The first
+//!   change may come from a tick whose K1 read the command from before the release (the
+//!   stage's store of the heartbeat and load of the command are not fenced against the
+//!   host's release and load); the second comes from a tick after a K1 that did not
+//!   stop, and K1 reads the command word in order, so no later K1 reads `HANDOVER`.
+//! * **It ended:** a final state, or the kernel's end.
+//!
+//! A stage under a supervisor needs none of this: the supervisor relaunches a stage that
+//! handed over by itself. Another reload that gives up while the watch runs starts its
+//! count again ([`Stage::late_round`]); a reload that succeeds meanwhile relaunches the
+//! stage itself and the watch then sees it running, and ends at its heartbeats.
+
+use core::sync::atomic::Ordering::{AcqRel, Acquire, Release};
+use std::time::Duration;
+
+use super::handover::Stop;
+use super::{Lifecycle, Stage, Why};
+
+/// The watch's first and longest pause between two looks at the stage.
+const FIRST_LOOK: Duration = Duration::from_millis(1);
+const MAX_PAUSE: Duration = Duration::from_millis(50);
+
+/// What the watch saw of the stage's heartbeat since the last release.
+struct Beats {
+    round: u64,
+    last: u64,
+    changes: u32,
+}
+
+impl Lifecycle {
+    /// Starts following stage `k` after a reload gave up on it and released its hold
+    /// (the caller holds the stage's handover lock). The stage stays watched until the
+    /// watch ends.
+    pub(super) fn follow_late(&self, k: usize, stage: &Stage) {
+        stage.late_round.fetch_add(1, AcqRel);
+        if stage.late.swap(true, AcqRel) {
+            // A watch runs: it counts from this release on.
+            return;
+        }
+        stage.watch(true);
+        let me = self.me.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("gyre-late-{}", stage.name))
+            .spawn(move || follow(&me, k));
+        if let Err(e) = spawned {
+            tracing::error!(kernel = %stage.name, error = %e, "no thread to follow the stage after its reload gave up: if it handed over, it stays stopped");
+            stage.late.store(false, Release);
+            stage.watch(false);
+        }
+    }
+}
+
+/// The late watch's thread: looks at stage `k` with a growing pause until it knows.
+fn follow(me: &std::sync::Weak<Lifecycle>, k: usize) {
+    let mut pause = FIRST_LOOK;
+    let mut beats: Option<Beats> = None;
+    loop {
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(MAX_PAUSE);
+        let Some(life) = me.upgrade() else {
+            return;
+        };
+        let Ok(stage) = life.stages.get(k) else {
+            return;
+        };
+        // A reload under way relaunches the stage itself (or gives up and bumps the
+        // round); the watch looks again after it.
+        let Some(_one) = stage.try_hold() else {
+            continue;
+        };
+        if life.ended.load(Acquire) || life.ch.check_stopped().is_some() {
+            // The kernel's end is handled, or it ended for good: nothing to relaunch.
+            return end(stage);
+        }
+        let round = stage.late_round.load(Acquire);
+        let (st, code) = life.stage_state(k, stage);
+        // Read after the state, which brings a copy strategy's mirror up.
+        let heartbeat = stage.region.control().kernel_heartbeat.load(Acquire);
+        match life.classify(k, st, code) {
+            Stop::Final => return end(stage),
+            Stop::HandedOver | Stop::Fault => {
+                if !stage.current().is_finished() {
+                    continue;
+                }
+                tracing::warn!(kernel = %stage.name, "the stage read the HANDOVER of a reload that gave up: relaunching the handler it ran");
+                // An error made the stage's end final (lost): its waiters learn it.
+                let _ = life.hand_over(k, stage, Why::Resume, None);
+                return end(stage);
+            }
+            Stop::Running => match &mut beats {
+                Some(b) if b.round == round => {
+                    if heartbeat != b.last {
+                        b.last = heartbeat;
+                        b.changes += 1;
+                    }
+                    if b.changes >= 2 {
+                        tracing::debug!(kernel = %stage.name, "the stage serves on after its reload gave up");
+                        return end(stage);
+                    }
+                }
+                _ => {
+                    beats = Some(Beats {
+                        round,
+                        last: heartbeat,
+                        changes: 0,
+                    });
+                }
+            },
+        }
+    }
+}
+
+/// The watch is over (under the stage's handover lock, or once the kernel ended).
+fn end(stage: &Stage) {
+    stage.late.store(false, Release);
+    stage.watch(false);
+}
+
+#[cfg(test)]
+mod tests {
+    use core::sync::atomic::AtomicBool;
+    use core::sync::atomic::Ordering::{Acquire, Release};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use gyre_abi::state;
+
+    use crate::lifecycle::handover::tests::set_deadline;
+    use crate::lifecycle::Lifecycle;
+    use crate::{Backend, Error, Kernel, KernelSpec, Runtime};
+
+    fn until(what: &str, mut done: impl FnMut() -> bool) {
+        let start = Instant::now();
+        while !done() {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "timed out: {what}"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// A kernel whose handler blocks on request 7 until `go`; `inside` once it does.
+    fn stuck_kernel(rt: &Runtime) -> (Kernel<u32, u32>, Arc<AtomicBool>, Arc<AtomicBool>) {
+        let (inside, go) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let (i, g) = (inside.clone(), go.clone());
+        let k = rt
+            .launch(KernelSpec::from_fn("late", move |x: u32| {
+                if x == 7 {
+                    i.store(true, Release);
+                    while !g.load(Acquire) {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }
+                x + 1
+            }))
+            .expect("launch");
+        (k, inside, go)
+    }
+
+    fn watch_ended(life: &Lifecycle) -> bool {
+        let s = life.stages.head();
+        !s.late.load(Acquire) && !s.watched()
+    }
+
+    /// The race the watch exists for: the stuck batch ends just before the reload gives
+    /// up, and the stage reads the `HANDOVER` that is about to be released. Without the
+    /// watch the stage stayed `HANDED_OVER` and the kernel ended with it.
+    #[test]
+    fn a_stage_that_read_a_given_up_handover_is_relaunched_with_its_handler() {
+        let rt = Runtime::builder()
+            .backend(Backend::Cpu)
+            .build()
+            .expect("runtime");
+        let (k, inside, go) = stuck_kernel(&rt);
+        let caller = k.clone();
+        let stuck = std::thread::spawn(move || caller.call_blocking(7));
+        until("the handler blocks", || inside.load(Acquire));
+        let life = k.inner().life.clone();
+        let at = life.clone();
+        set_deadline(Duration::from_millis(200), move || {
+            go.store(true, Release);
+            until("the stage reads HANDOVER", || {
+                at.stages.head().region.control().state.load(Acquire) == state::HANDED_OVER
+            });
+        });
+        let e = k.reload_blocking(KernelSpec::from_fn("late", |x: u32| x + 2));
+        assert!(matches!(e, Err(Error::Timeout { .. })), "{e:?}");
+        assert_eq!(stuck.join().expect("caller").expect("call"), 8);
+        // The handler it ran serves again: the reload's was never launched.
+        assert_eq!(k.call_timeout(1, Duration::from_secs(10)).expect("call"), 2);
+        let r = k.relaunches();
+        assert_eq!((r.generation, r.reloads), (2, 0), "{r:?}");
+        until("the watch ends", || watch_ended(&life));
+        k.shutdown_blocking().expect("shutdown");
+    }
+
+    /// The usual end of a reload that gave up: the stage comes back after the release,
+    /// reads `RUN` and serves on; the watch ends at its heartbeats.
+    #[test]
+    fn a_stage_that_comes_back_after_a_given_up_reload_serves_on() {
+        let rt = Runtime::builder()
+            .backend(Backend::Cpu)
+            .build()
+            .expect("runtime");
+        let (k, inside, go) = stuck_kernel(&rt);
+        let caller = k.clone();
+        let stuck = std::thread::spawn(move || caller.call_blocking(7));
+        until("the handler blocks", || inside.load(Acquire));
+        set_deadline(Duration::from_millis(100), || {});
+        let e = k.reload_blocking(KernelSpec::from_fn("late", |x: u32| x + 2));
+        assert!(matches!(e, Err(Error::Timeout { .. })), "{e:?}");
+        let life = k.inner().life.clone();
+        assert!(
+            !watch_ended(&life),
+            "the stage is followed until it is known"
+        );
+        go.store(true, Release);
+        assert_eq!(stuck.join().expect("caller").expect("call"), 8);
+        assert_eq!(k.call_timeout(1, Duration::from_secs(10)).expect("call"), 2);
+        until("the watch ends", || watch_ended(&life));
+        assert_eq!(k.relaunches().generation, 1);
+        k.shutdown_blocking().expect("shutdown");
+    }
+}
