@@ -427,9 +427,24 @@ pub(super) mod tests {
         static AT_DEADLINE: RefCell<Option<AtDeadline>> = const { RefCell::new(None) };
     }
 
-    /// Relaunches on this thread give up after `after`, running `then` first.
-    pub(in crate::lifecycle) fn set_deadline(after: Duration, then: impl FnMut() + 'static) {
+    /// Relaunches on this thread give up after `after`, running `then` first, until the
+    /// guard goes.
+    #[must_use]
+    pub(in crate::lifecycle) fn set_deadline(
+        after: Duration,
+        then: impl FnMut() + 'static,
+    ) -> Deadline {
         AT_DEADLINE.with(|d| *d.borrow_mut() = Some((after, Box::new(then))));
+        Deadline
+    }
+
+    /// Clears this thread's test deadline when dropped.
+    pub(in crate::lifecycle) struct Deadline;
+
+    impl Drop for Deadline {
+        fn drop(&mut self) {
+            AT_DEADLINE.with(|d| d.borrow_mut().take());
+        }
     }
 
     pub(super) fn deadline() -> Option<Duration> {

@@ -19,14 +19,23 @@
 //!   stage's store of the heartbeat and load of the command are not fenced against the
 //!   host's release and load); the second comes from a tick after a K1 that did not
 //!   stop, and K1 reads the command word in order, so no later K1 reads `HANDOVER`.
+//!   A checked ring's K1 reads the command from the copy of the host line its last wave
+//!   brought, which the tick after the stall may not have refreshed yet (its copy
+//!   predates `HANDOVER`, and the next wave may still bring `HANDOVER`): there a third
+//!   change is needed, which comes from a tick whose copy was read after a K1 that did
+//!   not stop.
 //! * **It ended:** a final state, or the kernel's end.
 //!
 //! A stage under a supervisor needs none of this: the supervisor relaunches a stage that
-//! handed over by itself. Another reload that gives up while the watch runs starts its
-//! count again ([`Stage::late_round`]); a reload that succeeds meanwhile relaunches the
-//! stage itself and the watch then sees it running, and ends at its heartbeats.
+//! handed over by itself (as an epoch). Another reload that gives up while the watch
+//! runs starts its count again ([`Stage::late_round`]); a reload that succeeds meanwhile
+//! relaunches the stage itself and the watch then sees it running, and ends at its
+//! heartbeats. While the stage stays stuck (a handler that never returns), the thread
+//! looks every 50 ms for as long as the kernel lives; the kernel's end
+//! ([`Lifecycle::end`]) stops and joins it.
 
 use core::sync::atomic::Ordering::{AcqRel, Acquire, Release};
+use std::sync::Weak;
 use std::time::Duration;
 
 use super::handover::Stop;
@@ -57,21 +66,59 @@ impl Lifecycle {
         let me = self.me.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("gyre-late-{}", stage.name))
-            .spawn(move || follow(&me, k));
-        if let Err(e) = spawned {
-            tracing::error!(kernel = %stage.name, error = %e, "no thread to follow the stage after its reload gave up: if it handed over, it stays stopped");
-            stage.late.store(false, Release);
-            stage.watch(false);
+            .spawn(move || {
+                let _unwinding = Unwinding(&me, k);
+                follow(&me, k);
+            });
+        match spawned {
+            Ok(t) => self.late.lock().push(t),
+            Err(e) => {
+                tracing::error!(kernel = %stage.name, error = %e, "no thread to follow the stage after its reload gave up: if it handed over, it stays stopped");
+                stage.late.store(false, Release);
+                stage.watch(false);
+            }
+        }
+    }
+
+    /// Stops and joins the late watches (the kernel's end: no relaunch after this). A
+    /// watch in the middle of a relaunch finishes it first.
+    pub(super) fn stop_late(&self) {
+        let watches = std::mem::take(&mut *self.late.lock());
+        let me = std::thread::current().id();
+        for t in watches {
+            t.thread().unpark();
+            if t.thread().id() != me {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+/// Ends the watch of a thread that unwinds (a panic in a relaunch): the stage must not
+/// stay watched, or a stage that handed over would never count as finished.
+struct Unwinding<'a>(&'a Weak<Lifecycle>, usize);
+
+impl Drop for Unwinding<'_> {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        if let Some(life) = self.0.upgrade() {
+            if let Ok(stage) = life.stages.get(self.1) {
+                let _one = stage.hold();
+                end(stage);
+            }
         }
     }
 }
 
 /// The late watch's thread: looks at stage `k` with a growing pause until it knows.
-fn follow(me: &std::sync::Weak<Lifecycle>, k: usize) {
+fn follow(me: &Weak<Lifecycle>, k: usize) {
     let mut pause = FIRST_LOOK;
     let mut beats: Option<Beats> = None;
     loop {
-        std::thread::sleep(pause);
+        // Unparked by the kernel's end (`stop_late`).
+        std::thread::park_timeout(pause);
         pause = (pause * 2).min(MAX_PAUSE);
         let Some(life) = me.upgrade() else {
             return;
@@ -79,16 +126,24 @@ fn follow(me: &std::sync::Weak<Lifecycle>, k: usize) {
         let Ok(stage) = life.stages.get(k) else {
             return;
         };
+        if life.ended.load(Acquire) {
+            // The kernel's end is handled: nothing to relaunch. After a relaunch under
+            // way, whose end keeps the stage watched while the watch runs.
+            let _one = stage.hold();
+            return end(stage);
+        }
         // A reload under way relaunches the stage itself (or gives up and bumps the
         // round); the watch looks again after it.
         let Some(_one) = stage.try_hold() else {
             continue;
         };
-        if life.ended.load(Acquire) || life.ch.check_stopped().is_some() {
-            // The kernel's end is handled, or it ended for good: nothing to relaunch.
+        if life.ch.check_stopped().is_some() {
+            // It ended for good: nothing to relaunch.
             return end(stage);
         }
         let round = stage.late_round.load(Acquire);
+        // Heartbeat changes that show a K1 after the release (the module documentation).
+        let needed = if life.ch.is_checked() { 3 } else { 2 };
         let (st, code) = life.stage_state(k, stage);
         // Read after the state, which brings a copy strategy's mirror up.
         let heartbeat = stage.region.control().kernel_heartbeat.load(Acquire);
@@ -109,7 +164,7 @@ fn follow(me: &std::sync::Weak<Lifecycle>, k: usize) {
                         b.last = heartbeat;
                         b.changes += 1;
                     }
-                    if b.changes >= 2 {
+                    if b.changes >= needed {
                         tracing::debug!(kernel = %stage.name, "the stage serves on after its reload gave up");
                         return end(stage);
                     }
@@ -197,7 +252,7 @@ mod tests {
         until("the handler blocks", || inside.load(Acquire));
         let life = k.inner().life.clone();
         let at = life.clone();
-        set_deadline(Duration::from_millis(200), move || {
+        let _deadline = set_deadline(Duration::from_millis(200), move || {
             go.store(true, Release);
             until("the stage reads HANDOVER", || {
                 at.stages.head().region.control().state.load(Acquire) == state::HANDED_OVER
@@ -226,7 +281,7 @@ mod tests {
         let caller = k.clone();
         let stuck = std::thread::spawn(move || caller.call_blocking(7));
         until("the handler blocks", || inside.load(Acquire));
-        set_deadline(Duration::from_millis(100), || {});
+        let _deadline = set_deadline(Duration::from_millis(100), || {});
         let e = k.reload_blocking(KernelSpec::from_fn("late", |x: u32| x + 2));
         assert!(matches!(e, Err(Error::Timeout { .. })), "{e:?}");
         let life = k.inner().life.clone();
@@ -240,5 +295,28 @@ mod tests {
         until("the watch ends", || watch_ended(&life));
         assert_eq!(k.relaunches().generation, 1);
         k.shutdown_blocking().expect("shutdown");
+    }
+
+    /// A shutdown while the watch follows the stage stops and joins the watch.
+    #[test]
+    fn the_kernels_end_stops_the_watch() {
+        let rt = Runtime::builder()
+            .backend(Backend::Cpu)
+            .build()
+            .expect("runtime");
+        let (k, inside, go) = stuck_kernel(&rt);
+        let caller = k.clone();
+        let stuck = std::thread::spawn(move || caller.call_blocking(7));
+        until("the handler blocks", || inside.load(Acquire));
+        let _deadline = set_deadline(Duration::from_millis(50), || {});
+        let e = k.reload_blocking(KernelSpec::from_fn("late", |x: u32| x + 2));
+        assert!(matches!(e, Err(Error::Timeout { .. })), "{e:?}");
+        let life = k.inner().life.clone();
+        assert_eq!(life.late.lock().len(), 1, "one watch follows the stage");
+        go.store(true, Release);
+        k.shutdown_blocking().expect("shutdown");
+        assert_eq!(stuck.join().expect("caller").expect("call"), 8);
+        assert!(life.late.lock().is_empty(), "joined at the kernel's end");
+        assert!(watch_ended(&life));
     }
 }

@@ -143,6 +143,8 @@ pub(crate) struct Lifecycle {
     pub(crate) ended: AtomicBool,
     /// This lifecycle, for the threads it starts (weak: they keep nothing alive).
     me: Weak<Lifecycle>,
+    /// The late watches' threads ([`late`]), joined at the kernel's end.
+    late: parking_lot::Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
 impl Lifecycle {
@@ -163,6 +165,7 @@ impl Lifecycle {
             cmds: CommandGate::new(command::RUN),
             ended: AtomicBool::new(false),
             me: me.clone(),
+            late: parking_lot::Mutex::new(Vec::new()),
         })
     }
 
@@ -214,6 +217,7 @@ impl Lifecycle {
     /// now on.
     pub(crate) fn end(&self) {
         self.ended.store(true, SeqCst);
+        self.stop_late();
         self.ch.arm_restart(false);
         // The export files go with the kernel's end (their writer's last owner is the
         // publisher, or a device kernel that writes it).

@@ -49,8 +49,9 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
     /// kernel is lost and its waiters fail with [`Error::KernelLost`]); [`Error::Timeout`]
     /// when the kernel did not reach a batch boundary within 30 s (a handler that does
     /// not return): the old handler serves on when it comes back (relaunched, if it
-    /// stopped for the reload just as the reload gave up; counted only in the
-    /// generation).
+    /// stopped for the reload just as the reload gave up: counted only in the
+    /// generation, or as an epoch for a kernel with epochs or a restart policy, whose
+    /// supervisor relaunches it).
     ///
     /// # Examples
     ///

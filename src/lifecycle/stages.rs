@@ -127,9 +127,9 @@ pub(crate) struct Stage {
     /// supervisor passes over a stage whose lock is taken.
     handover: Mutex<()>,
     /// Whether a successor follows when the stage hands over: set while a supervisor
-    /// watches it (epochs, restarts: from `Supervisor::start` until its thread ends) and
-    /// during a reload; a stage in `HANDED_OVER` that is watched is not finished
-    /// ([`Stages::is_finished`]).
+    /// watches it (epochs, restarts: from `Supervisor::start` until its thread ends),
+    /// during a reload, and while a late watch follows it ([`super::late`]); a stage in
+    /// `HANDED_OVER` that is watched is not finished ([`Stages::is_finished`]).
     watched: AtomicBool,
     /// A late watch follows the stage ([`super::late`]): a reload of it gave up at R2's
     /// deadline, and the stage may have read `HANDOVER` before the release. Set and
