@@ -210,6 +210,13 @@ void gyre_c11_set_lane_order(gyre_c11_kernel *k, uint32_t descending) {
     k->descending = descending != 0u ? 1u : 0u;
 }
 
+/** Sets (f non-NULL) or clears the calling thread's GYRE_REPLIES_PUBLISHED hook: `f` is
+ *  called with `ctx` after each batch whose replies the thread's kernel published. */
+void gyre_c11_replies_set(gyre_c11_replies_fn f, void *ctx) {
+    gyre_c11_replies_fn_ = f;
+    gyre_c11_replies_ctx_ = ctx;
+}
+
 /** Runs the loop until the kernel stops (terminated, faulted). */
 void gyre_c11_run(gyre_c11_kernel *k) {
     gyre_c11_lanes_descending = k->descending;

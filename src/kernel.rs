@@ -155,6 +155,11 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
                 t.set_doorbell(d);
             }
         }
+        // A kernel on a host thread over these rings wakes their waiters itself (its
+        // successors ring the same bell).
+        if let Some(b) = stages.reply_bell() {
+            b.attach(&ch);
+        }
         let export = stages.head().launched().export;
         let life = Lifecycle::new(ch.clone(), stages, transfer.clone());
         // The backend's view of the running launch's execution (a device fault kills a

@@ -536,6 +536,12 @@ impl Runtime {
         launch.export = spec.export_writer()?;
         // One doorbell for every launch on these rings (a parking kernel's successors).
         launch.doorbell = Some(Arc::new(gyre_core::doorbell::Doorbell::new()));
+        // One reply bell likewise: a kernel on a host thread over these very rings wakes
+        // their waiters itself (`gyre_core::channel::bell`); under a copy strategy the
+        // bridge brings its replies, and nobody rings.
+        if !strategy.copies() {
+            launch.reply_bell = Some(Arc::new(gyre_core::channel::bell::ReplyBell::new()));
+        }
         // The host's rings: shared with the kernel (zero copy), or the mirror of its
         // device-resident rings that the bridge keeps in step.
         let mem = imp.alloc_region(SharedRegion::bytes_for(&g))?;

@@ -162,6 +162,7 @@ impl<Req, Resp> KernelSpec<Req, Resp> {
             lane_handler: self.lane_handler.clone(),
             export: None,
             doorbell: None,
+            reply_bell: None,
             loans: None,
             link: None,
         }

@@ -219,6 +219,7 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
         next.name = running.name;
         next.export = running.export;
         next.doorbell = running.doorbell;
+        next.reply_bell = running.reply_bell;
         Ok(next)
     }
 }

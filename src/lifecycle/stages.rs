@@ -341,6 +341,11 @@ impl KernelInstance for Stages {
         self.head().current().doorbell()
     }
 
+    /// The head's: its replies are the host's.
+    fn reply_bell(&self) -> Option<Arc<gyre_core::channel::bell::ReplyBell>> {
+        self.head().current().reply_bell()
+    }
+
     /// The head stage's: it is the one launched with the kernel's export (a CUDA kernel
     /// writes that line itself, and the host must then not copy into it too).
     fn writes_export_telemetry(&self) -> bool {

@@ -47,6 +47,12 @@ pub struct LaunchSpec {
     /// epoch's handover, a restart) is rung by the channel and bridge that rang its
     /// predecessor. `None`: the backend makes one (see [`KernelInstance::doorbell`]).
     pub doorbell: Option<Arc<crate::doorbell::Doorbell>>,
+    /// The reply bell of a lone kernel's rings ([`crate::channel::bell`]), shared by its
+    /// successors as the doorbell is: a backend whose kernel runs on a host thread over
+    /// these very rings (the CPU backend's zero copy) rings it after each batch and
+    /// returns it from [`KernelInstance::reply_bell`]. `None`: nobody rings (the driver
+    /// serves every waiter).
+    pub reply_bell: Option<Arc<crate::channel::bell::ReplyBell>>,
     /// The loan pool of a loan kernel (`docs/loans.md`), allocated with the backend's
     /// [`Backend::loan_allocator`]. A device backend passes its
     /// [`view`](crate::loan::LoanArena::view) to the ring kernel, whose block loop resolves
@@ -116,6 +122,12 @@ pub trait KernelInstance: Send + Sync {
     /// rings it after every publication, command and bridge push. The default: none (the
     /// kernel polls without parking, as a GPU kernel does).
     fn doorbell(&self) -> Option<Arc<crate::doorbell::Doorbell>> {
+        None
+    }
+
+    /// The [`LaunchSpec::reply_bell`] this kernel rings after each batch, if it rings one
+    /// (the host then attaches it to the rings' channel). The default: none.
+    fn reply_bell(&self) -> Option<Arc<crate::channel::bell::ReplyBell>> {
         None
     }
 

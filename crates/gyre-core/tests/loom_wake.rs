@@ -16,6 +16,9 @@
 //! fences included (drop them and loom finds the lost wake-up). The condition (a
 //! released slot: `k2h_tail`) is a loom atomic read with acquire, as `try_claim` and the
 //! driver's scan read it.
+//!
+//! `a_bell_never_loses_a_waiter` restates the reply bell's pair (`channel::bell`) on loom
+//! atomics: a waiter's cell and interest against a kernel thread's publication and scan.
 #![cfg(gyre_loom)]
 
 use core::sync::atomic::Ordering::{Acquire, Release, SeqCst};
@@ -117,5 +120,43 @@ fn concurrent_registrations_are_all_woken() {
             let saw_it = f.join().unwrap();
             assert!(saw_it || count.0.load(SeqCst) == 1, "lost wake-up");
         }
+    });
+}
+
+/// The reply bell's pair (`gyre_core::channel::bell`), restated on loom atomics: a waiter
+/// marks its cell waiting and takes a unit of interest with a read-modify-write, then
+/// probes its reply; the kernel's thread publishes the reply, reads the interest with a
+/// read-modify-write and, if anyone waits, looks at the cell. Either the probe sees the
+/// reply or the kernel sees the waiter. (The channel's own counters are `core` atomics
+/// over the shared region, which loom cannot track, so this model restates the protocol
+/// with the orderings `Channel::add_call_interest` and `Channel::serve_published` use;
+/// with a plain load on either side, loom finds the lost wake-up.)
+#[test]
+fn a_bell_never_loses_a_waiter() {
+    use core::sync::atomic::Ordering::AcqRel;
+    use loom::sync::atomic::AtomicU64;
+    loom::model(|| {
+        let seq = std::sync::Arc::new(AtomicU64::new(0));
+        let interest = std::sync::Arc::new(AtomicUsize::new(0));
+        let waiting = std::sync::Arc::new(AtomicBool::new(false));
+        let (s, i, w) = (seq.clone(), interest.clone(), waiting.clone());
+        let kernel = thread::spawn(move || {
+            s.store(1, Release);
+            i.fetch_add(0, AcqRel) > 0 && w.load(Acquire)
+        });
+        // Another waiter comes and goes meanwhile: the counter's release sequence.
+        let other = {
+            let i = interest.clone();
+            thread::spawn(move || {
+                i.fetch_add(1, AcqRel);
+                i.fetch_sub(1, AcqRel);
+            })
+        };
+        waiting.store(true, Release);
+        interest.fetch_add(1, AcqRel);
+        let saw = seq.load(Acquire) == 1;
+        let woke = kernel.join().expect("kernel");
+        other.join().expect("other");
+        assert!(saw || woke, "the waiter sleeps through its reply");
     });
 }

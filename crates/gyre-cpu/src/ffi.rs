@@ -119,6 +119,7 @@ extern "C" {
     #[cfg(test)]
     pub(crate) fn gyre_c11_scratch_slots(batch: u32, slot_size: u32) -> u32;
     pub(crate) fn gyre_c11_run(k: *mut RawKernel);
+    pub(crate) fn gyre_c11_replies_set(f: Option<NotifyFn>, ctx: *mut c_void);
     #[cfg(test)]
     pub(crate) fn gyre_c11_max_lanes() -> u32;
     pub(crate) fn gyre_c11_set_lane_order(k: *mut RawKernel, descending: u32);
@@ -230,4 +231,16 @@ pub(crate) unsafe extern "C" fn notify(ctx: *mut c_void) {
     for d in bells {
         d.ring();
     }
+}
+
+/// The hook after each batch whose replies the kernel published
+/// ([`crate::with_replies_hook`]): calls the host's closure.
+///
+/// # Safety
+///
+/// `ctx` points to a live `&mut dyn FnMut()`, used by this thread only.
+pub(crate) unsafe extern "C" fn replies(ctx: *mut c_void) {
+    // SAFETY: the caller's contract.
+    let f = unsafe { &mut *ctx.cast::<&mut dyn FnMut()>() };
+    f();
 }

@@ -264,6 +264,37 @@ pub fn kernel_loop_linked(
     }
 }
 
+/// Runs `run` (a kernel loop of this crate, on this thread) with `published` called after
+/// each batch whose replies the kernel published (`GYRE_REPLIES_PUBLISHED` of `ring.h`):
+/// the host serves those replies' waiters there (`gyre_core::channel::bell`). The hook is
+/// the calling thread's, cleared when `run` returns or unwinds.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+/// let batches = AtomicU64::new(0);
+/// let answer = gyre_cpu::with_replies_hook(&mut || { batches.fetch_add(1, Relaxed); }, || 42);
+/// assert_eq!((answer, batches.load(Relaxed)), (42, 0));
+/// ```
+pub fn with_replies_hook<R>(published: &mut dyn FnMut(), run: impl FnOnce() -> R) -> R {
+    /// Clears the hook when `run` returns or unwinds.
+    struct Clear;
+    impl Drop for Clear {
+        fn drop(&mut self) {
+            // SAFETY: clearing the calling thread's hook takes no pointer.
+            unsafe { ffi::gyre_c11_replies_set(None, std::ptr::null_mut()) };
+        }
+    }
+    let mut f: &mut dyn FnMut() = published;
+    let ctx: *mut &mut dyn FnMut() = &mut f;
+    // SAFETY: `ctx` points to `f`, which outlives the hook: `Clear` removes it before `f`
+    // goes (declared after `f`, dropped first), and only this thread's kernel calls it.
+    unsafe { ffi::gyre_c11_replies_set(Some(ffi::replies as ffi::NotifyFn), ctx.cast()) };
+    let _clear = Clear;
+    run()
+}
+
 /// The kernel loop driven one step at a time on the caller's thread: deterministic
 /// tests, property tests against a model, fault injection. The same C functions as
 /// [`kernel_loop`].

@@ -30,6 +30,7 @@
 //!     lane_handler: None,
 //!     export: None,
 //!     doorbell: None,
+//!     reply_bell: None,
 //!     loans: None,
 //!     link: None,
 //! };
@@ -57,12 +58,16 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use gyre_core::bridge::{CopyEngine, HostDeviceMemory};
+use gyre_core::channel::bell::ReplyBell;
 use gyre_core::doorbell::Doorbell;
 use gyre_core::ring::Geometry;
 use gyre_core::{Backend, Error, KernelInstance, LaunchSpec, Result, SharedRegion};
 use std::sync::Mutex;
 
-pub use kernel::{kernel_loop, kernel_loop_linked, kernel_loop_with_doorbell, CpuHandler, Stepper};
+pub use kernel::{
+    kernel_loop, kernel_loop_linked, kernel_loop_with_doorbell, with_replies_hook, CpuHandler,
+    Stepper,
+};
 
 /// The environment variable that sets the lanes of [`CpuBackend::new`]'s built-in
 /// kernels (1..=256; default 1).
@@ -84,6 +89,92 @@ pub struct CpuBackend {
 }
 
 impl CpuBackend {
+    /// A launch over `region`, ringing `reply_bell` after each batch (`None`: rings none).
+    fn launch_on(
+        &self,
+        region: Arc<SharedRegion>,
+        spec: &LaunchSpec,
+        reply_bell: Option<Arc<ReplyBell>>,
+    ) -> Result<Box<dyn KernelInstance>> {
+        spec.idle.validate()?;
+        // Lanes matter to built-ins and lane-parallel handlers only: a bad
+        // GYRE_CPU_LANES fails those, not others.
+        let lanes = if spec.builtin.is_some() || spec.lane_handler.is_some() {
+            self.lanes()?
+        } else {
+            1
+        };
+        let handler = match &spec.lane_handler {
+            Some(lh) => lh.for_lanes(lanes),
+            None => spec.handler.clone(),
+        };
+        let builtin = spec
+            .builtin
+            .filter(|id| CpuHandler::Builtin { id: *id, lanes }.validate().is_ok());
+        let idle = spec.idle;
+        let telemetry = spec.telemetry;
+        let name = spec.name.clone();
+        let doorbell = spec
+            .doorbell
+            .clone()
+            .unwrap_or_else(|| Arc::new(Doorbell::new()));
+        let bell = doorbell.clone();
+        let link = spec.link.clone();
+        let rings = reply_bell.clone();
+        let cost = self
+            .cost
+            .map(|e| Arc::new(gyre_core::cost::CostCounters::new(e)));
+        let counters = cost.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("gyre-cpu-{}", spec.name))
+            .spawn(move || {
+                let _span = tracing::info_span!("gyre_cpu_kernel", kernel = %name).entered();
+                let h = match builtin {
+                    Some(id) => CpuHandler::Builtin { id, lanes },
+                    None => CpuHandler::Host(&*handler),
+                };
+                tracing::info!(handler = ?h, "ring kernel started");
+                let run = || {
+                    kernel_loop_linked(
+                        &region,
+                        h,
+                        idle,
+                        telemetry,
+                        Some(&bell),
+                        link.as_ref(),
+                        counters.as_deref(),
+                    );
+                };
+                match rings.as_deref() {
+                    Some(replies) => {
+                        let mut ringer = replies.ringer();
+                        with_replies_hook(&mut || ringer.ring(), run);
+                        ringer.ended();
+                    }
+                    None => run(),
+                }
+                let (s, c) = {
+                    let cb = region.control();
+                    (
+                        cb.state.load(std::sync::atomic::Ordering::Acquire),
+                        cb.error_code.load(std::sync::atomic::Ordering::Acquire),
+                    )
+                };
+                tracing::info!(state = s, error = c, "ring kernel stopped");
+            })
+            .map_err(|e| Error::Launch {
+                backend: "cpu",
+                kernel: spec.name.clone(),
+                source: gyre_core::Cause::context("spawning the kernel thread", e),
+            })?;
+        Ok(Box::new(CpuKernel {
+            thread: Mutex::new(Some(thread)),
+            doorbell,
+            reply_bell,
+            cost,
+        }))
+    }
+
     /// The CPU backend. Built-in kernels run over the lanes [`LANES_ENV`] names, or one.
     pub fn new() -> Self {
         Self::default()
@@ -206,71 +297,7 @@ impl Backend for CpuBackend {
         region: Arc<SharedRegion>,
         spec: &LaunchSpec,
     ) -> Result<Box<dyn KernelInstance>> {
-        spec.idle.validate()?;
-        // Lanes matter to built-ins and lane-parallel handlers only: a bad
-        // GYRE_CPU_LANES fails those, not others.
-        let lanes = if spec.builtin.is_some() || spec.lane_handler.is_some() {
-            self.lanes()?
-        } else {
-            1
-        };
-        let handler = match &spec.lane_handler {
-            Some(lh) => lh.for_lanes(lanes),
-            None => spec.handler.clone(),
-        };
-        let builtin = spec
-            .builtin
-            .filter(|id| CpuHandler::Builtin { id: *id, lanes }.validate().is_ok());
-        let idle = spec.idle;
-        let telemetry = spec.telemetry;
-        let name = spec.name.clone();
-        let doorbell = spec
-            .doorbell
-            .clone()
-            .unwrap_or_else(|| Arc::new(Doorbell::new()));
-        let bell = doorbell.clone();
-        let link = spec.link.clone();
-        let cost = self
-            .cost
-            .map(|e| Arc::new(gyre_core::cost::CostCounters::new(e)));
-        let counters = cost.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("gyre-cpu-{}", spec.name))
-            .spawn(move || {
-                let _span = tracing::info_span!("gyre_cpu_kernel", kernel = %name).entered();
-                let h = match builtin {
-                    Some(id) => CpuHandler::Builtin { id, lanes },
-                    None => CpuHandler::Host(&*handler),
-                };
-                tracing::info!(handler = ?h, "ring kernel started");
-                kernel_loop_linked(
-                    &region,
-                    h,
-                    idle,
-                    telemetry,
-                    Some(&bell),
-                    link.as_ref(),
-                    counters.as_deref(),
-                );
-                let (s, c) = {
-                    let cb = region.control();
-                    (
-                        cb.state.load(std::sync::atomic::Ordering::Acquire),
-                        cb.error_code.load(std::sync::atomic::Ordering::Acquire),
-                    )
-                };
-                tracing::info!(state = s, error = c, "ring kernel stopped");
-            })
-            .map_err(|e| Error::Launch {
-                backend: "cpu",
-                kernel: spec.name.clone(),
-                source: gyre_core::Cause::context("spawning the kernel thread", e),
-            })?;
-        Ok(Box::new(CpuKernel {
-            thread: Mutex::new(Some(thread)),
-            doorbell,
-            cost,
-        }))
+        self.launch_on(region, spec, spec.reply_bell.clone())
     }
 
     /// A loan pool's "device" side: a separate host allocation the kernel's Rust handlers
@@ -302,7 +329,9 @@ impl Backend for CpuBackend {
                 )),
             });
         };
-        self.launch(dev.region().clone(), spec)
+        // The kernel's replies reach the host's rings by the bridge's copies: it rings
+        // no reply bell.
+        self.launch_on(dev.region().clone(), spec, None)
     }
 }
 
@@ -312,6 +341,9 @@ struct CpuKernel {
     thread: Mutex<Option<JoinHandle<()>>>,
     /// Rung by the host when it publishes; the idle kernel parks on it.
     doorbell: Arc<Doorbell>,
+    /// Rung by the kernel's thread after each batch (zero copy; see
+    /// `gyre_core::channel::bell`).
+    reply_bell: Option<Arc<ReplyBell>>,
     /// The cost model's counters (the kernel's thread writes them).
     cost: Option<Arc<gyre_core::cost::CostCounters>>,
 }
@@ -323,6 +355,10 @@ impl KernelInstance for CpuKernel {
 
     fn doorbell(&self) -> Option<Arc<Doorbell>> {
         Some(self.doorbell.clone())
+    }
+
+    fn reply_bell(&self) -> Option<Arc<ReplyBell>> {
+        self.reply_bell.clone()
     }
 
     fn is_finished(&self) -> bool {

@@ -37,6 +37,7 @@ fn spec(
         lane_handler: None,
         export: None,
         doorbell: Some(bell.clone()),
+        reply_bell: None,
         loans: None,
         link: Some(link),
     }

@@ -46,6 +46,7 @@ fn producers_receiver_driver_and_kernel_threads_count_every_message() {
         lane_handler: None,
         export: None,
         doorbell: None,
+        reply_bell: None,
         loans: None,
         link: None,
     };

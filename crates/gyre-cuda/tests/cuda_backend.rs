@@ -79,6 +79,7 @@ fn spec(name: &str, builtin: Option<u32>, source: Option<&str>) -> LaunchSpec {
         lane_handler: None,
         export: None,
         doorbell: None,
+        reply_bell: None,
         loans: None,
         link: None,
     }

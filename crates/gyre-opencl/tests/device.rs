@@ -41,6 +41,7 @@ fn spec(builtin: Option<u32>) -> LaunchSpec {
         lane_handler: None,
         export: None,
         doorbell: None,
+        reply_bell: None,
         loans: None,
         link: None,
     }

@@ -373,6 +373,22 @@ static inline void gyre_c11_notify_next(void) {
 
 #define GYRE_NOTIFY_NEXT(r) gyre_c11_notify_next()
 
+/** Told after each batch whose replies K7 published (ring.h's GYRE_REPLIES_PUBLISHED), when
+ *  the host set it for this thread (gyre_c11_replies_set): it serves the waiters of those
+ *  replies (crates/gyre-core/src/channel/bell.rs). */
+typedef void (*gyre_c11_replies_fn)(void *ctx);
+
+static _Thread_local gyre_c11_replies_fn gyre_c11_replies_fn_;
+static _Thread_local void *gyre_c11_replies_ctx_;
+
+static inline void gyre_c11_replies_published(void) {
+    if (gyre_c11_replies_fn_ != 0) {
+        gyre_c11_replies_fn_(gyre_c11_replies_ctx_);
+    }
+}
+
+#define GYRE_REPLIES_PUBLISHED(r) gyre_c11_replies_published()
+
 /* Every empty poll goes to the idle strategy (no extra spins in ring.h). */
 #define GYRE_IDLE_SPINS 0u
 #define GYRE_PAUSE() gyre_c11_pause(0u, 0u)

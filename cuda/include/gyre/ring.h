@@ -281,6 +281,12 @@ static inline GYRE_DEVICE_FN void gyre_k7_publish(gyre_ring *r, uint32_t n) {
 #ifndef GYRE_IDLE_RESET
 #define GYRE_IDLE_RESET()
 #endif
+/** GYRE_REPLIES_PUBLISHED(r): after K7 of a batch (its replies published). The C11 port
+ *  tells the host, which then serves the waiters of those replies on the kernel's thread
+ *  (gyre_core::channel::bell); elsewhere nothing. */
+#ifndef GYRE_REPLIES_PUBLISHED
+#define GYRE_REPLIES_PUBLISHED(r)
+#endif
 
 /** The handler time of K8: GYRE_BATCH_STAMP() is taken when a batch is found (on the
  *  request's critical path), GYRE_BATCH_ELAPSED_NS(stamp, now) gives the nanoseconds from
@@ -408,6 +414,7 @@ static inline GYRE_DEVICE_FN void gyre_ring_batch_done(gyre_ring *r, uint32_t n,
         r->handler_ns_max = dt32;
     }
     gyre_k7_publish(r, n);
+    GYRE_REPLIES_PUBLISHED(r);
     r->busy_polls++;
     if (!r->checked) {
         gyre_k8_refresh(r, r->state); /* checked rings: on the slow tick, at most every 1 ms */

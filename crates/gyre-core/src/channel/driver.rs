@@ -112,20 +112,105 @@ fn run(ch: &Channel, idle: IdleStrategy, heartbeat: Duration, mut watchdog: Opti
             continue;
         }
         let worked = service(ch, &mut last);
-        idler.idle(worked);
+        if bell_serves(ch) {
+            // The kernel's thread wakes the call waiters (`super::bell`): one look per
+            // backstop (or per unpark) for the rest.
+            std::thread::park_timeout(park.min(super::bell::BACKSTOP));
+            idler.reset();
+        } else {
+            idler.idle(worked);
+        }
     }
     tracing::debug!("completion driver stopped");
 }
 
-/// One scan. Returns whether anything happened.
+/// Whether the reply bell serves every waiter there is: the call waiters, and no future
+/// waits for something only the host moves (space freed by a release, a `send` reply
+/// taken by another `recv`, the kernel's end).
+fn bell_serves(ch: &Channel) -> bool {
+    ch.has_reply_bell()
+        && ch.space_waiters.is_empty()
+        && ch.recv_waiters.is_empty()
+        && ch.state_waiters.is_empty()
+}
+
+/// One look: the scan, then the kernel's end. Returns whether anything happened.
 fn service(ch: &Channel, last: &mut (u64, u64)) -> bool {
+    let worked = scan(ch, last);
+    let cb = ch.region.control();
+    if ch.check_stopped().is_some() {
+        // Nothing more will be answered: finish abandoned calls, wake everyone.
+        let tail = cb.k2h_tail.load(Acquire);
+        let claimed = ch.claimed();
+        for j in tail..claimed.min(tail + ch.capacity) {
+            let (owned, st) = ch.cell_state(j);
+            if owned && st == ST_ABANDONED {
+                ch.try_finalize(j);
+            } else if owned && st == ST_WAITING {
+                let _ = ch.wake_index(j);
+            }
+        }
+        ch.wake_all();
+    }
+    worked
+}
+
+/// The scan of the outstanding reply slots: wakes the waiter of each published reply,
+/// discards the replies of abandoned calls, and wakes the futures waiting for space or a
+/// `send` reply when the indices moved since `last` (the caller's own). Any thread may
+/// scan (the driver, a kernel's reply bell): each waker and each reply is taken once.
+/// Returns whether anything happened.
+pub(super) fn scan(ch: &Channel, last: &mut (u64, u64)) -> bool {
     let cb = ch.region.control();
     let tail = cb.k2h_tail.load(Acquire);
     let head = cb.k2h_head.load(Acquire);
     let claimed = ch.claimed();
+    let worked = serve(ch, tail, claimed, head);
+    wake_sets(ch, (head, tail), last) || worked
+}
+
+/// A reply bell's scan: the replies published since its last ring, `from..k2h_head`
+/// (`from` below `k2h_tail`, or `u64::MAX` at the first ring, starts at `k2h_tail`), and
+/// the waker sets as [`scan`] does. Every published reply is covered by the ring that
+/// follows its publication; a waiter that registers later finds its reply itself
+/// (`super::bell`). Checked rings publish `k2h_head` on the slow tick only: there the
+/// whole [`scan`] runs.
+pub(super) fn scan_published(ch: &Channel, from: &mut u64, last: &mut (u64, u64)) -> bool {
+    if ch.checked {
+        return scan(ch, last);
+    }
+    let cb = ch.region.control();
+    let tail = cb.k2h_tail.load(Acquire);
+    let head = cb.k2h_head.load(Acquire);
+    let start = if *from == u64::MAX || *from < tail {
+        tail
+    } else {
+        *from
+    };
+    let worked = serve(ch, start, head.min(tail.saturating_add(ch.capacity)), head);
+    *from = head.max(start);
+    wake_sets(ch, (head, tail), last) || worked
+}
+
+/// Wakes the futures waiting for space or a `send` reply when the indices moved since
+/// `last`.
+fn wake_sets(ch: &Channel, now: (u64, u64), last: &mut (u64, u64)) -> bool {
+    if now == *last {
+        return false;
+    }
+    *last = now;
+    ch.space_waiters.wake_all(ch);
+    ch.recv_waiters.wake_all(ch);
+    true
+}
+
+/// Serves indices `from..to` in order (`head`: the published head): wakes each published
+/// reply's waiter, finalizes each abandoned call's; stops at the first reply not yet
+/// published.
+fn serve(ch: &Channel, from: u64, to: u64, head: u64) -> bool {
     let mut worked = false;
-    let mut i = tail;
-    while i < claimed && i - tail < ch.capacity {
+    let mut i = from;
+    while i < to && i - from < ch.capacity {
         let p = ch.probe(i);
         if p == Probe::Pending && i >= head {
             break;
@@ -151,24 +236,6 @@ fn service(ch: &Channel, last: &mut (u64, u64)) -> bool {
             }
         }
         i += 1;
-    }
-    if (head, tail) != *last {
-        *last = (head, tail);
-        ch.space_waiters.wake_all(ch);
-        ch.recv_waiters.wake_all(ch);
-        worked = true;
-    }
-    if ch.check_stopped().is_some() {
-        // Nothing more will be answered: finish abandoned calls, wake everyone.
-        for j in tail..claimed.min(tail + ch.capacity) {
-            let (owned, st) = ch.cell_state(j);
-            if owned && st == ST_ABANDONED {
-                ch.try_finalize(j);
-            } else if owned && st == ST_WAITING {
-                let _ = ch.wake_index(j);
-            }
-        }
-        ch.wake_all();
     }
     worked
 }

@@ -15,6 +15,7 @@
 //! processed, replies unread) by the capacity: back-pressure reaches producers and
 //! nothing is ever overwritten.
 
+pub mod bell;
 mod claim;
 pub mod driver;
 pub mod liveness;
@@ -135,6 +136,8 @@ pub struct Channel {
     cells: Box<[Cell]>,
     /// Async waiters, abandoned calls and waker-set entries the driver must serve.
     interest: CachePadded<AtomicUsize>,
+    /// A kernel thread serves the call waiters after each batch ([`bell`]).
+    bell_attached: AtomicBool,
     /// Final kernel state seen by the host (0 while running), and its error code.
     stopped: AtomicU32,
     stopped_code: AtomicU32,
@@ -213,6 +216,7 @@ impl Channel {
             recv_cursor: CachePadded::new(AtomicU64::new(0)),
             cells: (0..g.capacity()).map(|_| Cell::default()).collect(),
             interest: CachePadded::new(AtomicUsize::new(0)),
+            bell_attached: AtomicBool::new(false),
             stopped: AtomicU32::new(0),
             stopped_code: AtomicU32::new(0),
             stop_polls: AtomicU32::new(0),

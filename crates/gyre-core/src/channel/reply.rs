@@ -376,7 +376,9 @@ impl Channel {
         );
         if !*registered {
             *registered = true;
-            self.add_interest();
+            // The waiter's half of the reply bell's pair (`bell`): the caller probes
+            // its reply after this.
+            self.add_call_interest();
         }
     }
 
@@ -402,11 +404,13 @@ impl Channel {
         }
         if !*spun {
             // The first poll spins on the worker for up to `spin` (the reply is usually a
-            // round trip away). Measured on two cores against tokio's mpsc + oneshot
-            // (benches/waiters.rs): not spinning under concurrency, or spinning through
-            // the runtime (self-wakes), answered fewer calls per second than this.
+            // round trip away). Under a reply bell (a kernel on a host thread) only a
+            // call alone in flight spins: with others in flight the spin takes the CPU
+            // the kernel's thread needs, and the bell wakes the task when its reply is
+            // out. Measured on two cores against tokio's mpsc + oneshot
+            // (benches/waiters.rs, docs/benchmarks.md "Waiters").
             *spun = true;
-            if self.spin_for(index, spin) {
+            if (!self.has_reply_bell() || self.alone_in_flight()) && self.spin_for(index, spin) {
                 return Poll::Ready(self.take(index, f));
             }
         }
@@ -428,6 +432,12 @@ impl Channel {
             return Poll::Ready(self.take(index, f));
         }
         Poll::Pending
+    }
+
+    /// Whether at most one request is claimed and its reply not yet released.
+    fn alone_in_flight(&self) -> bool {
+        let tail = self.region.control().k2h_tail.load(Acquire);
+        self.claimed().wrapping_sub(tail) <= 1
     }
 
     fn spin_for(&self, index: u64, spin: Duration) -> bool {
@@ -477,7 +487,9 @@ impl Channel {
         cell.waker.lock().take();
         // The abandoned cell now holds one unit of driver interest until finalised.
         if !registered {
-            self.add_interest();
+            // As in `register`: the scan of a bell that follows sees the abandoned cell,
+            // or `try_finalize` below sees the reply.
+            self.add_call_interest();
         }
         self.try_finalize(index);
     }
