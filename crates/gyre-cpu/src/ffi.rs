@@ -234,7 +234,9 @@ pub(crate) unsafe extern "C" fn notify(ctx: *mut c_void) {
 }
 
 /// The hook after each batch whose replies the kernel published
-/// ([`crate::with_replies_hook`]): calls the host's closure.
+/// ([`crate::with_replies_hook`]): calls the host's closure. A panic does not unwind into
+/// C: it is logged and the hook removed for the rest of the loop (the waiters are then
+/// the completion driver's).
 ///
 /// # Safety
 ///
@@ -242,5 +244,11 @@ pub(crate) unsafe extern "C" fn notify(ctx: *mut c_void) {
 pub(crate) unsafe extern "C" fn replies(ctx: *mut c_void) {
     // SAFETY: the caller's contract.
     let f = unsafe { &mut *ctx.cast::<&mut dyn FnMut()>() };
-    f();
+    if catch_unwind(AssertUnwindSafe(f)).is_err() {
+        tracing::error!(
+            "the reply hook panicked: removed; the completion driver serves the waiters"
+        );
+        // SAFETY: clearing the calling thread's hook takes no pointer.
+        unsafe { gyre_c11_replies_set(None, std::ptr::null_mut()) };
+    }
 }

@@ -267,7 +267,9 @@ pub fn kernel_loop_linked(
 /// Runs `run` (a kernel loop of this crate, on this thread) with `published` called after
 /// each batch whose replies the kernel published (`GYRE_REPLIES_PUBLISHED` of `ring.h`):
 /// the host serves those replies' waiters there (`gyre_core::channel::bell`). The hook is
-/// the calling thread's, cleared when `run` returns or unwinds.
+/// the calling thread's; the one it replaces (a nested call's outer hook) is back when
+/// `run` returns or unwinds. A panic of `published` is caught at the boundary to C,
+/// logged, and ends the hook for the rest of `run`.
 ///
 /// # Examples
 ///
@@ -278,20 +280,28 @@ pub fn kernel_loop_linked(
 /// assert_eq!((answer, batches.load(Relaxed)), (42, 0));
 /// ```
 pub fn with_replies_hook<R>(published: &mut dyn FnMut(), run: impl FnOnce() -> R) -> R {
-    /// Clears the hook when `run` returns or unwinds.
-    struct Clear;
-    impl Drop for Clear {
+    thread_local! {
+        /// This thread's hook context as last set here (the C side keeps its own copy).
+        static CURRENT: core::cell::Cell<*mut c_void> =
+            const { core::cell::Cell::new(std::ptr::null_mut()) };
+    }
+    /// Puts the replaced hook back when `run` returns or unwinds.
+    struct Restore(*mut c_void);
+    impl Drop for Restore {
         fn drop(&mut self) {
-            // SAFETY: clearing the calling thread's hook takes no pointer.
-            unsafe { ffi::gyre_c11_replies_set(None, std::ptr::null_mut()) };
+            let f = (!self.0.is_null()).then_some(ffi::replies as ffi::NotifyFn);
+            // SAFETY: the outer hook's context, which outlives this inner call (its own
+            // `Restore` comes later), or none.
+            unsafe { ffi::gyre_c11_replies_set(f, self.0) };
+            CURRENT.with(|c| c.set(self.0));
         }
     }
     let mut f: &mut dyn FnMut() = published;
-    let ctx: *mut &mut dyn FnMut() = &mut f;
-    // SAFETY: `ctx` points to `f`, which outlives the hook: `Clear` removes it before `f`
-    // goes (declared after `f`, dropped first), and only this thread's kernel calls it.
-    unsafe { ffi::gyre_c11_replies_set(Some(ffi::replies as ffi::NotifyFn), ctx.cast()) };
-    let _clear = Clear;
+    let ctx: *mut c_void = (&mut f as *mut &mut dyn FnMut()).cast();
+    let _restore = Restore(CURRENT.with(|c| c.replace(ctx)));
+    // SAFETY: `ctx` points to `f`, which outlives the hook: `_restore` replaces it before
+    // `f` goes (declared after `f`, dropped first), and only this thread's kernel calls it.
+    unsafe { ffi::gyre_c11_replies_set(Some(ffi::replies as ffi::NotifyFn), ctx) };
     run()
 }
 

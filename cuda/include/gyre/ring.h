@@ -281,9 +281,11 @@ static inline GYRE_DEVICE_FN void gyre_k7_publish(gyre_ring *r, uint32_t n) {
 #ifndef GYRE_IDLE_RESET
 #define GYRE_IDLE_RESET()
 #endif
-/** GYRE_REPLIES_PUBLISHED(r): after K7 of a batch (its replies published). The C11 port
- *  tells the host, which then serves the waiters of those replies on the kernel's thread
- *  (gyre_core::channel::bell); elsewhere nothing. */
+/** GYRE_REPLIES_PUBLISHED(r): after K7 of a batch (its replies published; on a checked
+ *  ring k2h_head follows on the slow tick, and the host then looks at every outstanding
+ *  slot; a batch that faults the kernel calls nothing, the host looks when the loop
+ *  ends). The C11 port tells the host, which then serves the waiters of those replies on
+ *  the kernel's thread (gyre_core::channel::bell); elsewhere nothing. */
 #ifndef GYRE_REPLIES_PUBLISHED
 #define GYRE_REPLIES_PUBLISHED(r)
 #endif

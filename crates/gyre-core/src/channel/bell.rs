@@ -32,11 +32,15 @@
 //! driver's (`driver::scan_published`): it also discards the replies of abandoned calls
 //! and wakes the futures waiting for space or a `send` reply when the indices moved.
 //!
-//! The driver stays: a registration under a bell does not unpark it, but it still runs
-//! what the kernel's thread cannot (the heartbeat, the watchdog, the kernel's end, waiter
-//! sets that wait for the host's own releases) and looks at every slot at least every
-//! [`BACKSTOP`]. A successor launched on the same rings (reload, epoch, restart) rings the
-//! same bell; the kernel's thread gives the driver one look when it ends.
+//! The driver stays: under a bell only the first unit of interest (from none) unparks
+//! it, and while anyone waits it looks at every outstanding slot at least every
+//! [`BACKSTOP`], for what the kernel's thread cannot do: the heartbeat, the watchdog, the
+//! kernel's end (a waiter that checked the state just before the kernel ended), the waker
+//! sets that wait for the host's own releases (space, `send` replies; while any of those
+//! waits the driver scans as it does without a bell). A successor launched on the same
+//! rings (reload, epoch, restart) rings the same bell; the kernel's thread gives the
+//! driver one look when it ends (a batch that faults the kernel rings no bell: that look
+//! serves it).
 
 use core::sync::atomic::Ordering::{AcqRel, Acquire, Release};
 use std::sync::{Arc, OnceLock, Weak};
@@ -87,20 +91,18 @@ impl ReplyBell {
             bell: self,
             ch: None,
             from: u64::MAX,
-            last: (u64::MAX, u64::MAX),
         }
     }
 }
 
 /// A kernel thread's end of a [`ReplyBell`]: it holds the channel from the first ring
-/// after the attachment until the thread drops it, and the indices its last scan saw.
+/// after the attachment until the thread drops it, and the head its last ring saw.
 #[derive(Debug)]
 pub struct Ringer<'a> {
     bell: &'a ReplyBell,
     ch: Option<Arc<Channel>>,
     /// The published head at the last ring (`u64::MAX`: none yet).
     from: u64,
-    last: (u64, u64),
 }
 
 impl Ringer<'_> {
@@ -113,11 +115,11 @@ impl Ringer<'_> {
 
     /// After a batch whose replies the kernel published: wakes their waiters.
     pub fn ring(&mut self) {
-        let (mut from, mut last) = (self.from, self.last);
+        let mut from = self.from;
         if let Some(ch) = self.channel() {
-            ch.serve_published(&mut from, &mut last);
+            ch.serve_published(&mut from);
         }
-        (self.from, self.last) = (from, last);
+        self.from = from;
     }
 
     /// The kernel's execution ended: serves what it published last, and has the driver
@@ -134,16 +136,16 @@ impl Ringer<'_> {
 
 impl Channel {
     /// The kernel's side of the bell: after its replies' publication, wakes the waiters
-    /// of the replies published since `from` (the head at the last ring, updated) and
-    /// the futures waiting for space or a `send` reply if the indices moved since
-    /// `last`, unless nobody waits.
-    pub fn serve_published(&self, from: &mut u64, last: &mut (u64, u64)) {
+    /// of the replies published since `from` (the head at the last ring, updated),
+    /// unless nobody waits. (Futures waiting for space or a `send` reply are the
+    /// driver's: it runs its full scan while any waits.)
+    pub fn serve_published(&self, from: &mut u64) {
         if self.interest.fetch_add(0, AcqRel) == 0 {
             // Nobody to wake; a waiter that registers later probes its reply itself.
             *from = self.region.control().k2h_head.load(Acquire);
             return;
         }
-        driver::scan_published(self, from, last);
+        driver::scan_published(self, from);
     }
 
     /// Whether a kernel thread wakes this channel's waiters ([`ReplyBell::attach`]).
@@ -155,8 +157,11 @@ impl Channel {
     /// its cell says so and before it probes its reply again: the waiter's half of the
     /// bell's pair. The driver is unparked for it unless a bell serves it.
     pub(crate) fn add_call_interest(&self) {
-        self.interest.fetch_add(1, AcqRel);
-        if !self.has_reply_bell() {
+        let before = self.interest.fetch_add(1, AcqRel);
+        // Under a bell, only the first unit wakes the driver: from then on it looks at
+        // least every BACKSTOP while anyone waits (a kernel that ended between a
+        // waiter's state check and its registration is noticed there).
+        if before == 0 || !self.has_reply_bell() {
             if let Some(t) = self.driver.get() {
                 t.unpark();
             }

@@ -170,16 +170,17 @@ pub(super) fn scan(ch: &Channel, last: &mut (u64, u64)) -> bool {
 }
 
 /// A reply bell's scan: the replies published since its last ring, `from..k2h_head`
-/// (`from` below `k2h_tail`, or `u64::MAX` at the first ring, starts at `k2h_tail`), and
-/// the waker sets as [`scan`] does. Every published reply is covered by the ring that
-/// follows its publication; a waiter that registers later finds its reply itself
-/// (`super::bell`). Checked rings publish `k2h_head` on the slow tick only: there the
-/// whole [`scan`] runs.
-pub(super) fn scan_published(ch: &Channel, from: &mut u64, last: &mut (u64, u64)) -> bool {
-    if ch.checked {
-        return scan(ch, last);
-    }
+/// (`from` below `k2h_tail`, or `u64::MAX` at the first ring, starts at `k2h_tail`).
+/// Every published reply is covered by the ring that follows its publication; a waiter
+/// that registers later finds its reply itself (`super::bell`). Checked rings publish
+/// `k2h_head` on the slow tick only: there every outstanding slot is served. The waker
+/// sets are left to the driver (see [`bell_serves`]).
+pub(super) fn scan_published(ch: &Channel, from: &mut u64) -> bool {
     let cb = ch.region.control();
+    if ch.checked {
+        let tail = cb.k2h_tail.load(Acquire);
+        return serve(ch, tail, ch.claimed(), cb.k2h_head.load(Acquire));
+    }
     let tail = cb.k2h_tail.load(Acquire);
     let head = cb.k2h_head.load(Acquire);
     let start = if *from == u64::MAX || *from < tail {
@@ -189,7 +190,7 @@ pub(super) fn scan_published(ch: &Channel, from: &mut u64, last: &mut (u64, u64)
     };
     let worked = serve(ch, start, head.min(tail.saturating_add(ch.capacity)), head);
     *from = head.max(start);
-    wake_sets(ch, (head, tail), last) || worked
+    worked
 }
 
 /// Wakes the futures waiting for space or a `send` reply when the indices moved since

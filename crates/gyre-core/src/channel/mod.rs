@@ -782,7 +782,9 @@ impl Channel {
         self.recv_waiters.wake_all(self);
         self.state_waiters.wake_all(self);
         for c in self.cells.iter() {
-            if let Some(w) = c.waker.lock().take() {
+            // Woken with the cell's lock released: a waker may poll or drop its future.
+            let taken = c.waker.lock().take();
+            if let Some(w) = taken {
                 w.wake();
             }
         }

@@ -485,10 +485,13 @@ impl Channel {
             }
         }
         cell.waker.lock().take();
-        // The abandoned cell now holds one unit of driver interest until finalised.
-        if !registered {
-            // As in `register`: the scan of a bell that follows sees the abandoned cell,
-            // or `try_finalize` below sees the reply.
+        // The abandoned cell now holds one unit of driver interest until finalised. As in
+        // `register`, a read-modify-write of the interest after the cell says so: the
+        // scan of a bell that follows sees the abandoned cell, or `try_finalize` below
+        // sees the reply (a registered waiter's unit is already counted: `+0`).
+        if registered {
+            self.interest.fetch_add(0, AcqRel);
+        } else {
             self.add_call_interest();
         }
         self.try_finalize(index);
@@ -682,7 +685,10 @@ impl Channel {
 
     /// Wakes the async waiter of `index`, if one is registered; returns whether it did.
     pub(crate) fn wake_index(&self, index: u64) -> bool {
-        match self.cell(index).waker.lock().take() {
+        // Woken with the cell's lock released: a waker may poll or drop its future
+        // (`abandon` takes the same lock), on the driver's or a kernel's thread.
+        let taken = self.cell(index).waker.lock().take();
+        match taken {
             Some(w) => {
                 w.wake();
                 true

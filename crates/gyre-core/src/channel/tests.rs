@@ -305,3 +305,40 @@ fn the_reply_bell_releases_abandoned_replies() {
     assert_eq!(ch.region().control().k2h_tail.load(Acquire), 1);
     assert_eq!(ch.interest.load(Acquire), 0);
 }
+
+/// Under a bell the first waiter (from none) still wakes the driver, which then looks
+/// every backstop while anyone waits: a kernel that ends after a waiter registered, with
+/// no batch to ring the bell, is noticed there (the driver's heartbeat here is 60 s).
+#[test]
+fn under_a_bell_the_first_waiter_wakes_the_driver() {
+    let ch = Arc::new(channel(4));
+    let bell = bell::ReplyBell::new();
+    bell.attach(&ch);
+    let driver = driver::Driver::start(
+        ch.clone(),
+        IdleStrategy::default(),
+        std::time::Duration::from_secs(60),
+    )
+    .unwrap();
+    // The driver parks for its heartbeat: nobody waits yet.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let count = Arc::new(Count(AtomicU64::new(0)));
+    let i = ch.try_publish(Kind::Call, 0, b"a").unwrap();
+    let mut registered = false;
+    assert!(!poll_once(&ch, i, &count, &mut registered));
+    // The kernel ends without another batch.
+    ch.region()
+        .control()
+        .state
+        .store(state::TERMINATED, Release);
+    let start = std::time::Instant::now();
+    while count.0.load(Acquire) == 0 {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(10),
+            "nobody woke the waiter"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert!(ch.check_stopped().is_some());
+    drop(driver);
+}
