@@ -232,6 +232,31 @@ mod tests {
         (k, inside, go)
     }
 
+    /// A runtime, a kernel whose handler is blocked in request 7 (its `go` unblocks it),
+    /// and the thread of that call.
+    fn stuck_call() -> (
+        Runtime,
+        Kernel<u32, u32>,
+        Arc<AtomicBool>,
+        std::thread::JoinHandle<crate::Result<u32>>,
+    ) {
+        let rt = Runtime::builder()
+            .backend(Backend::Cpu)
+            .build()
+            .expect("runtime");
+        let (k, inside, go) = stuck_kernel(&rt);
+        let caller = k.clone();
+        let stuck = std::thread::spawn(move || caller.call_blocking(7));
+        until("the handler blocks", || inside.load(Acquire));
+        (rt, k, go, stuck)
+    }
+
+    /// A reload that gives up at the test's deadline.
+    fn give_up(k: &Kernel<u32, u32>) {
+        let e = k.reload_blocking(KernelSpec::from_fn("late", |x: u32| x + 2));
+        assert!(matches!(e, Err(Error::Timeout { .. })), "{e:?}");
+    }
+
     fn watch_ended(life: &Lifecycle) -> bool {
         let s = life.stages.head();
         !s.late.load(Acquire) && !s.watched()
@@ -242,14 +267,7 @@ mod tests {
     /// watch the stage stayed `HANDED_OVER` and the kernel ended with it.
     #[test]
     fn a_stage_that_read_a_given_up_handover_is_relaunched_with_its_handler() {
-        let rt = Runtime::builder()
-            .backend(Backend::Cpu)
-            .build()
-            .expect("runtime");
-        let (k, inside, go) = stuck_kernel(&rt);
-        let caller = k.clone();
-        let stuck = std::thread::spawn(move || caller.call_blocking(7));
-        until("the handler blocks", || inside.load(Acquire));
+        let (_rt, k, go, stuck) = stuck_call();
         let life = k.inner().life.clone();
         let at = life.clone();
         let _deadline = set_deadline(Duration::from_millis(200), move || {
@@ -258,8 +276,7 @@ mod tests {
                 at.stages.head().region.control().state.load(Acquire) == state::HANDED_OVER
             });
         });
-        let e = k.reload_blocking(KernelSpec::from_fn("late", |x: u32| x + 2));
-        assert!(matches!(e, Err(Error::Timeout { .. })), "{e:?}");
+        give_up(&k);
         assert_eq!(stuck.join().expect("caller").expect("call"), 8);
         // The handler it ran serves again: the reload's was never launched.
         assert_eq!(k.call_timeout(1, Duration::from_secs(10)).expect("call"), 2);
@@ -273,17 +290,9 @@ mod tests {
     /// reads `RUN` and serves on; the watch ends at its heartbeats.
     #[test]
     fn a_stage_that_comes_back_after_a_given_up_reload_serves_on() {
-        let rt = Runtime::builder()
-            .backend(Backend::Cpu)
-            .build()
-            .expect("runtime");
-        let (k, inside, go) = stuck_kernel(&rt);
-        let caller = k.clone();
-        let stuck = std::thread::spawn(move || caller.call_blocking(7));
-        until("the handler blocks", || inside.load(Acquire));
+        let (_rt, k, go, stuck) = stuck_call();
         let _deadline = set_deadline(Duration::from_millis(100), || {});
-        let e = k.reload_blocking(KernelSpec::from_fn("late", |x: u32| x + 2));
-        assert!(matches!(e, Err(Error::Timeout { .. })), "{e:?}");
+        give_up(&k);
         let life = k.inner().life.clone();
         assert!(
             !watch_ended(&life),
@@ -300,17 +309,9 @@ mod tests {
     /// A shutdown while the watch follows the stage stops and joins the watch.
     #[test]
     fn the_kernels_end_stops_the_watch() {
-        let rt = Runtime::builder()
-            .backend(Backend::Cpu)
-            .build()
-            .expect("runtime");
-        let (k, inside, go) = stuck_kernel(&rt);
-        let caller = k.clone();
-        let stuck = std::thread::spawn(move || caller.call_blocking(7));
-        until("the handler blocks", || inside.load(Acquire));
+        let (_rt, k, go, stuck) = stuck_call();
         let _deadline = set_deadline(Duration::from_millis(50), || {});
-        let e = k.reload_blocking(KernelSpec::from_fn("late", |x: u32| x + 2));
-        assert!(matches!(e, Err(Error::Timeout { .. })), "{e:?}");
+        give_up(&k);
         let life = k.inner().life.clone();
         assert_eq!(life.late.lock().len(), 1, "one watch follows the stage");
         go.store(true, Release);
