@@ -106,30 +106,22 @@ pub struct Ringer<'a> {
 }
 
 impl Ringer<'_> {
-    fn channel(&mut self) -> Option<&Channel> {
+    /// After a batch whose replies the kernel published: wakes their waiters.
+    pub fn ring(&mut self) {
         if self.ch.is_none() {
             self.ch = self.bell.ch.get().and_then(Weak::upgrade);
         }
-        self.ch.as_deref()
-    }
-
-    /// After a batch whose replies the kernel published: wakes their waiters.
-    pub fn ring(&mut self) {
-        let mut from = self.from;
-        if let Some(ch) = self.channel() {
-            ch.serve_published(&mut from);
+        if let Some(ch) = &self.ch {
+            ch.serve_published(&mut self.from);
         }
-        self.from = from;
     }
 
     /// The kernel's execution ended: serves what it published last, and has the driver
     /// look at once (a final state wakes every waiter there).
     pub fn ended(mut self) {
         self.ring();
-        if let Some(ch) = self.channel() {
-            if let Some(t) = ch.driver.get() {
-                t.unpark();
-            }
+        if let Some(ch) = &self.ch {
+            ch.unpark_driver();
         }
     }
 }
@@ -162,9 +154,7 @@ impl Channel {
         // least every BACKSTOP while anyone waits (a kernel that ended between a
         // waiter's state check and its registration is noticed there).
         if before == 0 || !self.has_reply_bell() {
-            if let Some(t) = self.driver.get() {
-                t.unpark();
-            }
+            self.unpark_driver();
         }
     }
 }

@@ -67,6 +67,15 @@ impl Driver {
     }
 }
 
+impl Channel {
+    /// Wakes the completion driver, if one runs.
+    pub(crate) fn unpark_driver(&self) {
+        if let Some(t) = self.driver.get() {
+            t.unpark();
+        }
+    }
+}
+
 impl Drop for Driver {
     fn drop(&mut self) {
         self.ch.driver_stop.store(true, Release);

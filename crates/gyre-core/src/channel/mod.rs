@@ -766,9 +766,7 @@ impl Channel {
     /// Registers interest in the completion driver and wakes it.
     pub(crate) fn add_interest(&self) {
         self.interest.fetch_add(1, Release);
-        if let Some(t) = self.driver.get() {
-            t.unpark();
-        }
+        self.unpark_driver();
     }
 
     pub(crate) fn remove_interest(&self, n: usize) {
