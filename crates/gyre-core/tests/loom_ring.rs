@@ -66,7 +66,7 @@ impl Ring {
             self.data[s].with_mut(|p| unsafe { *p = *v });
             self.seq[s].store(idx + 1, Release);
         }
-        advance_prefix(&self.head, first + n, CAP, |i| {
+        advance_prefix(&self.head, first..first + n, CAP, |i| {
             &self.seq[(i % CAP) as usize]
         });
     }
@@ -75,12 +75,28 @@ impl Ring {
         self.produce_batch(&[value]);
     }
 
+    /// The head's invariant, as a kernel that reads `h2k_head` relies on it: every index
+    /// below a head read with acquire is written and stamped. Called by the one consumer
+    /// while it waits for `from` (so no index from `from` on was reused).
+    fn check_head(&self, from: u64) {
+        let h = self.head.load(Acquire);
+        for i in from..h {
+            assert_eq!(
+                self.seq[(i % CAP) as usize].load(Acquire),
+                i + 1,
+                "head {h} published index {i} before its producer stamped it"
+            );
+        }
+    }
+
     /// K2..K7 for one message, as the CPU kernel does it: poll the slot's sequence (not
     /// the head) until it says `idx`, read, release.
     fn consume(&self, idx: u64) -> u64 {
         let s = (idx % CAP) as usize;
+        self.check_head(idx);
         while self.seq[s].load(Acquire) != idx + 1 {
             thread::yield_now();
+            self.check_head(idx);
         }
         // SAFETY: the acquire of sequence `idx + 1` orders the producer's write before this
         // read, and the cell is not reused before `tail` passes `idx` (loom checks it).
@@ -194,7 +210,7 @@ fn out_of_order_release_advances_tail() {
                 let (tail, freed) = (tail.clone(), freed.clone());
                 thread::spawn(move || {
                     freed[i as usize].store(i + 1, Release);
-                    advance_prefix(&*tail, i + 1, CAP, |j| &freed[(j % CAP) as usize]);
+                    advance_prefix(&*tail, i..i + 1, CAP, |j| &freed[(j % CAP) as usize]);
                 })
             })
             .collect();

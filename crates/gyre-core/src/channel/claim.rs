@@ -98,9 +98,12 @@ impl Drop for ClaimGuard<'_> {
             ch.add_interest();
         }
         let cb = ch.region.control();
-        prefix::advance_prefix(&cb.h2k_head, self.first + self.n, ch.capacity, |i| {
-            ch.region.slot(RingId::Request, i).sequence()
-        });
+        prefix::advance_prefix(
+            &cb.h2k_head,
+            self.first..self.first + self.n,
+            ch.capacity,
+            |i| ch.region.slot(RingId::Request, i).sequence(),
+        );
         ch.flushed();
         ch.ring_published();
         tracing::warn!(

@@ -544,7 +544,7 @@ impl Channel {
         }
         guard.armed = false;
         // P4: publish the written prefix (one head store for the batch).
-        prefix::advance_prefix(&cb.h2k_head, first + n, self.capacity, |i| {
+        prefix::advance_prefix(&cb.h2k_head, first..first + n, self.capacity, |i| {
             self.region.slot(RingId::Request, i).sequence()
         });
         self.flushed();
@@ -589,7 +589,7 @@ impl Channel {
             self.cell(i).freed.store(i + 1, Release);
         }
         let cb = self.region.control();
-        prefix::advance_prefix(&cb.k2h_tail, first + n, self.capacity, |i| {
+        prefix::advance_prefix(&cb.k2h_tail, first..first + n, self.capacity, |i| {
             &self.cell(i).freed
         });
     }
