@@ -295,9 +295,9 @@ impl Channel {
     ///
     /// The waiter polls under its idle strategy. Once that strategy parks, it registers
     /// with the completion driver, which unparks it when the reply lands, and checks its
-    /// deadline at every poll: a park never runs past the deadline, and none starts when
-    /// less than the timer can honour is left ([`crate::idle::Idler::idle_until`]), so
-    /// the call returns within about [`crate::idle::TIMER_SLACK`] of its deadline.
+    /// deadline at every poll: a park ends [`crate::idle::WAKE_MARGIN`] ahead of the
+    /// deadline and the waiter yields from there on ([`crate::idle::Idler::idle_until`]),
+    /// so the call returns close to its deadline even when a park wakes late.
     ///
     /// On timeout the call is abandoned: its reply is discarded when it arrives.
     pub fn wait_blocking<R>(
