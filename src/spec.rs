@@ -266,7 +266,10 @@ impl<Req, Resp> KernelSpec<Req, Resp> {
         self
     }
     /// What blocking host calls do while waiting (default [`IdleStrategy::default`]: spin,
-    /// yield, then park up to 100 µs: nothing wakes a waiting caller early).
+    /// yield, then park up to 100 µs). A parked caller is unparked when its reply lands
+    /// (by the completion driver, or on the CPU backend by the kernel's thread), and
+    /// with a deadline (`call_timeout`) it stops parking 300 µs ahead of it and yields
+    /// the rest (`gyre_core::idle::WAKE_MARGIN`).
     pub fn host_idle(mut self, idle: IdleStrategy) -> Self {
         self.host_idle = idle;
         self

@@ -607,6 +607,39 @@ pub fn call_timeout_abandons(b: Target) {
     k.shutdown_blocking().unwrap();
 }
 
+/// A blocking caller under `IdleStrategy::Sleep(1 s)` (the longest allowed) parks
+/// between polls, yet returns when its 50 ms reply lands (the completion driver or the
+/// kernel's thread unparks it) and at a 20 ms deadline, not after the sleep: each is
+/// asserted under the 1 s a sleeping caller would take, a margin of over 900 ms.
+pub fn a_sleeping_caller_is_woken_and_keeps_its_deadline(b: Target) {
+    if !host_handlers(b) {
+        return;
+    }
+    let k = rt(b)
+        .launch(
+            KernelSpec::from_fn("slow", |x: u64| {
+                std::thread::sleep(Duration::from_millis(if x == 0 { 2000 } else { 50 }));
+                x
+            })
+            .capacity(4)
+            .host_idle(gyre::IdleStrategy::Sleep(Duration::from_secs(1))),
+        )
+        .unwrap();
+    let t = std::time::Instant::now();
+    assert_eq!(k.call_blocking(7).unwrap(), 7);
+    let woken = t.elapsed();
+    assert!(woken < Duration::from_secs(1), "woken after {woken:?}");
+    let t = std::time::Instant::now();
+    let e = k.call_timeout(0, Duration::from_millis(20)).unwrap_err();
+    let gave_up = t.elapsed();
+    assert!(matches!(e, Error::Timeout { op: "call", .. }), "{e}");
+    assert!(
+        gave_up < Duration::from_secs(1),
+        "timed out after {gave_up:?}"
+    );
+    k.shutdown_blocking().unwrap();
+}
+
 /// `call_timeout` gives up while still waiting for a free slot, sending nothing.
 pub fn call_timeout_while_ring_full(b: Target) {
     let k = rt(b)

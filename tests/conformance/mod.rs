@@ -88,6 +88,7 @@ macro_rules! conformance_suite {
             futures::async_call_send_recv_stream, futures::dropped_call_futures_release_slots,
             futures::async_shutdown_drains, cases::telemetry_counts,
             cases::batch_send_and_recv_order, cases::call_timeout_abandons,
+            cases::a_sleeping_caller_is_woken_and_keeps_its_deadline,
             futures::replies_stream_yields_last_error, cases::call_timeout_while_ring_full,
             cases::mixed_batch_and_single_senders_always_shut_down,
             lifecycle::refused_requests_are_closed_on_every_path,

@@ -2,9 +2,10 @@
 
 use std::time::Duration;
 
-/// How much later than asked a park or sleep typically ends: Linux's default timer slack
-/// for a normal thread (`PR_GET_TIMERSLACK`, 50 µs). Waiters never park for less, and never
-/// park when less than about this is left before their deadline ([`Idler::idle_until`]).
+/// How much later than asked a park or sleep ends at best: Linux's default timer slack for
+/// a normal thread (`PR_GET_TIMERSLACK`, 50 µs). A waiter under `Backoff` never parks for
+/// less, and one with a deadline never parks when less than [`WAKE_MARGIN`] plus this is
+/// left before it ([`Idler::idle_until`]).
 pub const TIMER_SLACK: Duration = Duration::from_micros(50);
 
 /// How far ahead of its deadline a waiter stops parking and yields instead
@@ -14,7 +15,9 @@ pub const TIMER_SLACK: Duration = Duration::from_micros(50);
 /// median, 224 us at p99 and 0.9 ms at p99.9. A waiter that parked to within
 /// [`TIMER_SLACK`] of its deadline returned more than 200 us late in 3 of 14 runs of 40
 /// timeouts; a margin of 300 us turns those cases into a yield loop of at most 300 us, paid
-/// only by a call whose reply is about to miss its deadline.
+/// only by a call whose reply is about to miss its deadline. A call whose whole timeout is
+/// under `WAKE_MARGIN + TIMER_SLACK` (350 us) never parks: it spins and yields until its
+/// reply or its deadline.
 pub const WAKE_MARGIN: Duration = Duration::from_micros(300);
 
 /// What a polling thread (a CPU kernel, a blocking waiter, the completion driver) does
@@ -42,7 +45,9 @@ pub enum IdleStrategy {
         /// Longest single park. Bounds the added latency when idle.
         max_park: Duration,
     },
-    /// Sleep a fixed duration after every empty poll.
+    /// Sleep a fixed duration after every empty poll. A blocking caller waiting for a
+    /// reply parks for that duration instead, so that the completion driver's wake-up
+    /// or its deadline ([`Idler::idle_until`]) can end the wait sooner.
     Sleep(Duration),
 }
 
@@ -171,16 +176,18 @@ impl Idler {
     /// [`Idler::idle`] for a waiter with a `deadline`: a park or sleep ends
     /// [`WAKE_MARGIN`] ahead of the deadline, and from there on the waiter yields instead
     /// (a park ends late by the timer's slack at best, and by hundreds of microseconds
-    /// when its core was idle). A park is never shorter than [`TIMER_SLACK`], which is
-    /// the least the timer can honour.
+    /// when its core was idle). Under `Backoff` a park is never shorter than
+    /// [`TIMER_SLACK`], the least the timer can honour; `Sleep(d)` parks for `d`. Without
+    /// a deadline, `Backoff` and `BusySpin` behave as [`Idler::idle`], and `Sleep` parks
+    /// (the completion driver unparks a registered waiter).
     #[inline]
     pub fn idle_until(&mut self, deadline: Option<std::time::Instant>) {
         let (park, max_park) = match self.strategy {
             IdleStrategy::Backoff { max_park, .. } if self.is_parking() => (
                 self.park.max(TIMER_SLACK).min(max_park.max(TIMER_SLACK)),
-                max_park,
+                Some(max_park),
             ),
-            IdleStrategy::Sleep(d) => (d, d),
+            IdleStrategy::Sleep(d) => (d, None),
             _ => return self.idle(false),
         };
         let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
@@ -191,7 +198,9 @@ impl Idler {
         // A park, under `Sleep` too: the completion driver unparks a registered waiter
         // when its reply lands.
         std::thread::park_timeout(park);
-        self.park = (park * 2).min(max_park);
+        if let Some(max_park) = max_park {
+            self.park = (park * 2).min(max_park);
+        }
     }
 
     /// Back to the first (spinning) phase.

@@ -14,7 +14,7 @@
 //! consumer's read is reported as a data race.
 #![cfg(gyre_loom)]
 
-use core::sync::atomic::Ordering::{Acquire, Release};
+use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 use gyre_core::ring::prefix::{advance_prefix, try_claim, ClaimError};
 use loom::cell::UnsafeCell;
@@ -81,11 +81,19 @@ impl Ring {
     fn check_head(&self, from: u64) {
         let h = self.head.load(Acquire);
         for i in from..h {
+            let s = (i % CAP) as usize;
+            // Relaxed: the head's acquire is the only edge a consumer has; coherence
+            // after it must show the stamp.
             assert_eq!(
-                self.seq[(i % CAP) as usize].load(Acquire),
+                self.seq[s].load(Relaxed),
                 i + 1,
                 "head {h} published index {i} before its producer stamped it"
             );
+            // And the slot's contents through that edge alone: loom reports a race if
+            // the head was published before the write.
+            // SAFETY: read-only; index `i` is published and not reused before `tail`
+            // passes it (loom checks the access).
+            self.data[s].with(|p| unsafe { *p });
         }
     }
 

@@ -114,11 +114,16 @@ pub fn claimed<A: IndexAtomic>(claim: &A) -> u64 {
 /// finished — that thread will then publish ours. `limit` bounds one scan (the ring
 /// capacity): a corrupt marker can never make it run away.
 ///
-/// The scan does not load the markers of `owned`: this thread stored them, before the
-/// fence, and no index at or above a head value read here is reused before the head
-/// passes it, so they still hold. Loading them back cost a cache miss per slot once the
-/// kernel had read the slot's line (the producer of a batch of 64 spent a quarter of its
-/// publication there). Indices outside `owned` are loaded as before.
+/// The scan does not load the markers of `owned`: this thread stored them before the
+/// fence. A scan from a stale head value may count an owned index that was published
+/// and reused meanwhile, but then the head has moved, and the compare-and-swap from that
+/// stale value fails: a head value is only ever written by a CAS from the head it
+/// replaces, and the head never goes back, so a successful CAS from `h` covers only
+/// indices that are still unpublished, and an owned one of those still holds its stamp
+/// (its slot is not reused before the head passes it). Loading the stamps back cost a
+/// cache miss per slot once the kernel had read the slot's line (the producer of a batch
+/// of 64 spent a quarter of its publication there). Indices outside `owned` are loaded
+/// as before.
 #[inline]
 pub fn advance_prefix<'a, A, F>(head: &A, owned: core::ops::Range<u64>, limit: u64, marker: F)
 where
