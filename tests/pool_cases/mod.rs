@@ -102,12 +102,11 @@ pub fn keyed_calls_reach_every_member(t: Target) {
     for (k, r) in keys.iter().zip(replies) {
         assert_eq!(r.expect("reply"), k * 10);
     }
+    // Telemetry reaches the host on the kernel's timer, not with each reply.
     for k in pool.members() {
-        assert!(
-            k.telemetry().expect("telemetry").messages_out > 0,
-            "{}",
-            k.name()
-        );
+        eventually(&format!("{} to count a reply", k.name()), || {
+            k.telemetry().expect("telemetry").messages_out > 0
+        });
     }
     for i in 0..100 {
         assert_eq!(pool.call_blocking(i).expect("call"), i);
@@ -178,12 +177,11 @@ pub fn a_pool_spans_runtimes_and_replaces_in_place(t: Target) {
     for i in 0..200 {
         assert_eq!(pool.call_keyed_blocking(i, i).expect("call"), i);
     }
+    // Telemetry reaches the host on the kernel's timer, not with each reply.
     for k in pool.members() {
-        assert!(
-            k.telemetry().expect("telemetry").messages_out > 0,
-            "{}",
-            k.name()
-        );
+        eventually(&format!("{} to count a reply", k.name()), || {
+            k.telemetry().expect("telemetry").messages_out > 0
+        });
     }
     let key = key_of(&pool, 1);
     pool.members()[1].shutdown_blocking().expect("shutdown");
