@@ -11,8 +11,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Each step's header carries the time since the start, so a slow CI says where it went.
-step() { echo "==> [$((SECONDS / 60))m$((SECONDS % 60))s] $*"; }
+# Each step's header carries the time since the start and the disk the build folders
+# take, so a slow or full CI says where it went.
+step() {
+  echo "==> [$((SECONDS / 60))m$((SECONDS % 60))s, target $(du -sh target 2>/dev/null | cut -f1 || echo 0)] $*"
+}
 
 # CUDA device code without a GPU: NVRTC and ptxas from PyPI (cached in .venv-cuda for
 # CUDA 12.8, .venv-cuda13 for 13.0), so the gyre-cuda tests compile and resource-check
@@ -125,7 +128,7 @@ env -u GYRE_CUDA_VENV CUDA_HOME="$PWD/$cuda13_home" cargo test -p gyre --test po
 # invalidating the normal build.
 step "loom models (LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:=3})"
 RUSTFLAGS="--cfg gyre_loom" LOOM_MAX_PREEMPTIONS="$LOOM_MAX_PREEMPTIONS" \
-  CARGO_TARGET_DIR=target/loom \
+  CARGO_TARGET_DIR=target/loom CARGO_PROFILE_RELEASE_DEBUG=false \
   cargo test -p gyre-core --release --test loom_ring --test loom_shutdown --test loom_wake --test loom_doorbell \
     --test loom_command_gate --test loom_loans
 
