@@ -376,7 +376,14 @@ impl Lifecycle {
     /// the host is its line's only writer), disarms a lone kernel's restart, and the
     /// kernel's waiters learn it (a chain's view tells the stages the stage fed to
     /// terminate and wakes the ones feeding it: L3, L4).
+    ///
+    /// Under a copy strategy the head's mirror is drained first: the replies the kernel
+    /// published before it ended reach their callers, who would otherwise fail with the
+    /// fault (the copy thread pulls only when asked; seen under `async` on PoCL).
     pub(super) fn fault_for_good(&self, k: usize, stage: &Stage) {
+        if let (0, Some(t)) = (k, &self.transfer) {
+            t.drain();
+        }
         let cb = stage.region.control();
         if cb.state.load(Acquire) != state::FAULTED {
             if cb.error_code.load(Acquire) == gyre_abi::error::NONE {

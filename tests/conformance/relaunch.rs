@@ -215,10 +215,14 @@ pub fn restarts_after_injected_panics(b: Target) {
     eventually("the last restart", || k.relaunches().restarts == panics);
     // The budget is spent: the next fault is final and fails what the kernel had not
     // answered.
-    assert!(matches!(
-        k.call_blocking(16 * 99),
-        Err(Error::Handler { status, .. }) if status == gyre::codes::HANDLER_PANIC
-    ));
+    let last = k.call_blocking(16 * 99);
+    assert!(
+        matches!(
+            last,
+            Err(Error::Handler { status, .. }) if status == gyre::codes::HANDLER_PANIC
+        ),
+        "the final fault's own request: {last:?}"
+    );
     eventually("the final fault", || {
         matches!(k.state(), KernelState::Faulted { .. })
     });
