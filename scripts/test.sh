@@ -13,6 +13,9 @@ cd "$(dirname "$0")/.."
 
 # Each step's header carries the time since the start and the disk the build folders
 # take, so a slow or full CI says where it went.
+# On CI (a clean clone, CI=true) a build folder no later step uses is removed once its
+# step passed: the CI machine's disk is small (a run ran out of it in the TSan build).
+ci_drop() { if [ "${CI:-}" = true ]; then rm -rf "$@"; fi; }
 step() {
   echo "==> [$((SECONDS / 60))m$((SECONDS % 60))s, target $(du -sh target 2>/dev/null | cut -f1 || echo 0)] $*"
 }
@@ -131,6 +134,7 @@ RUSTFLAGS="--cfg gyre_loom" LOOM_MAX_PREEMPTIONS="$LOOM_MAX_PREEMPTIONS" \
   CARGO_TARGET_DIR=target/loom CARGO_PROFILE_RELEASE_DEBUG=false \
   cargo test -p gyre-core --release --test loom_ring --test loom_shutdown --test loom_wake --test loom_doorbell \
     --test loom_command_gate --test loom_loans
+ci_drop target/loom
 
 # ThreadSanitizer on stable: RUSTC_BOOTSTRAP unlocks -Zsanitizer; std is not rebuilt
 # (no -Zbuild-std on stable), hence the ABI-mismatch allowance and .ci/tsan.supp (each
@@ -148,6 +152,7 @@ if [ "${GYRE_TSAN:-1}" != 0 ]; then
     TSAN_OPTIONS="suppressions=$PWD/.ci/tsan.supp halt_on_error=1 second_deadlock_stack=1" \
     CARGO_TARGET_DIR=target/tsan \
     cargo test --target x86_64-unknown-linux-gnu -p gyre-core -p gyre-cpu --lib --tests
+  ci_drop target/tsan
 fi
 
 # The GPU check kit (docs/cuda.md): it builds (release, stripped, under 60 MiB), and its
@@ -168,6 +173,7 @@ if [ "${GYRE_KIT:-1}" != 0 ]; then
     fi
     echo "run.sh without a GPU: every step skipped (exit 0); with GYRE_REQUIRE_CUDA=1: exit 1"
   fi
+  ci_drop target/release
 fi
 
 # Soak: mixed load with pause/resume for a bounded time; every message is counted.
