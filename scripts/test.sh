@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 # step passed: the CI machine's disk is small (a run ran out of it in the TSan build).
 ci_drop() { if [ "${CI:-}" = true ]; then rm -rf "$@"; fi; }
 step() {
-  echo "==> [$((SECONDS / 60))m$((SECONDS % 60))s, target $(du -sh target 2>/dev/null | cut -f1 || echo 0)] $*"
+  echo "==> [$((SECONDS / 60))m$((SECONDS % 60))s, target $(du -sh "${CARGO_TARGET_DIR:-target}" 2>/dev/null | cut -f1)] $*"
 }
 
 # CUDA device code without a GPU: NVRTC and ptxas from PyPI (cached in .venv-cuda for
