@@ -11,14 +11,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Each step's header carries the time since the start and the disk the build folders
-# take, so a slow or full CI says where it went.
-# On CI (a clean clone, CI=true) a build folder no later step uses is removed once its
-# step passed: the CI machine's disk is small (a run ran out of it in the TSan build).
-ci_drop() { if [ "${CI:-}" = true ]; then rm -rf "$@"; fi; }
+# Each step's header carries the time since the start and the size of the build folder,
+# so a slow or full CI says where it went.
 step() {
   echo "==> [$((SECONDS / 60))m$((SECONDS % 60))s, target $(du -sh "${CARGO_TARGET_DIR:-target}" 2>/dev/null | cut -f1)] $*"
 }
+# On CI (a clean clone, CI=true) a build folder no later step uses is removed once its
+# step passed: the CI machine's disk is small (a run ran out of it in the TSan build).
+ci_drop() { if [ "${CI:-}" = true ]; then rm -rf "$@"; fi; }
 
 # CUDA device code without a GPU: NVRTC and ptxas from PyPI (cached in .venv-cuda for
 # CUDA 12.8, .venv-cuda13 for 13.0), so the gyre-cuda tests compile and resource-check
