@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gyre_abi::command;
+use gyre_core::channel::bell::ReplyBell;
 use gyre_core::channel::driver::Driver;
 use gyre_core::channel::{Channel, Kind, PublishError};
 use gyre_core::ring::Geometry;
@@ -32,10 +33,9 @@ fn value(r: gyre_core::channel::ReplyView<'_>) -> gyre_core::Result<u64> {
     Ok(u64::from_le_bytes(r.payload.try_into().unwrap_or_default()))
 }
 
-#[test]
-fn producers_receiver_driver_and_kernel_threads_count_every_message() {
-    let region = Arc::new(SharedRegion::new_host(Geometry::new(16, 128, 8).unwrap(), 0).unwrap());
-    let spec = LaunchSpec {
+/// The launch of an echo kernel that rings `reply_bell` after each batch.
+fn echo_spec(reply_bell: Option<Arc<ReplyBell>>) -> LaunchSpec {
+    LaunchSpec {
         name: "threads".into(),
         handler: Arc::new(gyre_core::kernels::echo),
         builtin: None,
@@ -46,12 +46,17 @@ fn producers_receiver_driver_and_kernel_threads_count_every_message() {
         lane_handler: None,
         export: None,
         doorbell: None,
-        reply_bell: None,
+        reply_bell,
         loans: None,
         link: None,
-    };
+    }
+}
+
+#[test]
+fn producers_receiver_driver_and_kernel_threads_count_every_message() {
+    let region = Arc::new(SharedRegion::new_host(Geometry::new(16, 128, 8).unwrap(), 0).unwrap());
     let kernel = gyre_cpu::CpuBackend::new()
-        .launch(region.clone(), &spec)
+        .launch(region.clone(), &echo_spec(None))
         .unwrap();
     let ch = Arc::new(Channel::new(region.clone(), "threads"));
     let driver = Driver::start(
@@ -151,4 +156,93 @@ fn producers_receiver_driver_and_kernel_threads_count_every_message() {
         std::thread::sleep(Duration::from_millis(1));
     }
     drop(driver);
+}
+
+/// Waits for the reply of `index` as an async task would, on this thread: polls, and
+/// parks until its waker unparks it. `give_up`: drops the wait after the first pending
+/// poll, as a dropped future does.
+fn wait_async(ch: &Channel, index: u64, give_up: bool) -> Option<u64> {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let (mut registered, mut spun) = (false, false);
+    loop {
+        match ch.poll_reply(
+            index,
+            &mut cx,
+            &mut registered,
+            &mut spun,
+            Duration::ZERO,
+            value,
+        ) {
+            std::task::Poll::Ready(r) => return Some(r.unwrap()),
+            std::task::Poll::Pending if give_up => {
+                ch.abandon(index, registered);
+                return None;
+            }
+            std::task::Poll::Pending => {
+                let t = std::time::Instant::now();
+                std::thread::park_timeout(Duration::from_secs(10));
+                assert!(
+                    t.elapsed() < Duration::from_secs(10),
+                    "{index}: never woken"
+                );
+            }
+        }
+    }
+}
+
+/// The reply bell (`gyre_core::channel::bell`) with real threads: async waiters on four
+/// threads (some dropping their wait) and a blocking caller, all woken by the kernel's
+/// thread after each batch. No completion driver runs, so the bell alone must wake
+/// everyone and release the abandoned calls' slots. Every reply reaches its caller and
+/// every slot is released. Under ThreadSanitizer (`scripts/test.sh`) this checks the
+/// bell's wake-ups between the kernel's thread and the waiters' threads.
+#[test]
+fn async_waiters_under_a_reply_bell_are_all_woken() {
+    let region = Arc::new(SharedRegion::new_host(Geometry::new(16, 128, 8).unwrap(), 0).unwrap());
+    let bell = Arc::new(ReplyBell::new());
+    let kernel = gyre_cpu::CpuBackend::new()
+        .launch(region.clone(), &echo_spec(Some(bell.clone())))
+        .unwrap();
+    let ch = Arc::new(Channel::new(region.clone(), "bell"));
+    bell.attach(&ch);
+    let idle = IdleStrategy::default();
+    let threads: Vec<_> = (0..5u64)
+        .map(|p| {
+            let ch = ch.clone();
+            std::thread::spawn(move || {
+                for s in 0..N / 2 {
+                    let v = (p << 32) | s;
+                    let i = publish(&ch, Kind::Call, v);
+                    if p == 4 {
+                        assert_eq!(ch.wait_blocking(i, &idle, None, value).unwrap(), v);
+                    } else if let Some(r) = wait_async(&ch, i, s % 40 == 0) {
+                        assert_eq!(r, v);
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let accepted = ch.close();
+    while !ch.all_published() {
+        std::thread::yield_now();
+    }
+    ch.command(command::TERMINATE);
+    kernel.join().unwrap();
+    let cb = region.control();
+    assert_eq!(cb.k2h_head.load(Acquire), accepted);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while cb.k2h_tail.load(Acquire) < accepted {
+        assert!(std::time::Instant::now() < deadline, "reply slots leaked");
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
