@@ -11,7 +11,9 @@
 //!    per second of 64 concurrent tasks. Ratios are within the same run.
 //!
 //! `cargo bench --bench waiters` prints `key value` lines. It reports; it does not judge
-//! (docs/benchmarks.md holds the targets and the figures).
+//! (docs/benchmarks.md holds the targets and the figures). To profile gyre's side of the
+//! 64 tasks alone, `GYRE_WAITERS_PROFILE=<seconds>` runs only that, for that long (under
+//! `perf record`, say), and prints its calls per second.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -191,7 +193,49 @@ fn concurrency() {
     k.shutdown_blocking().expect("shutdown");
 }
 
+/// `GYRE_WAITERS_PROFILE`: gyre's 64 tasks alone, for `secs` seconds.
+fn profile(secs: f64) {
+    let trt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio");
+    let r = rt();
+    let k = r
+        .launch(KernelSpec::<u64, u64>::echo().capacity(1024))
+        .expect("launch");
+    let window = Duration::from_secs_f64(secs);
+    let done = Arc::new(AtomicU64::new(0));
+    let rate = trt.block_on(async {
+        let start = Instant::now();
+        let mut hs = Vec::new();
+        for t in 0..64u64 {
+            let (k, done) = (k.clone(), done.clone());
+            hs.push(tokio::spawn(async move {
+                let mut i = t << 32;
+                while start.elapsed() < window {
+                    assert_eq!(k.call(i).await.expect("call"), i);
+                    i += 1;
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            }));
+        }
+        for h in hs {
+            h.await.expect("task");
+        }
+        done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+    });
+    println!("profile_64_tasks_calls_per_s gyre {rate:.0}");
+    k.shutdown_blocking().expect("shutdown");
+}
+
 fn main() {
+    if let Some(secs) = std::env::var("GYRE_WAITERS_PROFILE")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+    {
+        return profile(secs);
+    }
     // `cargo bench` passes `--bench`; `cargo test --benches` passes nothing: one quick pass.
     deadlines();
     concurrency();
