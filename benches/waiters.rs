@@ -116,8 +116,8 @@ async fn idiom_call(tx: &tokio::sync::mpsc::Sender<Req>, x: u64) -> u64 {
     orx.await.expect("idiom reply")
 }
 
-/// 2. Async callers: one caller's RTT and 64 concurrent tasks' calls per second.
-fn concurrency() {
+/// A 2-worker tokio runtime, and an echo kernel on the CPU backend (with its runtime).
+fn echo_on_two_workers() -> (tokio::runtime::Runtime, Runtime, gyre::Kernel<u64, u64>) {
     let trt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -127,6 +127,12 @@ fn concurrency() {
     let k = r
         .launch(KernelSpec::<u64, u64>::echo().capacity(1024))
         .expect("launch");
+    (trt, r, k)
+}
+
+/// 2. Async callers: one caller's RTT and 64 concurrent tasks' calls per second.
+fn concurrency() {
+    let (trt, _r, k) = echo_on_two_workers();
     let tx = idiom(&trt);
     const ONE: u64 = 20_000;
     for round in 0..3 {
@@ -195,15 +201,7 @@ fn concurrency() {
 
 /// `GYRE_WAITERS_PROFILE`: gyre's 64 tasks alone, for `secs` seconds.
 fn profile(secs: f64) {
-    let trt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio");
-    let r = rt();
-    let k = r
-        .launch(KernelSpec::<u64, u64>::echo().capacity(1024))
-        .expect("launch");
+    let (trt, _r, k) = echo_on_two_workers();
     let window = Duration::from_secs_f64(secs);
     let done = Arc::new(AtomicU64::new(0));
     let rate = trt.block_on(async {
