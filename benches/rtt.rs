@@ -429,7 +429,7 @@ const SUMMARY: Summary = Summary {
     impls: IMPLS,
     targets: &[
         ("gyre_blocking", "atomic_pingpong", 2.0),
-        ("gyre_blocking", "rtrb", 1.0),
+        ("gyre_blocking", "rtrb", 1.1),
         ("gyre_blocking", "crossbeam", 0.8),
         ("gyre_async", "gyre_blocking", 1.5),
         ("gyre_async", "tokio", 0.0),

@@ -392,11 +392,13 @@ const SUMMARY: Summary = Summary {
             consumer / kernel on core 1, capacity 1024",
     unit: "M msg/s",
     impls: IMPLS,
+    // Issue 29's targets are against the echo rows (the same request + reply ring pair);
+    // the one-way rtrb rows are context.
     targets: &[
-        ("gyre_single", "rtrb_single", 1.0),
-        ("gyre_batch64", "rtrb_batch64", 1.0),
-        ("gyre_single", "rtrb_echo_single", 0.0),
-        ("gyre_batch64", "rtrb_echo_batch64", 0.0),
+        ("gyre_single", "rtrb_echo_single", 1.0),
+        ("gyre_batch64", "rtrb_echo_batch64", 0.6),
+        ("gyre_single", "rtrb_single", 0.0),
+        ("gyre_batch64", "rtrb_batch64", 0.0),
         ("gyre_single", "gyre_single_notel", 0.0),
         ("gyre_batch64", "gyre_batch64_notel", 0.0),
     ],
