@@ -248,3 +248,65 @@ fn claim_sees_release() {
         assert_eq!(r.consume(2), 3);
     });
 }
+
+/// The length word a tombstone carries in this model (`TOMBSTONE_LEN` in the runtime).
+const TOMBSTONE: u64 = u64::MAX;
+/// A cell's word in this model: a send nobody waits for, or an abandoned call.
+const SEND: u64 = 0;
+const ABANDONED: u64 = 1;
+
+/// A producer claims two indices, writes the first and leaves the window early (a
+/// panicking `AsRef`, or one that grew past the size check): `ClaimGuard`'s drop
+/// (`channel/claim.rs`) stamps the written index, marks the unwritten one abandoned
+/// *before* it writes the tombstone and stamps it, and publishes the whole claim. The
+/// consumer, racing it, must read the written message, then a tombstone whose cell
+/// already says abandoned (a reader that sees the sequence sees a discarded call, never a
+/// send); the head must cover the claim, so the next producer gets through.
+#[test]
+fn an_abandoned_claim_is_published_with_tombstones() {
+    loom::model(|| {
+        let r = Arc::new(Ring::new());
+        let cells = Arc::new([AtomicU64::new(SEND), AtomicU64::new(SEND)]);
+        // The claim comes first (so the indices are known); what follows it races.
+        let first = try_claim(&r.claim, &r.tail, &r.head, CAP, 2).expect("an empty ring");
+        let (r1, c1) = (r.clone(), cells.clone());
+        let abandoning = thread::spawn(move || {
+            // Index `first` written (P2), then the window is left: the guard runs.
+            // SAFETY: claimed by this producer, unpublished (loom checks the access).
+            r1.data[(first % CAP) as usize].with_mut(|p| unsafe { *p = 7 });
+            r1.seq[(first % CAP) as usize].store(first + 1, Release);
+            let idx = first + 1;
+            let s = (idx % CAP) as usize;
+            c1[s].store(ABANDONED, Release);
+            // SAFETY: as above.
+            r1.data[s].with_mut(|p| unsafe { *p = TOMBSTONE });
+            r1.seq[s].store(idx + 1, Release);
+            advance_prefix(&r1.head, first..first + 2, CAP, |i| {
+                &r1.seq[(i % CAP) as usize]
+            });
+        });
+        assert_eq!(r.consume(0), 7);
+        // Index 1 by hand: its cell, read after its sequence's acquire, must say abandoned.
+        while r.seq[1].load(Acquire) != 2 {
+            thread::yield_now();
+        }
+        assert_eq!(
+            cells[1].load(Relaxed),
+            ABANDONED,
+            "a tombstone was visible before its cell said abandoned"
+        );
+        // SAFETY: index 1 is stamped and not reused before `tail` passes it.
+        assert_eq!(r.data[1].with(|p| unsafe { *p }), TOMBSTONE);
+        r.tail.store(2, Release);
+        abandoning.join().unwrap();
+        assert_eq!(
+            r.head.load(Acquire),
+            2,
+            "the abandoned claim was not published"
+        );
+        // The next producer gets through (reusing a slot during a publication is
+        // `reuse_waits_for_publication_of_previous_lap`).
+        r.produce(9);
+        assert_eq!(r.consume(2), 9);
+    });
+}
