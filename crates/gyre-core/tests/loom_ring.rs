@@ -1,5 +1,6 @@
 //! loom models of the host-side ring protocol: producer claim / publish of the written
-//! prefix, consumer read / release, wrap-around, and out-of-order release.
+//! prefix, consumer read / release, wrap-around, out-of-order release, and a claim a
+//! producer abandoned mid-batch (the claim guard's tombstones).
 //!
 //! Run with (CI does):
 //!
