@@ -110,7 +110,7 @@ fn portable_handlers_compile_for_every_arch_without_spills() {
     let failures = failures.into_inner().unwrap();
     let (regs, at, stack, stack_at) = worst.into_inner().unwrap();
     // Straight to stderr, not through the harness's capture: CI's log keeps the figures
-    // docs/handlers.md and docs/cuda.md quote.
+    // docs/handlers.md quotes.
     let _ = writeln!(
         std::io::stderr(),
         "portable handlers under NVRTC {}: {} handlers x {} archs {:?}, no spills; most \
