@@ -67,7 +67,7 @@ impl Ring {
             self.data[s].with_mut(|p| unsafe { *p = *v });
             self.seq[s].store(idx + 1, Release);
         }
-        advance_prefix(&self.head, first..first + n, CAP, |i| {
+        advance_prefix(&self.head, Some(&self.claim), first..first + n, CAP, |i| {
             &self.seq[(i % CAP) as usize]
         });
     }
@@ -219,7 +219,7 @@ fn out_of_order_release_advances_tail() {
                 let (tail, freed) = (tail.clone(), freed.clone());
                 thread::spawn(move || {
                     freed[i as usize].store(i + 1, Release);
-                    advance_prefix(&*tail, i..i + 1, CAP, |j| &freed[(j % CAP) as usize]);
+                    advance_prefix(&*tail, None, i..i + 1, CAP, |j| &freed[(j % CAP) as usize]);
                 })
             })
             .collect();
@@ -283,7 +283,7 @@ fn an_abandoned_claim_is_published_with_tombstones() {
             // nobody reads the cell (loom checks the access).
             r1.data[s].with_mut(|p| unsafe { *p = TOMBSTONE });
             r1.seq[s].store(idx + 1, Release);
-            advance_prefix(&r1.head, first..first + 2, CAP, |i| {
+            advance_prefix(&r1.head, Some(&r1.claim), first..first + 2, CAP, |i| {
                 &r1.seq[(i % CAP) as usize]
             });
         });

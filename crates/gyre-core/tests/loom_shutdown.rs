@@ -65,7 +65,7 @@ impl Ring {
         // UnsafeCell flags any concurrent access.
         self.data[s].with_mut(|p| unsafe { *p = value });
         self.seq[s].store(idx + 1, Release);
-        advance_prefix(&self.head, idx..idx + 1, CAP, |i| {
+        advance_prefix(&self.head, Some(&self.claim), idx..idx + 1, CAP, |i| {
             &self.seq[(i % CAP) as usize]
         });
         true

@@ -100,6 +100,7 @@ impl Drop for ClaimGuard<'_> {
         let cb = ch.region.control();
         prefix::advance_prefix(
             &cb.h2k_head,
+            Some(&*ch.claim),
             self.first..self.first + self.n,
             ch.capacity,
             |i| ch.region.slot(RingId::Request, i).sequence(),

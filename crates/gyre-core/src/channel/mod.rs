@@ -544,9 +544,13 @@ impl Channel {
         }
         guard.armed = false;
         // P4: publish the written prefix (one head store for the batch).
-        prefix::advance_prefix(&cb.h2k_head, first..first + n, self.capacity, |i| {
-            self.region.slot(RingId::Request, i).sequence()
-        });
+        prefix::advance_prefix(
+            &cb.h2k_head,
+            Some(&*self.claim),
+            first..first + n,
+            self.capacity,
+            |i| self.region.slot(RingId::Request, i).sequence(),
+        );
         self.flushed();
         self.ring_published();
         Ok(first)
@@ -589,7 +593,7 @@ impl Channel {
             self.cell(i).freed.store(i + 1, Release);
         }
         let cb = self.region.control();
-        prefix::advance_prefix(&cb.k2h_tail, first..first + n, self.capacity, |i| {
+        prefix::advance_prefix(&cb.k2h_tail, None, first..first + n, self.capacity, |i| {
             &self.cell(i).freed
         });
     }

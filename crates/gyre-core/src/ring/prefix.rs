@@ -124,9 +124,22 @@ pub fn claimed<A: IndexAtomic>(claim: &A) -> u64 {
 /// cache miss per slot once the kernel had read the slot's line (the producer of a batch
 /// of 64 spent a quarter of its publication there). Indices outside `owned` are loaded
 /// as before.
+///
+/// `claim`, where the indices are a claim word's ([`try_claim`]): the scan stops at the
+/// first index not claimed, without loading its marker. That marker is the next slot's
+/// sequence, the very word a kernel polls, so loading it took a cache line from the
+/// kernel's core on every publication. The claim word is loaded after the fence, so the
+/// Dekker argument of the markers covers it: a producer claims before it stamps and
+/// fences, so either this load sees its claim (and its marker is loaded as before), or
+/// its fence comes after ours and its own scan sees our stamps and publishes them.
 #[inline]
-pub fn advance_prefix<'a, A, F>(head: &A, owned: core::ops::Range<u64>, limit: u64, marker: F)
-where
+pub fn advance_prefix<'a, A, F>(
+    head: &A,
+    claim: Option<&A>,
+    owned: core::ops::Range<u64>,
+    limit: u64,
+    marker: F,
+) where
     A: IndexAtomic + 'a,
     F: Fn(u64) -> &'a A,
 {
@@ -139,8 +152,12 @@ where
         if h >= until {
             return;
         }
+        // After the fence, once per scan; without a claim word, no bound.
+        let claimed = claim.map_or(u64::MAX, |c| c.load(Acquire) & !CLOSED);
         let mut n = h;
-        while n - h < limit && (owned.contains(&n) || marker(n).load(Acquire) == n + 1) {
+        while n - h < limit
+            && (owned.contains(&n) || (n < claimed && marker(n).load(Acquire) == n + 1))
+        {
             n += 1;
         }
         if n == h {
@@ -295,14 +312,14 @@ mod tests {
         let m = |i: u64| &markers[(i % 4) as usize];
         markers[1].store(2, Release);
         markers[2].store(3, Release);
-        advance_prefix(&head, 1..3, 4, m);
+        advance_prefix(&head, None, 1..3, 4, m);
         assert_eq!(
             head.load(Acquire),
             0,
             "index 0 is not written: nothing is published"
         );
         markers[0].store(1, Release);
-        advance_prefix(&head, 0..1, 4, m);
+        advance_prefix(&head, None, 0..1, 4, m);
         assert_eq!(
             head.load(Acquire),
             3,
@@ -315,7 +332,7 @@ mod tests {
         let head = AtomicU64::new(4);
         // Slot 0 still holds index 0's marker (1); index 4 expects 5.
         let markers: Vec<AtomicU64> = (1..=4).map(AtomicU64::new).collect();
-        advance_prefix(&head, 5..5, 4, |i| &markers[(i % 4) as usize]);
+        advance_prefix(&head, None, 5..5, 4, |i| &markers[(i % 4) as usize]);
         assert_eq!(head.load(Acquire), 4);
     }
 
@@ -328,11 +345,33 @@ mod tests {
         let markers: Vec<AtomicU64> = (0..8)
             .map(|i| AtomicU64::new(if i == 6 { 7 } else { 0 }))
             .collect();
-        advance_prefix(&head, 4..6, 8, |i| &markers[i as usize]);
+        advance_prefix(&head, None, 4..6, 8, |i| &markers[i as usize]);
         assert_eq!(head.load(Acquire), 7);
         // Owned indices below the head are not republished.
-        advance_prefix(&head, 2..4, 8, |i| &markers[i as usize]);
+        advance_prefix(&head, None, 2..4, 8, |i| &markers[i as usize]);
         assert_eq!(head.load(Acquire), 7);
+    }
+
+    #[test]
+    fn the_scan_stops_at_the_claim_without_loading_beyond() {
+        // Index 2 is the next slot: its marker reads "set" here (a stale value the scan
+        // must not trust), but the claim word says nobody claimed it.
+        let head = AtomicU64::new(0);
+        let claim = AtomicU64::new(2 | CLOSED);
+        let markers: Vec<AtomicU64> = (0..4).map(|i| AtomicU64::new(i + 1)).collect();
+        advance_prefix(&head, Some(&claim), 0..2, 4, |i| &markers[i as usize]);
+        assert_eq!(
+            head.load(Acquire),
+            2,
+            "stops at the claim (closed bit ignored)"
+        );
+        claim.store(3, Release);
+        advance_prefix(&head, Some(&claim), 3..3, 4, |i| &markers[i as usize]);
+        assert_eq!(
+            head.load(Acquire),
+            3,
+            "a claimed, stamped index is published"
+        );
     }
 
     #[test]
@@ -341,7 +380,7 @@ mod tests {
         let markers: Vec<AtomicU64> = (0..16)
             .map(|i| AtomicU64::new(if i < 8 { i + 1 } else { 0 }))
             .collect();
-        advance_prefix(&head, 8..8, 3, |i| &markers[i as usize]);
+        advance_prefix(&head, None, 8..8, 3, |i| &markers[i as usize]);
         assert_eq!(
             head.load(Acquire),
             8,
