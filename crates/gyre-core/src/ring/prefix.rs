@@ -18,7 +18,9 @@
 //!    so whoever completes the oldest missing index publishes everything written after
 //!    it too. A SeqCst fence between the marker stores and the scan (the Dekker pattern)
 //!    guarantees that of two producers finishing concurrently at least one sees the
-//!    other's marker, so no written index is left unpublished.
+//!    other's claim and marker, so no written index is left unpublished. The scan stops
+//!    at the claim word (read after the fence) instead of loading the marker of the
+//!    first unclaimed index, the slot a polling consumer holds.
 //!
 //! The same [`advance_prefix`] releases reply slots that host consumers finish out of
 //! order: the marker is a per-index "freed" word and the head is `k2h_tail`.
@@ -131,7 +133,8 @@ pub fn claimed<A: IndexAtomic>(claim: &A) -> u64 {
 /// kernel's core on every publication. The claim word is loaded after the fence, so the
 /// Dekker argument of the markers covers it: a producer claims before it stamps and
 /// fences, so either this load sees its claim (and its marker is loaded as before), or
-/// its fence comes after ours and its own scan sees our stamps and publishes them.
+/// its fence comes after ours and its scan sees our claim and stamps; if that scan stops
+/// before them, it stops at an owner whose fence is later still, and so on.
 #[inline]
 pub fn advance_prefix<'a, A, F>(
     head: &A,
