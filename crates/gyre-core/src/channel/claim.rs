@@ -26,7 +26,6 @@ use core::sync::atomic::Ordering::{AcqRel, Acquire, Release};
 
 use super::{word, Channel, Kind, ST_ABANDONED, ST_IDLE};
 use crate::region::RingId;
-use crate::ring::prefix;
 use crate::ring::slot::SlotMeta;
 
 /// The length a tombstone request carries: beyond any payload, so K4 rejects it.
@@ -97,16 +96,7 @@ impl Drop for ClaimGuard<'_> {
             slot.sequence().store(idx + 1, Release);
             ch.add_interest();
         }
-        let cb = ch.region.control();
-        prefix::advance_prefix(
-            &cb.h2k_head,
-            Some(&*ch.claim),
-            self.first..self.first + self.n,
-            ch.capacity,
-            |i| ch.region.slot(RingId::Request, i).sequence(),
-        );
-        ch.flushed();
-        ch.ring_published();
+        ch.publish_stamped(self.first..self.first + self.n);
         tracing::warn!(
             kernel = %ch.name,
             first = self.first,

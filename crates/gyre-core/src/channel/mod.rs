@@ -543,17 +543,22 @@ impl Channel {
                 .store(idx + 1, Release);
         }
         guard.armed = false;
-        // P4: publish the written prefix (one head store for the batch).
+        self.publish_stamped(first..first + n);
+        Ok(first)
+    }
+
+    /// P4 for `owned`, a claim whose sequences this thread stored: publishes the written
+    /// prefix (one head store for the batch), then tells the bridge and the doorbell.
+    fn publish_stamped(&self, owned: core::ops::Range<u64>) {
         prefix::advance_prefix(
-            &cb.h2k_head,
+            &self.region.control().h2k_head,
             Some(&*self.claim),
-            first..first + n,
+            owned,
             self.capacity,
             |i| self.region.slot(RingId::Request, i).sequence(),
         );
         self.flushed();
         self.ring_published();
-        Ok(first)
     }
 
     /// H3: releases the reply slot of `index` (its reply was consumed or discarded).
