@@ -85,6 +85,9 @@ impl ExportSource for ExportFeed {
     fn loans(&self) -> Option<LoanStats> {
         self.loans.get().map(|a| a.stats())
     }
+    fn sync_head(&self) {
+        self.life.ch.sync_head();
+    }
 }
 
 impl Inner {

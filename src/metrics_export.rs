@@ -49,7 +49,8 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
         let cb = self.inner().ch.region().control();
         // Tails first: a head read after its tail is never behind it.
         let (h2k_tail, k2h_tail) = (cb.h2k_tail.load(Acquire), cb.k2h_tail.load(Acquire));
-        let (h2k_head, k2h_head) = (cb.h2k_head.load(Acquire), cb.k2h_head.load(Acquire));
+        // The request head is lazy: moved here (`Channel::sync_head`).
+        let (h2k_head, k2h_head) = (self.inner().ch.sync_head(), cb.k2h_head.load(Acquire));
         let name = self.name().to_owned();
         let r = self.relaunches();
         let counters = [

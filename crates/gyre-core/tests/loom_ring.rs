@@ -17,7 +17,7 @@
 
 use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
-use gyre_core::ring::prefix::{advance_prefix, try_claim, ClaimError};
+use gyre_core::ring::prefix::{advance_prefix, sync_published, try_claim, ClaimError};
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::AtomicU64;
 use loom::sync::Arc;
@@ -32,6 +32,8 @@ struct Ring {
     tail: AtomicU64,
     seq: [AtomicU64; CAP as usize],
     data: [UnsafeCell<u64>; CAP as usize],
+    /// The head is lazy (P4 is the stamps alone; [`Ring::sync`] moves the head).
+    lazy: bool,
 }
 
 // SAFETY (model): slot data is only accessed under the protocol; loom checks exactly that.
@@ -45,7 +47,22 @@ impl Ring {
             tail: AtomicU64::new(0),
             seq: [AtomicU64::new(0), AtomicU64::new(0)],
             data: [UnsafeCell::new(0), UnsafeCell::new(0)],
+            lazy: false,
         }
+    }
+
+    fn lazy() -> Self {
+        Self {
+            lazy: true,
+            ..Self::new()
+        }
+    }
+
+    /// `Channel::sync_head`: moves the lazy head, from where the consumer is.
+    fn sync(&self) -> u64 {
+        sync_published(&self.head, &self.claim, self.tail.load(Acquire), CAP, |i| {
+            &self.seq[(i % CAP) as usize]
+        })
     }
 
     /// P1..P4 for consecutive messages: one claim, write and stamp each, one publish.
@@ -53,7 +70,8 @@ impl Ring {
     fn produce_batch(&self, values: &[u64]) {
         let n = values.len() as u64;
         let first = loop {
-            match try_claim(&self.claim, &self.tail, &self.head, CAP, n) {
+            let head = (!self.lazy).then_some(&self.head);
+            match try_claim(&self.claim, &self.tail, head, CAP, n) {
                 Ok(i) => break i,
                 Err(ClaimError::Full) => thread::yield_now(),
                 Err(ClaimError::Closed) => unreachable!(),
@@ -66,6 +84,9 @@ impl Ring {
             // cell; loom's UnsafeCell flags any concurrent access (that is the check).
             self.data[s].with_mut(|p| unsafe { *p = *v });
             self.seq[s].store(idx + 1, Release);
+        }
+        if self.lazy {
+            return;
         }
         advance_prefix(&self.head, Some(&self.claim), first..first + n, CAP, |i| {
             &self.seq[(i % CAP) as usize]
@@ -238,7 +259,7 @@ fn claim_sees_release() {
         r.produce(1);
         r.produce(2);
         assert_eq!(
-            try_claim(&r.claim, &r.tail, &r.head, CAP, 1),
+            try_claim(&r.claim, &r.tail, Some(&r.head), CAP, 1),
             Err(ClaimError::Full)
         );
         let r2 = r.clone();
@@ -269,7 +290,7 @@ fn an_abandoned_claim_is_published_with_tombstones() {
         let r = Arc::new(Ring::new());
         let cells = Arc::new([AtomicU64::new(SEND), AtomicU64::new(SEND)]);
         // The claim comes first (so the indices are known); what follows it races.
-        let first = try_claim(&r.claim, &r.tail, &r.head, CAP, 2).expect("an empty ring");
+        let first = try_claim(&r.claim, &r.tail, Some(&r.head), CAP, 2).expect("an empty ring");
         let (r1, c1) = (r.clone(), cells.clone());
         let abandoning = thread::spawn(move || {
             // Index `first` written (P2), then the window is left: the guard runs.
@@ -305,5 +326,63 @@ fn an_abandoned_claim_is_published_with_tombstones() {
         // `reuse_waits_for_publication_of_previous_lap`).
         r.produce(9);
         assert_eq!(r.consume(2), 9);
+    });
+}
+
+/// A lazy head: two producers only stamp (one of them reusing slot 0, whose marker holds
+/// the previous lap's value) while a third thread syncs the head. Every head the
+/// consumer reads covers only stamped requests (`check_head`), and a sync after the
+/// producers finished covers them all.
+#[test]
+fn lazy_head_sync_races_publication_and_reuse() {
+    loom::model(|| {
+        let r = Arc::new(Ring::lazy());
+        r.produce(5);
+        assert_eq!(r.consume(0), 5);
+        let mut ts: Vec<_> = [10u64, 20]
+            .into_iter()
+            .map(|v| {
+                let r = r.clone();
+                thread::spawn(move || r.produce(v))
+            })
+            .collect();
+        let r2 = r.clone();
+        ts.push(thread::spawn(move || {
+            r2.sync();
+        }));
+        let mut got = [r.consume(1), r.consume(2)];
+        for t in ts {
+            t.join().unwrap();
+        }
+        got.sort();
+        assert_eq!(got, [10, 20]);
+        assert_eq!(r.sync(), 3);
+        assert_eq!(r.head.load(Acquire), 3);
+    });
+}
+
+/// A lazy head whose sync lags behind a consumer that released a whole lap: the slots
+/// hold later laps' markers (a reused slot counts as written, never as unwritten, so
+/// the head cannot stick), and a head synced from a stale start never covers the
+/// request still unwritten.
+#[test]
+fn lazy_head_sync_behind_a_reused_ring() {
+    loom::model(|| {
+        let r = Arc::new(Ring::lazy());
+        let r1 = r.clone();
+        let p = thread::spawn(move || {
+            for v in 1..=3 {
+                r1.produce(v);
+            }
+        });
+        let r2 = r.clone();
+        let syncer = thread::spawn(move || {
+            r2.sync();
+        });
+        let got: Vec<u64> = (0..3).map(|i| r.consume(i)).collect();
+        p.join().unwrap();
+        syncer.join().unwrap();
+        assert_eq!(got, [1, 2, 3]);
+        assert_eq!(r.sync(), 3);
     });
 }

@@ -56,7 +56,7 @@ impl Ring {
     /// P1..P4 for one message; `false` when the ring was closed (or full: a caller that
     /// gives up). Never waits.
     fn try_produce(&self, value: u64) -> bool {
-        let idx = match try_claim(&self.claim, &self.tail, &self.head, CAP, 1) {
+        let idx = match try_claim(&self.claim, &self.tail, Some(&self.head), CAP, 1) {
             Ok(i) => i,
             Err(ClaimError::Closed | ClaimError::Full) => return false,
         };

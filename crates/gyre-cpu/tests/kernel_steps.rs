@@ -53,6 +53,9 @@ fn wrong_sequence_under_head_gets_an_error_reply_and_kernel_keeps_serving() {
     let i = ch.try_publish(Kind::Call, 1, b"ok?").unwrap();
     // Corrupt the published slot: its sequence no longer matches its index.
     r.slot(RingId::Request, i).sequence().store(42, Release);
+    // The head is lazy: it passes the slot once the host syncs it (the completion driver
+    // does, about every millisecond), and then the slot contradicts it (K4).
+    assert_eq!(ch.sync_head(), 1);
     assert_eq!(k.step(), Some(1));
     assert_eq!(status_of(&ch, i).0, error::BAD_SEQUENCE);
     let j = ch.try_publish(Kind::Call, 1, b"fine").unwrap();
@@ -166,6 +169,11 @@ fn bad_sequence_after_a_full_lap_is_still_answered() {
     }
     let i = ch.try_publish(Kind::Call, 1, b"bad").unwrap();
     r.slot(RingId::Request, i).sequence().store(999, Release);
+    assert_eq!(
+        ch.sync_head(),
+        i + 1,
+        "a corrupt sequence counts as written"
+    );
     let mut answered = 0;
     for _ in 0..1000 {
         answered += k.step().unwrap();

@@ -86,11 +86,15 @@ impl Drop for Driver {
     }
 }
 
+/// How often the driver moves a lazy `h2k_head` while it runs (parked, at each wake-up).
+const HEAD_SYNC: Duration = Duration::from_millis(1);
+
 fn run(ch: &Channel, idle: IdleStrategy, heartbeat: Duration, mut watchdog: Option<Watchdog>) {
     let _span = tracing::debug_span!("gyre_driver", kernel = %ch.name()).entered();
     let mut idler = idle.idler();
     let mut last_hb = Instant::now();
     let mut last_wd = last_hb;
+    let mut last_sync = last_hb;
     let mut last = (u64::MAX, u64::MAX);
     // Parked, the driver still wakes in time for the heartbeat and the watchdog.
     let park = watchdog
@@ -108,6 +112,12 @@ fn run(ch: &Channel, idle: IdleStrategy, heartbeat: Duration, mut watchdog: Opti
             // Also while nobody waits: a kernel the device killed is noticed (see
             // `liveness`) and its ring closed, so the next request fails at once.
             let _ = ch.check_stopped();
+        }
+        if now.saturating_duration_since(last_sync) >= HEAD_SYNC {
+            // A lazy head (`Channel::sync_head`) moves for the kernel's check of a slot
+            // against it and for monitors; publications do not move it.
+            ch.sync_head();
+            last_sync = now;
         }
         if let Some(w) = watchdog.as_mut() {
             if now.saturating_duration_since(last_wd) >= w.period() {

@@ -159,6 +159,12 @@ pub struct Channel {
     /// The bridge to device-resident rings, for the copy strategies; `None` when the
     /// kernel reads these very rings (zero copy).
     transfer: Option<Arc<dyn Transfer>>,
+    /// `h2k_head` is lazy: the kernel finds requests by their sequences (K2), so
+    /// producers only stamp them and [`Channel::sync_head`] moves the head when
+    /// something needs it. Eager (every publication moves the head, P4) where the kernel
+    /// trusts only the head: `gyre_abi::host_flags::DOORBELL`, set by a bridge before
+    /// the channel exists.
+    lazy_head: bool,
     /// The watchdog's verdict (silent for, bound), once it fired (see [`watchdog`]).
     unresponsive: OnceLock<(std::time::Duration, std::time::Duration)>,
     /// The backend's view of the kernel's execution (see [`liveness`]).
@@ -204,10 +210,11 @@ impl Channel {
     /// A channel over `region`, which must be freshly initialised (all indices 0).
     pub fn new(region: Arc<SharedRegion>, name: impl Into<String>) -> Self {
         let g = *region.geometry();
-        let checked =
-            region.control().host_flags.load(Acquire) & gyre_abi::host_flags::CHECKED != 0;
+        let host_flags = region.control().host_flags.load(Acquire);
+        let checked = host_flags & gyre_abi::host_flags::CHECKED != 0;
         Self {
             checked,
+            lazy_head: host_flags & gyre_abi::host_flags::DOORBELL == 0,
             name: name.into(),
             capacity: u64::from(g.capacity()),
             mask: g.mask(),
@@ -469,13 +476,13 @@ impl Channel {
             });
         }
         let cb = self.region.control();
-        // P1: claim n consecutive indices.
-        let first =
-            match prefix::try_claim(&*self.claim, &cb.k2h_tail, &cb.h2k_head, self.capacity, n) {
-                Ok(i) => i,
-                Err(ClaimError::Full) => return Err(PublishError::Full),
-                Err(ClaimError::Closed) => return Err(PublishError::Closed),
-            };
+        // P1: claim n consecutive indices (bounded by an eager head too).
+        let head = (!self.lazy_head).then_some(&cb.h2k_head);
+        let first = match prefix::try_claim(&*self.claim, &cb.k2h_tail, head, self.capacity, n) {
+            Ok(i) => i,
+            Err(ClaimError::Full) => return Err(PublishError::Full),
+            Err(ClaimError::Closed) => return Err(PublishError::Closed),
+        };
         let now = if self.timestamps {
             crate::clock::now_ns()
         } else {
@@ -547,9 +554,18 @@ impl Channel {
         Ok(first)
     }
 
-    /// P4 for `owned`, a claim whose sequences this thread stored: publishes the written
-    /// prefix (one head store for the batch), then tells the bridge and the doorbell.
+    /// P4 for `owned`, a claim whose sequences this thread stored. With a lazy head the
+    /// sequences are the publication: only a kernel that may park is told (the
+    /// doorbell's fence and load). With an eager head: publishes the written prefix (one
+    /// head store for the batch), then tells the bridge and the doorbell.
+    #[inline]
     fn publish_stamped(&self, owned: core::ops::Range<u64>) {
+        if self.lazy_head {
+            if let Some(d) = self.doorbell.get() {
+                d.ring();
+            }
+            return;
+        }
         prefix::advance_prefix(
             &self.region.control().h2k_head,
             Some(&*self.claim),
@@ -559,6 +575,27 @@ impl Channel {
         );
         self.flushed();
         self.ring_published();
+    }
+
+    /// Moves a lazy `h2k_head` over every request whose producer finished
+    /// ([`prefix::sync_published`]), and returns the head. An eager head is only read.
+    ///
+    /// Called where the head must be current: before every command (Terminate's drain
+    /// ends at the head), by [`all_published`](Self::all_published), by the completion
+    /// driver (about every millisecond while anyone waits, and with each heartbeat), so
+    /// that monitors reading the control block and the kernel's check of a slot against
+    /// the head (K4) see it move.
+    pub fn sync_head(&self) -> u64 {
+        let cb = self.region.control();
+        if !self.lazy_head {
+            return cb.h2k_head.load(Acquire);
+        }
+        // What the kernel consumed was written (either count will do; both are clamped
+        // to the claims).
+        let consumed = cb.k2h_tail.load(Acquire).max(cb.h2k_tail.load(Acquire));
+        prefix::sync_published(&cb.h2k_head, &*self.claim, consumed, self.capacity, |i| {
+            self.region.slot(RingId::Request, i).sequence()
+        })
     }
 
     /// H3: releases the reply slot of `index` (its reply was consumed or discarded).
@@ -628,8 +665,8 @@ impl Channel {
             return false;
         }
         self.refresh();
-        let cb = self.region.control();
-        let (from, to) = (cb.k2h_head.load(Acquire), cb.h2k_head.load(Acquire));
+        let to = self.sync_head();
+        let from = self.region.control().k2h_head.load(Acquire);
         for i in from..to.max(from) {
             let slot = self.region.slot(RingId::Request, i);
             // SAFETY: request slot `i` is published, so its producer is done with it; it
@@ -652,8 +689,11 @@ impl Channel {
         self.restart_armed.load(SeqCst)
     }
 
-    /// Writes a host command into the control block.
+    /// Writes a host command into the control block, after moving a lazy head
+    /// ([`sync_head`](Self::sync_head)): a kernel that reads the command reads a head
+    /// that covers every request published before it.
     pub fn command(&self, cmd: u32) {
+        self.sync_head();
         self.region.control().command.store(cmd, Release);
         self.flushed();
         if let Some(d) = self.doorbell.get() {
@@ -687,6 +727,7 @@ impl Channel {
 
     /// Writes the host heartbeat (of every stage, for a pipeline's head).
     pub fn heartbeat(&self) {
+        self.sync_head();
         let now = crate::clock::now_ns();
         self.region.control().host_heartbeat.store(now, Release);
         if let Some(chain) = self.chain.get() {
@@ -706,8 +747,9 @@ impl Channel {
     }
 
     /// Whether every claimed request has been published (no producer is mid-write).
+    /// Moves a lazy head ([`sync_head`](Self::sync_head)).
     pub fn all_published(&self) -> bool {
-        self.region.control().h2k_head.load(Acquire) >= self.claimed()
+        self.sync_head() >= self.claimed()
     }
 
     /// If the kernel reached a final state, records it, closes the ring and wakes every

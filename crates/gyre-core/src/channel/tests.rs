@@ -68,6 +68,42 @@ fn publish_writes_header_then_sequence() {
         (0, 7, 3, flags::CALL)
     );
     assert_eq!(unsafe { s.payload(3) }, b"abc");
+    // The head is lazy: the sequence published the request, the head moves on a sync.
+    assert_eq!(ch.region().control().h2k_head.load(Acquire), 0);
+    assert!(ch.all_published());
+    assert_eq!(ch.region().control().h2k_head.load(Acquire), 1);
+}
+
+#[test]
+fn a_lazy_head_waits_for_a_producer_mid_write_and_covers_the_rest() {
+    let ch = channel(4);
+    ch.try_publish(Kind::Send, 0, b"a").unwrap();
+    // Index 1 claimed but not written (a producer between P1 and P3), 2 written.
+    assert_eq!(
+        prefix::try_claim(&*ch.claim, &ch.region().control().k2h_tail, None, 4, 1),
+        Ok(1)
+    );
+    ch.try_publish(Kind::Send, 0, b"c").unwrap();
+    assert!(!ch.all_published());
+    assert_eq!(ch.sync_head(), 1, "stops at the unwritten index");
+    ch.region()
+        .slot(RingId::Request, 1)
+        .sequence()
+        .store(2, Release);
+    assert!(ch.all_published());
+    assert_eq!(ch.sync_head(), 3);
+}
+
+#[test]
+fn an_eager_head_moves_with_every_publication() {
+    let g = Geometry::new(4, 128, 1).unwrap();
+    let region = Arc::new(SharedRegion::new_host(g, 0).unwrap());
+    region
+        .control()
+        .host_flags
+        .fetch_or(gyre_abi::host_flags::DOORBELL, Release);
+    let ch = Channel::new(region, "eager");
+    ch.try_publish(Kind::Send, 0, b"a").unwrap();
     assert_eq!(ch.region().control().h2k_head.load(Acquire), 1);
 }
 

@@ -7,10 +7,11 @@
 //! side still sees a single, gap-free published head:
 //!
 //! 1. **Claim.** A producer reserves `n` consecutive indices with one compare-and-swap on
-//!    a host-side claim counter, after checking that `claim + n - min(released,
-//!    published) <= capacity` ([`try_claim`]): the slot's previous lap must be both
-//!    consumed and published. The top bit of the claim word is the *closed* flag: once set, no
-//!    claim succeeds, so shutdown knows exactly which indices were accepted.
+//!    a host-side claim counter, after checking that `claim + n - released <= capacity`
+//!    (and `claim + n - published <= capacity` where the head is published eagerly)
+//!    ([`try_claim`]): the slot's previous lap must be consumed (and published). The top
+//!    bit of the claim word is the *closed* flag: once set, no claim succeeds, so
+//!    shutdown knows exactly which indices were accepted.
 //! 2. **Write.** The producer fills its slots, then stores each slot's marker (the slot
 //!    header's `sequence = index + 1`) with release ordering, last.
 //! 3. **Publish.** [`advance_prefix`] moves the published head forward over every index
@@ -22,13 +23,19 @@
 //!    at the claim word (read after the fence) instead of loading the marker of the
 //!    first unclaimed index, the slot a polling consumer holds.
 //!
+//! That is the *eager* head, which a consumer that trusts only the head needs (the copy
+//! strategies' bridge, `DOORBELL`). A consumer that polls the markers themselves (K2)
+//! needs no head to find work, so there the head is *lazy*: producers only store their
+//! markers, and [`sync_published`] moves the head when someone needs it (a command, the
+//! drain, a monitor), scanning from where the consumer already is.
+//!
 //! The same [`advance_prefix`] releases reply slots that host consumers finish out of
 //! order: the marker is a per-index "freed" word and the head is `k2h_tail`.
 //!
 //! Indices are free-running `u64`s; a marker for index `i` holds `i + 1`, a value that
 //! is unique per lap, so a stale marker from an earlier lap never matches.
 
-use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, SeqCst};
+use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
 
 use crate::sync::IndexAtomic;
 
@@ -46,18 +53,23 @@ pub enum ClaimError {
 
 /// Reserves `n` consecutive indices and returns the first.
 ///
-/// Index `i` may be claimed only when both the slot's previous lap is finished and its
-/// previous lap is published: `i - released < capacity` (the reply of `i - capacity` was
-/// released) **and** `i - published < capacity` (`h2k_head` has passed `i - capacity`).
-/// The second bound matters because a consumer that polls slot sequences (K2) can answer
-/// a request, and its reply can be released, before the head passes it; overwriting that
-/// slot then would change the marker a late publisher still has to scan, and the head
-/// would stop there for good. `n` must be in `1..=capacity`.
+/// Index `i` may be claimed only when the slot's previous lap is finished: `i - released
+/// < capacity` (the reply of `i - capacity` was released). With `published` (an eager
+/// head, [`advance_prefix`]) also `i - published < capacity` (the head has passed `i -
+/// capacity`): a consumer that polls slot sequences (K2) can answer a request, and its
+/// reply can be released, before the head passes it, and overwriting that slot would
+/// change the marker a late publisher still has to scan, so the head would stop there
+/// for good. A lazy head ([`sync_published`]) needs no such bound: its scan tells a
+/// reused slot from an unwritten one. `n` must be in `1..=capacity`.
+///
+/// The claim's compare-and-swap is a release: what this producer saw of the bounds
+/// (the consumer finished the previous lap, so the slot holds that lap's marker) happens
+/// before any later acquire load of the claim word ([`sync_published`] relies on it).
 #[inline]
 pub fn try_claim<A: IndexAtomic>(
     claim: &A,
     released: &A,
-    published: &A,
+    published: Option<&A>,
     capacity: u64,
     n: u64,
 ) -> Result<u64, ClaimError> {
@@ -65,7 +77,10 @@ pub fn try_claim<A: IndexAtomic>(
     // Acquire: the consumer's reads of the slots we are about to overwrite happen before
     // its release of `released`; the publisher's scan of the old markers happens before
     // its release of `published`.
-    let bounds = || released.load(Acquire).min(published.load(Acquire));
+    let bounds = || {
+        let r = released.load(Acquire);
+        published.map_or(r, |p| r.min(p.load(Acquire)))
+    };
     loop {
         let t = bounds();
         // The claim after the bounds: every index they passed was claimed before the
@@ -90,7 +105,7 @@ pub fn try_claim<A: IndexAtomic>(
             continue;
         }
         if claim
-            .compare_exchange(cur, cur + n, Relaxed, Relaxed)
+            .compare_exchange(cur, cur + n, Release, Relaxed)
             .is_ok()
         {
             return Ok(cur);
@@ -176,6 +191,65 @@ pub fn advance_prefix<'a, A, F>(
     }
 }
 
+/// The marker a slot holds before index `i` is written: the previous lap's (`i + 1 -
+/// capacity`), or zero (fresh memory) in the first lap.
+#[inline]
+pub fn previous_marker(i: u64, capacity: u64) -> u64 {
+    if i >= capacity {
+        i + 1 - capacity
+    } else {
+        0
+    }
+}
+
+/// Moves a lazy head over the claimed indices whose producers finished, and returns it.
+///
+/// With a lazy head, producers only store their markers (P3); the head is moved here
+/// when something needs it: a command (Terminate's drain ends at the head), shutdown's
+/// wait for every claim, a monitor's snapshot. The scan starts at `consumed` where that
+/// is beyond the head (a consumer took those, so they were written: the scan is bounded
+/// by what is in flight, never by how far the head lags) and stops at the claim word or
+/// at the first index whose slot still holds the previous lap's marker
+/// ([`previous_marker`]).
+///
+/// Any other marker counts as written: the index's own (`i + 1`), a later lap's (the slot
+/// was consumed, released and reused, so `i` was written long ago), or a corrupt value,
+/// which a consumer that checks the head against the slot (K4) then reports instead of
+/// waiting on it forever. An older marker cannot be read: the claim of `i` (a release,
+/// [`try_claim`]) followed the release of reply `i - capacity`, which followed the
+/// consumer's read of that lap's marker, and this scan loads the claim word with acquire
+/// before it loads any marker below it.
+///
+/// `consumed` is clamped to the claim word (a corrupt value moves nothing beyond the
+/// claims). Concurrent calls are safe: each moves the head by compare-and-swap from the
+/// value it scanned from, and the head never goes back.
+pub fn sync_published<'a, A, F>(head: &A, claim: &A, consumed: u64, capacity: u64, marker: F) -> u64
+where
+    A: IndexAtomic + 'a,
+    F: Fn(u64) -> &'a A,
+{
+    let mut h = head.load(Acquire);
+    loop {
+        let claimed = claim.load(Acquire) & !CLOSED;
+        if h >= claimed {
+            return h;
+        }
+        let mut n = h.max(consumed.min(claimed));
+        while n < claimed && marker(n).load(Acquire) != previous_marker(n, capacity) {
+            n += 1;
+        }
+        if n == h {
+            return h;
+        }
+        // Release: what the markers covered happens before a consumer's acquire of the
+        // head.
+        match head.compare_exchange(h, n, AcqRel, Acquire) {
+            Ok(_) => return n,
+            Err(actual) => h = actual,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -186,17 +260,23 @@ mod tests {
     fn claim_respects_capacity_and_close() {
         let (claim, tail) = (AtomicU64::new(0), AtomicU64::new(0));
         let head = AtomicU64::new(u64::MAX);
-        assert_eq!(try_claim(&claim, &tail, &head, 4, 3), Ok(0));
-        assert_eq!(try_claim(&claim, &tail, &head, 4, 2), Err(ClaimError::Full));
-        assert_eq!(try_claim(&claim, &tail, &head, 4, 1), Ok(3));
-        assert_eq!(try_claim(&claim, &tail, &head, 4, 1), Err(ClaimError::Full));
+        assert_eq!(try_claim(&claim, &tail, Some(&head), 4, 3), Ok(0));
+        assert_eq!(
+            try_claim(&claim, &tail, Some(&head), 4, 2),
+            Err(ClaimError::Full)
+        );
+        assert_eq!(try_claim(&claim, &tail, Some(&head), 4, 1), Ok(3));
+        assert_eq!(
+            try_claim(&claim, &tail, Some(&head), 4, 1),
+            Err(ClaimError::Full)
+        );
         tail.store(2, Release);
-        assert_eq!(try_claim(&claim, &tail, &head, 4, 2), Ok(4));
+        assert_eq!(try_claim(&claim, &tail, Some(&head), 4, 2), Ok(4));
         assert_eq!(close(&claim), 6);
         assert_eq!(claimed(&claim), 6);
         tail.store(6, Release);
         assert_eq!(
-            try_claim(&claim, &tail, &head, 4, 1),
+            try_claim(&claim, &tail, Some(&head), 4, 1),
             Err(ClaimError::Closed)
         );
     }
@@ -205,9 +285,12 @@ mod tests {
     fn claim_waits_for_the_previous_lap_to_be_published() {
         // Indices 0..4 claimed; 0 answered and released, but the head is still 0.
         let (claim, tail, head) = (AtomicU64::new(4), AtomicU64::new(1), AtomicU64::new(0));
-        assert_eq!(try_claim(&claim, &tail, &head, 4, 1), Err(ClaimError::Full));
+        assert_eq!(
+            try_claim(&claim, &tail, Some(&head), 4, 1),
+            Err(ClaimError::Full)
+        );
         head.store(1, Release);
-        assert_eq!(try_claim(&claim, &tail, &head, 4, 1), Ok(4));
+        assert_eq!(try_claim(&claim, &tail, Some(&head), 4, 1), Ok(4));
     }
 
     /// A `u64` atomic whose next load first runs `meddle`: other threads acting between
@@ -276,7 +359,7 @@ mod tests {
             released.store(2, Release);
         });
         let head = Meddling::plain(u64::MAX);
-        assert_eq!(try_claim(&claim, &released, &head, 4, 1), Ok(2));
+        assert_eq!(try_claim(&claim, &released, Some(&head), 4, 1), Ok(2));
         assert_eq!(claimed(&claim), 3);
     }
 
@@ -292,20 +375,26 @@ mod tests {
             rel.store(4, Release);
         });
         let head = Meddling::plain(u64::MAX);
-        assert_eq!(try_claim(&claim, &released, &head, 4, 1), Ok(4));
+        assert_eq!(try_claim(&claim, &released, Some(&head), 4, 1), Ok(4));
     }
 
     #[test]
     fn a_bound_just_past_the_claim_is_corrupt() {
         let (claim, tail, head) = (AtomicU64::new(1), AtomicU64::new(2), AtomicU64::new(2));
-        assert_eq!(try_claim(&claim, &tail, &head, 4, 2), Err(ClaimError::Full));
+        assert_eq!(
+            try_claim(&claim, &tail, Some(&head), 4, 2),
+            Err(ClaimError::Full)
+        );
     }
 
     #[test]
     fn corrupt_tail_beyond_claim_reads_full() {
         let (claim, tail) = (AtomicU64::new(1), AtomicU64::new(100));
         let head = AtomicU64::new(100);
-        assert_eq!(try_claim(&claim, &tail, &head, 4, 1), Err(ClaimError::Full));
+        assert_eq!(
+            try_claim(&claim, &tail, Some(&head), 4, 1),
+            Err(ClaimError::Full)
+        );
     }
 
     #[test]
@@ -374,6 +463,62 @@ mod tests {
             head.load(Acquire),
             3,
             "a claimed, stamped index is published"
+        );
+    }
+
+    #[test]
+    fn a_lazy_head_claims_without_the_head_bound() {
+        // Index 0 answered and released, the lazy head still 0: the slot may be reused.
+        let (claim, tail) = (AtomicU64::new(4), AtomicU64::new(1));
+        assert_eq!(try_claim(&claim, &tail, None, 4, 1), Ok(4));
+        assert_eq!(try_claim(&claim, &tail, None, 4, 1), Err(ClaimError::Full));
+    }
+
+    #[test]
+    fn sync_moves_a_lazy_head_over_written_and_reused_slots() {
+        // Capacity 4, claims 0..7. Slot markers: index 4 reused slot 0 (marker 5), index
+        // 1 and 2 are written (2, 3), index 3 is not (still 0: its first lap), slots of
+        // 5 and 6 hold index 1's and 2's markers (their previous lap): unwritten.
+        let (head, claim) = (AtomicU64::new(0), AtomicU64::new(7));
+        let markers: Vec<AtomicU64> = [5, 2, 3, 0].into_iter().map(AtomicU64::new).collect();
+        let m = |i: u64| &markers[(i % 4) as usize];
+        assert_eq!(
+            sync_published(&head, &claim, 0, 4, m),
+            3,
+            "stops at index 3"
+        );
+        assert_eq!(head.load(Acquire), 3);
+        markers[3].store(4, Release);
+        // Index 4's marker is its own (5): 3 and 4 are written, 5 is not.
+        assert_eq!(sync_published(&head, &claim, 0, 4, m), 5);
+        markers[1].store(6, Release);
+        markers[2].store(7, Release);
+        assert_eq!(sync_published(&head, &claim, 0, 4, m), 7, "up to the claim");
+        assert_eq!(sync_published(&head, &claim, 0, 4, m), 7, "and no further");
+    }
+
+    #[test]
+    fn sync_starts_where_the_consumer_is_and_trusts_no_corrupt_bound() {
+        // The head lags far behind (0); the consumer took 0..9, claims are 0..10, and
+        // index 9's slot (1 of 8) holds its previous lap's marker: unwritten.
+        let (head, claim) = (AtomicU64::new(0), AtomicU64::new(10 | CLOSED));
+        let markers: Vec<AtomicU64> = (0..8).map(|i| AtomicU64::new(i + 1)).collect();
+        let m = |i: u64| &markers[(i % 8) as usize];
+        assert_eq!(sync_published(&head, &claim, 9, 8, m), 9);
+        // A corrupt consumed count beyond the claims moves the head to the claims only.
+        let head = AtomicU64::new(0);
+        assert_eq!(sync_published(&head, &claim, 1_000, 8, m), 10);
+    }
+
+    #[test]
+    fn a_corrupt_marker_counts_as_written() {
+        // Neither the previous lap's marker nor the index's own: the head moves over it,
+        // so a consumer checking the slot against the head reports it (K4).
+        let (head, claim) = (AtomicU64::new(0), AtomicU64::new(2));
+        let markers = [AtomicU64::new(42), AtomicU64::new(0)];
+        assert_eq!(
+            sync_published(&head, &claim, 0, 2, |i| &markers[i as usize]),
+            1
         );
     }
 

@@ -34,6 +34,10 @@ pub trait ExportSource: Send + Sync {
     fn loans(&self) -> Option<LoanStats> {
         None
     }
+    /// Called before each copy: moves the region's lazy `h2k_head`
+    /// ([`Channel::sync_head`](crate::channel::Channel::sync_head)), so the exported head
+    /// is current. The default does nothing (a region whose head is eager).
+    fn sync_head(&self) {}
 }
 
 /// An [`ExportSource`] of a kernel that is never relaunched: a fixed telemetry-copy
@@ -81,6 +85,7 @@ struct Copier {
 
 impl Copier {
     fn copy(&mut self) {
+        self.source.sync_head();
         let cb = self.region.control();
         let now = unix_ms();
         let hb = cb.kernel_heartbeat.load(Acquire);
