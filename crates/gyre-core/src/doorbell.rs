@@ -21,9 +21,10 @@
 //! command handling get while nothing happens.
 //!
 //! The CPU backend's kernel parks through [`Doorbell::park`]; the channel rings
-//! ([`Doorbell::ring_fenced`] after its producers' publication, whose
-//! `prefix::advance_prefix` already has the SeqCst fence; [`Doorbell::ring`] after a
-//! command), and so does the bridge after a push (copy strategies).
+//! ([`Doorbell::ring`] after its producers' stamps with a lazy head; with an eager head
+//! [`Doorbell::ring_fenced`], since `prefix::advance_prefix` already has the SeqCst
+//! fence; [`Doorbell::ring`] after a command), and so does the bridge after a push (copy
+//! strategies).
 //!
 //! # Examples
 //!

@@ -46,8 +46,9 @@ fn a_publication_after_the_kernel_decides_to_park_wakes_it() {
             let (bell, head) = (bell.clone(), head.clone());
             thread::spawn(move || kernel(&bell, &head, 1))
         };
-        // A producer's publication: the store, the SeqCst fence of advance_prefix, then
-        // the ring that relies on it.
+        // A producer's publication with an eager head: the store, the SeqCst fence of
+        // advance_prefix, then the ring that relies on it (with a lazy head the producer
+        // calls `ring`, which is this fence and `ring_fenced`).
         head.store(1, Release);
         fence(SeqCst);
         bell.ring_fenced();

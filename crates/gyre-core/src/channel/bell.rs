@@ -101,7 +101,7 @@ impl ReplyBell {
 pub struct Ringer<'a> {
     bell: &'a ReplyBell,
     ch: Option<Arc<Channel>>,
-    /// The published head at the last ring (`u64::MAX`: none yet).
+    /// The reply head (`k2h_head`) at the last ring (`u64::MAX`: none yet).
     from: u64,
 }
 

@@ -1,8 +1,8 @@
 //! Unwind safety of the claim -> publish window (P1..P4).
 //!
-//! A producer that claimed indices must publish them: the published head advances only
-//! over a gap-free prefix, so an index claimed and never published would stop every later
-//! producer's publication for good. In Rust the only way to leave that window early is a
+//! A producer that claimed indices must publish them: the kernel takes requests in index
+//! order and the published head (eager or synced) advances only over a gap-free prefix,
+//! so an index claimed and never published would stop every later request for good. In Rust the only way to leave that window early is a
 //! panic (a user `AsRef<[u8]>` in [`Channel::try_publish_batch`] that panics; a thread
 //! cannot be killed from outside). [`ClaimGuard`] covers it: if the window is left by
 //! unwinding, the guard's `Drop`

@@ -262,8 +262,9 @@ impl Channel {
         }
     }
 
-    /// Rings the kernel's doorbell (a parked kernel wakes up) after producers published,
-    /// relying on the SeqCst fence of `prefix::advance_prefix` (see `doorbell`).
+    /// Rings the kernel's doorbell (a parked kernel wakes up) after producers published an
+    /// eager head, relying on the SeqCst fence of `prefix::advance_prefix` (see
+    /// `doorbell`).
     #[inline(always)]
     pub(crate) fn ring_published(&self) {
         if let Some(d) = self.doorbell.get() {
