@@ -587,6 +587,8 @@ impl<Req, Resp> Pipeline<Req, Resp> {
     /// # Ok::<(), gyre::Error>(())
     /// ```
     pub fn stage_rings(&self) -> Vec<gyre_core::chain::RingCounters> {
+        // The first stage's request head is the host's, and lazy: moved first.
+        self.kernel.inner().ch.sync_head();
         self.chain.counters()
     }
 

@@ -364,7 +364,7 @@ fn lazy_head_sync_races_publication_and_reuse() {
 /// A lazy head whose sync lags behind a consumer that released a whole lap: the slots
 /// hold later laps' markers (a reused slot counts as written, never as unwritten, so
 /// the head cannot stick), and a head synced from a stale start never covers the
-/// request still unwritten.
+/// request still unwritten. Two syncs race (the head never goes back).
 #[test]
 fn lazy_head_sync_behind_a_reused_ring() {
     lazy_model(|| {
@@ -376,21 +376,26 @@ fn lazy_head_sync_behind_a_reused_ring() {
             }
         });
         let r2 = r.clone();
-        let syncer = thread::spawn(move || {
-            r2.sync();
-        });
-        let got: Vec<u64> = (0..3).map(|i| r.consume(i)).collect();
+        let syncer = thread::spawn(move || r2.sync());
+        // The consumer syncs too (as a command or a monitor would), racing the syncer.
+        let mut got = vec![r.consume(0)];
+        let mine = r.sync();
+        got.extend((1..3).map(|i| r.consume(i)));
         p.join().unwrap();
-        syncer.join().unwrap();
+        let theirs = syncer.join().unwrap();
         assert_eq!(got, [1, 2, 3]);
+        assert!(
+            r.head.load(Acquire) >= mine.max(theirs),
+            "a sync moved the head back"
+        );
         assert_eq!(r.sync(), 3);
     });
 }
 
-/// The lazy-head models run at 2 preemptions whatever `LOOM_MAX_PREEMPTIONS` says: four
-/// threads over a reused ring take about two minutes of CPU each at 3 (both pass there
-/// too, 2026-11-29), and at 2 both already fail when the sync counts a slot holding the
-/// previous lap's sequence as written.
+/// The lazy-head models run at 2 preemptions whatever `LOOM_MAX_PREEMPTIONS` says: at 3
+/// each takes minutes of CPU (their first versions passed there, 2026-11-29), and at 2
+/// they already fail when the sync counts a slot holding the previous lap's sequence as
+/// written, loads it or CASes the head relaxed, or stores the head instead of CASing it.
 fn lazy_model<F: Fn() + Sync + Send + 'static>(f: F) {
     let mut b = loom::model::Builder::new();
     b.preemption_bound = Some(2);

@@ -207,7 +207,9 @@ impl core::fmt::Debug for Channel {
 }
 
 impl Channel {
-    /// A channel over `region`, which must be freshly initialised (all indices 0).
+    /// A channel over `region`, which must be freshly initialised (all indices 0, the
+    /// slots zeroed as `RegionMemory` promises: a lazy head reads a slot that is neither
+    /// zero nor its own lap as written).
     pub fn new(region: Arc<SharedRegion>, name: impl Into<String>) -> Self {
         let g = *region.geometry();
         let host_flags = region.control().host_flags.load(Acquire);
@@ -583,20 +585,31 @@ impl Channel {
     ///
     /// Called where the head must be current: before every command (Terminate's drain
     /// ends at the head), by [`all_published`](Self::all_published), by the completion
-    /// driver (about every millisecond while anyone waits, and with each heartbeat), so
-    /// that monitors reading the control block and the kernel's check of a slot against
-    /// the head (K4) see it move.
+    /// driver (about every millisecond while a waiter is registered with it, and at
+    /// each heartbeat), so that monitors reading the control block and the kernel's
+    /// check of a slot against the head (K4) see it move. A head that moved rings the
+    /// doorbell: a parked kernel wakes to that check instead of at its park's end.
     pub fn sync_head(&self) -> u64 {
         let cb = self.region.control();
         if !self.lazy_head {
             return cb.h2k_head.load(Acquire);
         }
-        // What the kernel consumed was written (either count will do; both are clamped
-        // to the claims).
-        let consumed = cb.k2h_tail.load(Acquire).max(cb.h2k_tail.load(Acquire));
-        prefix::sync_published(&cb.h2k_head, &*self.claim, consumed, self.capacity, |i| {
-            self.region.slot(RingId::Request, i).sequence()
-        })
+        // The scan may start past what the kernel answered and the host released:
+        // those requests were written. Not past `k2h_tail` alone: once the kernel
+        // stopped for good, `recv` releases sends it never answered, whose producers
+        // may still be writing them.
+        let answered = cb.k2h_tail.load(Acquire).min(cb.k2h_head.load(Acquire));
+        let before = cb.h2k_head.load(Relaxed);
+        let head =
+            prefix::sync_published(&cb.h2k_head, &*self.claim, answered, self.capacity, |i| {
+                self.region.slot(RingId::Request, i).sequence()
+            });
+        if head != before {
+            if let Some(d) = self.doorbell.get() {
+                d.ring();
+            }
+        }
+        head
     }
 
     /// H3: releases the reply slot of `index` (its reply was consumed or discarded).

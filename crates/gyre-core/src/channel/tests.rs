@@ -95,6 +95,26 @@ fn a_lazy_head_waits_for_a_producer_mid_write_and_covers_the_rest() {
 }
 
 #[test]
+fn a_released_but_unanswered_request_does_not_start_the_sync_past_its_producer() {
+    // After a final stop, `recv` releases a send the kernel never answered (k2h_tail
+    // passes it) while its producer may still be writing it: no reply was published
+    // (k2h_head 0), so the sync must still wait for the stamp.
+    let ch = channel(4);
+    assert_eq!(
+        prefix::try_claim(&*ch.claim, &ch.region().control().k2h_tail, None, 4, 1),
+        Ok(0)
+    );
+    ch.region().control().k2h_tail.store(1, Release);
+    assert_eq!(ch.sync_head(), 0);
+    assert!(!ch.all_published());
+    ch.region()
+        .slot(RingId::Request, 0)
+        .sequence()
+        .store(1, Release);
+    assert_eq!(ch.sync_head(), 1);
+}
+
+#[test]
 fn an_eager_head_moves_with_every_publication() {
     let g = Geometry::new(4, 128, 1).unwrap();
     let region = Arc::new(SharedRegion::new_host(g, 0).unwrap());

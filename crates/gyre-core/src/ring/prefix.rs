@@ -35,7 +35,7 @@
 //! Indices are free-running `u64`s; a marker for index `i` holds `i + 1`, a value that
 //! is unique per lap, so a stale marker from an earlier lap never matches.
 
-use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
+use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, SeqCst};
 
 use crate::sync::IndexAtomic;
 
@@ -61,10 +61,6 @@ pub enum ClaimError {
 /// change the marker a late publisher still has to scan, so the head would stop there
 /// for good. A lazy head ([`sync_published`]) needs no such bound: its scan tells a
 /// reused slot from an unwritten one. `n` must be in `1..=capacity`.
-///
-/// The claim's compare-and-swap is a release: what this producer saw of the bounds
-/// (the consumer finished the previous lap, so the slot holds that lap's marker) happens
-/// before any later acquire load of the claim word ([`sync_published`] relies on it).
 #[inline]
 pub fn try_claim<A: IndexAtomic>(
     claim: &A,
@@ -105,7 +101,7 @@ pub fn try_claim<A: IndexAtomic>(
             continue;
         }
         if claim
-            .compare_exchange(cur, cur + n, Release, Relaxed)
+            .compare_exchange(cur, cur + n, Relaxed, Relaxed)
             .is_ok()
         {
             return Ok(cur);
@@ -207,18 +203,20 @@ pub fn previous_marker(i: u64, capacity: u64) -> u64 {
 /// With a lazy head, producers only store their markers (P3); the head is moved here
 /// when something needs it: a command (Terminate's drain ends at the head), shutdown's
 /// wait for every claim, a monitor's snapshot. The scan starts at `consumed` where that
-/// is beyond the head (a consumer took those, so they were written: the scan is bounded
-/// by what is in flight, never by how far the head lags) and stops at the claim word or
-/// at the first index whose slot still holds the previous lap's marker
+/// is beyond the head (indices the consumer took, which were written, loaded with
+/// acquire after the consumer's own acquire of their markers: the scan is bounded by
+/// what is in flight, never by how far the head lags) and stops at the claim word or at
+/// the first index whose slot still holds the previous lap's marker
 /// ([`previous_marker`]).
 ///
 /// Any other marker counts as written: the index's own (`i + 1`), a later lap's (the slot
 /// was consumed, released and reused, so `i` was written long ago), or a corrupt value,
 /// which a consumer that checks the head against the slot (K4) then reports instead of
-/// waiting on it forever. An older marker cannot be read: the claim of `i` (a release,
-/// [`try_claim`]) followed the release of reply `i - capacity`, which followed the
-/// consumer's read of that lap's marker, and this scan loads the claim word with acquire
-/// before it loads any marker below it.
+/// waiting on it forever. A marker older than the previous lap's cannot be read: either
+/// this scan loaded index `i - capacity` itself (and read-read coherence forbids an
+/// older value after it), or `i - capacity` is below the start, which came from an
+/// acquire load of a value written by a thread that had seen that lap's marker (the
+/// sync that moved the head there, or the consumer).
 ///
 /// `consumed` is clamped to the claim word (a corrupt value moves nothing beyond the
 /// claims). Concurrent calls are safe: each moves the head by compare-and-swap from the
