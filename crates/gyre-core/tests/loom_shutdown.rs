@@ -11,9 +11,12 @@
 //!     cargo test -p gyre-core --release --test loom_shutdown
 //! ```
 //!
-//! It drives the functions the runtime uses (`try_claim`, `advance_prefix`, `close`,
-//! `claimed`) over loom atomics; the kernel side follows K2 (poll the slot sequence) and
-//! the drain condition of `gyre-cpu`'s loop (`Draining` and `h2k_head <= tail`). The
+//! It drives the functions the runtime uses (`try_claim`, `advance_prefix` for an eager
+//! head, `sync_published` for a lazy one, `close`, `claimed`) over loom atomics; the
+//! kernel side follows K2 (poll the slot sequence), K4's check (a head beyond the tail
+//! over a slot whose sequence is not the index's fails the model: the real kernel would
+//! answer it `BAD_SEQUENCE`) and the drain condition of `gyre-cpu`'s loop (`Draining` and
+//! `h2k_head <= tail`). The
 //! kernel polls a bounded number of times concurrently with the producers and the
 //! shutdown, then drains after Terminate (a model thread spinning until Terminate would
 //! exceed loom's branch bound).
@@ -21,7 +24,9 @@
 
 use core::sync::atomic::Ordering::{Acquire, Release};
 
-use gyre_core::ring::prefix::{advance_prefix, claimed, close, try_claim, ClaimError};
+use gyre_core::ring::prefix::{
+    advance_prefix, claimed, close, sync_published, try_claim, ClaimError,
+};
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicBool, AtomicU64};
 use loom::sync::Arc;
@@ -36,6 +41,8 @@ struct Ring {
     seq: [AtomicU64; CAP as usize],
     data: [UnsafeCell<u64>; CAP as usize],
     terminate: AtomicBool,
+    /// The head is lazy: producers only stamp, shutdown syncs it (`Channel::sync_head`).
+    lazy: bool,
 }
 
 // SAFETY (model): slot data is only accessed under the protocol; loom checks exactly that.
@@ -50,13 +57,34 @@ impl Ring {
             seq: [AtomicU64::new(0), AtomicU64::new(0)],
             data: [UnsafeCell::new(0), UnsafeCell::new(0)],
             terminate: AtomicBool::new(false),
+            lazy: false,
+        }
+    }
+
+    fn with_head(lazy: bool) -> Self {
+        Self {
+            lazy,
+            ..Self::new()
+        }
+    }
+
+    /// The head a reader sees: a lazy one synced first, from what the kernel answered
+    /// and the host released (here one index, `tail`).
+    fn head(&self) -> u64 {
+        if self.lazy {
+            sync_published(&self.head, &self.claim, self.tail.load(Acquire), CAP, |i| {
+                &self.seq[(i % CAP) as usize]
+            })
+        } else {
+            self.head.load(Acquire)
         }
     }
 
     /// P1..P4 for one message; `false` when the ring was closed (or full: a caller that
     /// gives up). Never waits.
     fn try_produce(&self, value: u64) -> bool {
-        let idx = match try_claim(&self.claim, &self.tail, Some(&self.head), CAP, 1) {
+        let head = (!self.lazy).then_some(&self.head);
+        let idx = match try_claim(&self.claim, &self.tail, head, CAP, 1) {
             Ok(i) => i,
             Err(ClaimError::Closed | ClaimError::Full) => return false,
         };
@@ -65,6 +93,9 @@ impl Ring {
         // UnsafeCell flags any concurrent access.
         self.data[s].with_mut(|p| unsafe { *p = value });
         self.seq[s].store(idx + 1, Release);
+        if self.lazy {
+            return true;
+        }
         advance_prefix(&self.head, Some(&self.claim), idx..idx + 1, CAP, |i| {
             &self.seq[(i % CAP) as usize]
         });
@@ -97,7 +128,15 @@ impl Ring {
             } else if self.head.load(Acquire) <= *tail {
                 return;
             } else {
-                thread::yield_now();
+                // K4: a head beyond the tail, read after the sequence, over a slot whose
+                // sequence (read again after the head) is not the index's: the real
+                // kernel answers BAD_SEQUENCE, so a head that passed an unstamped
+                // accepted request fails here.
+                assert_eq!(
+                    self.seq[s].load(Acquire),
+                    *tail + 1,
+                    "the head passed request {tail} before it was stamped"
+                );
             }
         }
     }
@@ -106,7 +145,7 @@ impl Ring {
     /// Terminate. Returns how many requests were accepted.
     fn shutdown(&self) -> u64 {
         let accepted = close(&self.claim);
-        while self.head.load(Acquire) < claimed(&self.claim) {
+        while self.head() < claimed(&self.claim) {
             thread::yield_now();
         }
         self.terminate.store(true, Release);
@@ -118,34 +157,42 @@ impl Ring {
 /// in index order, whatever was refused never is, and the kernel drains before stopping.
 #[test]
 fn shutdown_drains_exactly_the_accepted_requests() {
-    loom::model(|| {
-        let r = Arc::new(Ring::new());
-        let producers: Vec<_> = [10u64, 20]
-            .into_iter()
-            .map(|v| {
-                let r = r.clone();
-                thread::spawn(move || r.try_produce(v).then_some(v))
-            })
-            .collect();
-        let rk = r.clone();
-        let kernel = thread::spawn(move || {
-            let (mut tail, mut out) = (0, Vec::new());
-            rk.kernel_polls(&mut tail, &mut out, 2);
-            (tail, out)
-        });
-        let accepted = r.shutdown();
-        let (mut tail, mut answered) = kernel.join().unwrap();
-        r.kernel_drain(&mut tail, &mut answered);
-        let mut sent: Vec<u64> = producers
-            .into_iter()
-            .filter_map(|p| p.join().unwrap())
-            .collect();
-        assert_eq!(accepted, sent.len() as u64, "claims counted by close");
-        answered.sort_unstable();
-        sent.sort_unstable();
-        assert_eq!(answered, sent, "accepted == answered, each once");
-        assert_eq!(r.head.load(Acquire), accepted);
+    loom::model(|| drains_exactly_the_accepted(false));
+}
+
+/// The same with a lazy head: shutdown's sync, not the producers, moves the head.
+#[test]
+fn shutdown_drains_exactly_the_accepted_requests_with_a_lazy_head() {
+    lazy_model(|| drains_exactly_the_accepted(true));
+}
+
+fn drains_exactly_the_accepted(lazy: bool) {
+    let r = Arc::new(Ring::with_head(lazy));
+    let producers: Vec<_> = [10u64, 20]
+        .into_iter()
+        .map(|v| {
+            let r = r.clone();
+            thread::spawn(move || r.try_produce(v).then_some(v))
+        })
+        .collect();
+    let rk = r.clone();
+    let kernel = thread::spawn(move || {
+        let (mut tail, mut out) = (0, Vec::new());
+        rk.kernel_polls(&mut tail, &mut out, 2);
+        (tail, out)
     });
+    let accepted = r.shutdown();
+    let (mut tail, mut answered) = kernel.join().unwrap();
+    r.kernel_drain(&mut tail, &mut answered);
+    let mut sent: Vec<u64> = producers
+        .into_iter()
+        .filter_map(|p| p.join().unwrap())
+        .collect();
+    assert_eq!(accepted, sent.len() as u64, "claims counted by close");
+    answered.sort_unstable();
+    sent.sort_unstable();
+    assert_eq!(answered, sent, "accepted == answered, each once");
+    assert_eq!(r.head.load(Acquire), accepted);
 }
 
 /// A producer stamped its slot but has not published when shutdown closes the ring: the
@@ -153,21 +200,36 @@ fn shutdown_drains_exactly_the_accepted_requests() {
 /// with an accepted request unanswered.
 #[test]
 fn shutdown_waits_for_a_claim_being_written() {
-    loom::model(|| {
-        let r = Arc::new(Ring::new());
-        let r1 = r.clone();
-        let p = thread::spawn(move || r1.try_produce(7));
-        let rk = r.clone();
-        let kernel = thread::spawn(move || {
-            let (mut tail, mut out) = (0, Vec::new());
-            rk.kernel_polls(&mut tail, &mut out, 1);
-            (tail, out)
-        });
-        let accepted = r.shutdown();
-        let (mut tail, mut answered) = kernel.join().unwrap();
-        r.kernel_drain(&mut tail, &mut answered);
-        let ok = p.join().unwrap();
-        assert_eq!(accepted, u64::from(ok));
-        assert_eq!(answered, if ok { vec![7] } else { vec![] });
+    loom::model(|| waits_for_a_claim_being_written(false));
+}
+
+/// The same with a lazy head: the sync stops at the unstamped claim.
+#[test]
+fn shutdown_waits_for_a_claim_being_written_with_a_lazy_head() {
+    lazy_model(|| waits_for_a_claim_being_written(true));
+}
+
+fn waits_for_a_claim_being_written(lazy: bool) {
+    let r = Arc::new(Ring::with_head(lazy));
+    let r1 = r.clone();
+    let p = thread::spawn(move || r1.try_produce(7));
+    let rk = r.clone();
+    let kernel = thread::spawn(move || {
+        let (mut tail, mut out) = (0, Vec::new());
+        rk.kernel_polls(&mut tail, &mut out, 1);
+        (tail, out)
     });
+    let accepted = r.shutdown();
+    let (mut tail, mut answered) = kernel.join().unwrap();
+    r.kernel_drain(&mut tail, &mut answered);
+    let ok = p.join().unwrap();
+    assert_eq!(accepted, u64::from(ok));
+    assert_eq!(answered, if ok { vec![7] } else { vec![] });
+}
+
+/// As in `loom_ring.rs`: the lazy-head models run at 2 preemptions.
+fn lazy_model<F: Fn() + Sync + Send + 'static>(f: F) {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(2);
+    b.check(f);
 }
