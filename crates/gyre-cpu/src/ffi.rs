@@ -164,14 +164,13 @@ pub(crate) unsafe extern "C" fn trampoline(
         )
     };
     let outcome = catch_unwind(AssertUnwindSafe(|| {
-        h.handler.handle_at(tag, msg_type, req, reply)
+        h.handler.handle_word(tag, msg_type, req, reply)
     }));
     let (status, len, did_panic) = match outcome {
-        // A length beyond the slot is K5's BAD_LENGTH (u32::MAX stands for any beyond).
-        Ok(Ok(len)) => (0, u32::try_from(len).unwrap_or(u32::MAX), 0),
-        // Never NONE (an `Err(0)` is a rejection, not a success): the rule of
-        // `reply_status`, which K5 applies again.
-        Ok(Err(code)) => (gyre_core::handler::reply_status(code), 0, 0),
+        // `answer_word`: the status high, the length low (a length beyond the slot is K5's
+        // BAD_LENGTH; an error's status is never NONE, the rule of `reply_status`, which
+        // K5 applies again).
+        Ok(w) => ((w >> 32) as u32, w as u32, 0),
         Err(_) => (gyre_abi::error::HANDLER_PANIC, 0, 1),
     };
     // SAFETY: writable out-parameters (the caller's contract).

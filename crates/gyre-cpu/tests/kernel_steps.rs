@@ -104,6 +104,47 @@ fn handler_reply_longer_than_payload_is_bad_length() {
     assert_eq!(status_of(&ch, i).0, error::BAD_LENGTH);
 }
 
+/// The handler's answer crosses into the C loop as one word (`answer_word`): every kind
+/// of answer keeps its meaning there.
+#[test]
+fn handler_answers_keep_their_status_and_length_through_the_kernel_loop() {
+    let r = region(0);
+    // The request's first byte picks the answer.
+    let h = |_: u32, req: &[u8], out: &mut [u8]| -> Result<usize, u32> {
+        out[..3].copy_from_slice(b"abc");
+        match req[0] {
+            0 => Ok(3),
+            1 => Ok(0),
+            2 => Ok(usize::MAX), // beyond u32 as well as the slot
+            3 => Err(0),
+            4 => Err(error::HANDLER_PANIC),
+            5 => Err(error::UNKNOWN_TYPE),
+            _ => Err(error::USER_BASE + 9),
+        }
+    };
+    let mut k = Stepper::new(&r, &h).unwrap();
+    let ch = Channel::new(r.clone(), "t");
+    let want: [(u32, &[u8]); 7] = [
+        (error::NONE, b"abc"),
+        (error::NONE, b""),
+        (error::BAD_LENGTH, b""),
+        (error::HANDLER_REJECTED, b""),
+        (error::HANDLER_REJECTED, b""),
+        (error::UNKNOWN_TYPE, b""),
+        (error::USER_BASE + 9, b""),
+    ];
+    for (pick, (status, payload)) in want.iter().enumerate() {
+        let i = ch.try_publish(Kind::Call, 1, &[pick as u8]).unwrap();
+        assert_eq!(k.step(), Some(1));
+        assert_eq!(
+            status_of(&ch, i),
+            (*status, payload.to_vec()),
+            "answer {pick}"
+        );
+    }
+    assert_eq!(r.control().state.load(Acquire), state::ACTIVE);
+}
+
 #[test]
 fn pause_resume_terminate_drain() {
     let r = region(0);
