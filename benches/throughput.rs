@@ -22,6 +22,9 @@
 //! - `rtrb_echo_single`, `rtrb_echo_batch64`: context rows, the like-for-like peer of the
 //!   gyre rows: the same request + reply ring pair and the same main-thread loop as gyre,
 //!   over two rtrb rings with an echo thread on core 1.
+//! - `rtrb_echo_batch64_128b`: context, `rtrb_echo_batch64` with 128-byte messages: the
+//!   cache lines a gyre slot moves (a 64-byte header and a 64-byte payload each way),
+//!   for telling the cost of lines between the cores from the cost of everything else.
 //!
 //! Why gyre's replies are drained on the main thread and not on a third thread: the machine
 //! has two cores and the kernel thread busy-spins on one of them, so a third spinning
@@ -86,11 +89,15 @@ const IMPLS: &[Imp] = &[
     },
     Imp {
         name: "rtrb_echo_single",
-        start: || RtrbEcho::start(false),
+        start: || RtrbEcho::start(false, msg()),
     },
     Imp {
         name: "rtrb_echo_batch64",
-        start: || RtrbEcho::start(true),
+        start: || RtrbEcho::start(true, msg()),
+    },
+    Imp {
+        name: "rtrb_echo_batch64_128b",
+        start: || RtrbEcho::start(true, [7u8; 128]),
     },
 ];
 
@@ -209,18 +216,20 @@ impl Drop for RtrbOneWay {
 
 // --- rtrb, request + reply rings (the shape of gyre's loop) --------------------------------
 
-struct RtrbEcho {
-    req: rtrb::Producer<Msg>,
-    rep: rtrb::Consumer<Msg>,
+struct RtrbEcho<T> {
+    req: rtrb::Producer<T>,
+    rep: rtrb::Consumer<T>,
+    /// The message every request carries.
+    m: T,
     batched: bool,
     stop: Arc<AtomicBool>,
     server: Option<JoinHandle<()>>,
 }
 
-impl RtrbEcho {
-    fn start(batched: bool) -> Box<dyn Session> {
-        let (req, mut req_rx) = rtrb::RingBuffer::<Msg>::new(CAPACITY);
-        let (mut rep_tx, rep) = rtrb::RingBuffer::<Msg>::new(CAPACITY);
+impl<T: Copy + Send + 'static> RtrbEcho<T> {
+    fn start(batched: bool, m: T) -> Box<dyn Session> {
+        let (req, mut req_rx) = rtrb::RingBuffer::<T>::new(CAPACITY);
+        let (mut rep_tx, rep) = rtrb::RingBuffer::<T>::new(CAPACITY);
         let stop = Arc::new(AtomicBool::new(false));
         let st = stop.clone();
         // The echo server answers up to BATCH requests at a time, like gyre's kernel loop
@@ -247,6 +256,7 @@ impl RtrbEcho {
             Box::new(Self {
                 req,
                 rep,
+                m,
                 batched,
                 stop,
                 server: Some(server),
@@ -256,9 +266,9 @@ impl RtrbEcho {
     }
 }
 
-impl Session for RtrbEcho {
+impl<T: Copy> Session for RtrbEcho<T> {
     fn run(&mut self, n: u64) -> Duration {
-        let m = msg();
+        let m = self.m;
         let cap = CAPACITY as u64;
         let (mut sent, mut recvd) = (0u64, 0u64);
         let t = Instant::now();
@@ -295,7 +305,7 @@ impl Session for RtrbEcho {
     }
 }
 
-impl Drop for RtrbEcho {
+impl<T> Drop for RtrbEcho<T> {
     fn drop(&mut self) {
         stop_and_join(&self.stop, &mut self.server);
     }
@@ -401,6 +411,8 @@ const SUMMARY: Summary = Summary {
         ("gyre_batch64", "rtrb_batch64", 0.0),
         ("gyre_single", "gyre_single_notel", 0.0),
         ("gyre_batch64", "gyre_batch64_notel", 0.0),
+        ("gyre_batch64", "rtrb_echo_batch64_128b", 0.0),
+        ("rtrb_echo_batch64_128b", "rtrb_echo_batch64", 0.0),
     ],
     higher_is_better: true,
     run_target: Duration::from_millis(40),
