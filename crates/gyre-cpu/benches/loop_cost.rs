@@ -15,9 +15,10 @@
 //! - `publish_ns`, `recv_ns`: the host's side, every line local.
 //! - `floor_local_ns`, `floor_cross_ns`: the same echo written by hand over the same slot
 //!   layout (check the sequence, copy the payload, write the reply's header fields and
-//!   its sequence), requests from this core and from core 0: the peer the kernel's
-//!   figures are read against (`kernel_*_over_floor`), since absolute figures on a
-//!   shared VM move between runs.
+//!   its sequence), requests from this core and from core 0, measured in the same
+//!   rounds: the peer the kernel's figures are read against (`kernel_*_over_floor`, the
+//!   median of the per-round ratios), since absolute figures on a shared VM move between
+//!   runs.
 //!
 //! `Stepper::step` forces the kernel's slow path (commands, heartbeat) at every batch,
 //! which the running loop takes every 128 polls: a few nanoseconds a message more than
@@ -37,7 +38,7 @@ const N: usize = 1024;
 /// Requests a publish carries.
 const BATCH: usize = 64;
 /// Rounds measured (after `WARM_UP` rounds).
-const ROUNDS: usize = 40;
+const ROUNDS: usize = 400;
 const WARM_UP: usize = 5;
 
 /// The bench's thread runs the kernel on core 1; the cross-core producer runs on core 0.
@@ -120,6 +121,45 @@ fn floor_echo(req: &[Slot], rep: &mut [Slot], lap: u64) {
     }
 }
 
+/// One round's figures, in ns per message.
+#[derive(Default)]
+struct Figures {
+    kernel: Vec<f64>,
+    floor: Vec<f64>,
+    ratio: Vec<f64>,
+}
+
+impl Figures {
+    fn push(&mut self, kernel: f64, floor: f64) {
+        self.kernel.push(kernel);
+        self.floor.push(floor);
+        self.ratio.push(kernel / floor);
+    }
+
+    fn print(self, name: &str) {
+        println!("kernel_{name}_ns {:.1}", median(self.kernel));
+        println!("floor_{name}_ns {:.1}", median(self.floor));
+        println!("kernel_{name}_over_floor {:.2}", median(self.ratio));
+    }
+}
+
+/// Runs `publish` on core 0 (`other_core`) or here, and hands back what it returns.
+fn published_from<T: Send + 'static>(
+    other_core: bool,
+    publish: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    if other_core {
+        std::thread::spawn(move || {
+            pin(0);
+            publish()
+        })
+        .join()
+        .expect("producer")
+    } else {
+        publish()
+    }
+}
+
 fn main() {
     let region = Arc::new(
         SharedRegion::new_host(Geometry::new(N as u32, 128, 32).expect("geometry"), 0)
@@ -128,40 +168,32 @@ fn main() {
     let handler = gyre_core::kernels::echo;
     let mut kernel = Stepper::new(&region, &handler).expect("kernel start");
     let ch = Arc::new(Channel::new(region.clone(), "loop_cost"));
-    let payload = [7u8; 64 * BATCH];
     let mut replies: Vec<gyre_core::Result<[u8; 64]>> = Vec::with_capacity(BATCH);
+    let (mut req, mut rep) = (vec![EMPTY; N], vec![EMPTY; N]);
     pin(1);
-    let (mut local, mut cross, mut publish, mut recv) = (vec![], vec![], vec![], vec![]);
+    let (mut local, mut cross) = (Figures::default(), Figures::default());
+    let (mut publish, mut recv) = (vec![], vec![]);
+    // Each round measures the kernel and the floor back to back (their ratio is taken per
+    // round), requests from this core and from core 0 in alternate rounds.
     for round in 0..WARM_UP + ROUNDS {
-        let from_other_core = round % 2 == 1;
-        // Publish a ring's worth of requests, here or from core 0.
-        let t = Instant::now();
-        if from_other_core {
-            let c = ch.clone();
-            std::thread::spawn(move || {
-                pin(0);
-                for _ in 0..N / BATCH {
-                    c.try_publish_uniform(Kind::Send, 1, &[7u8; 64 * BATCH], 64)
-                        .expect("room for a batch");
-                }
-            })
-            .join()
-            .expect("producer");
-        } else {
+        let other_core = round % 2 == 1;
+        // gyre: publish a ring's worth of requests, the kernel answers them, the host
+        // takes the replies.
+        let c = ch.clone();
+        let published = published_from(other_core, move || {
+            let t = Instant::now();
             for _ in 0..N / BATCH {
-                ch.try_publish_uniform(Kind::Send, 1, &payload, 64)
+                c.try_publish_uniform(Kind::Send, 1, &[7u8; 64 * BATCH], 64)
                     .expect("room for a batch");
             }
-        }
-        let published = t.elapsed();
-        // The kernel answers them.
+            t.elapsed()
+        });
         let t = Instant::now();
         let mut answered = 0;
         while answered < N as u64 {
             answered += kernel.step().expect("kernel running");
         }
-        let answering = t.elapsed();
-        // The host takes the replies.
+        let answering = per_msg(t.elapsed());
         let t = Instant::now();
         let mut got = 0;
         while got < N {
@@ -174,57 +206,31 @@ fn main() {
                 })
                 .expect("replies");
         }
-        let received = t.elapsed();
+        let received = per_msg(t.elapsed());
         std::hint::black_box(&replies);
+        // The floor over its own slots.
+        let lap = round as u64;
+        req = published_from(other_core, move || {
+            floor_publish(&mut req, lap);
+            req
+        });
+        let t = Instant::now();
+        floor_echo(&req, &mut rep, lap);
+        let floor = per_msg(t.elapsed());
+        std::hint::black_box(&rep);
         if round < WARM_UP {
             continue;
         }
-        if from_other_core {
-            cross.push(per_msg(answering));
+        if other_core {
+            cross.push(answering, floor);
         } else {
-            local.push(per_msg(answering));
+            local.push(answering, floor);
             publish.push(per_msg(published));
-            recv.push(per_msg(received));
+            recv.push(received);
         }
     }
-    // The floor, the same rounds.
-    let mut req = vec![EMPTY; N];
-    let mut rep = vec![EMPTY; N];
-    let (mut floor_local, mut floor_cross) = (vec![], vec![]);
-    for round in 0..WARM_UP + ROUNDS {
-        let lap = round as u64;
-        let from_other_core = round % 2 == 1;
-        if from_other_core {
-            req = std::thread::spawn(move || {
-                pin(0);
-                floor_publish(&mut req, lap);
-                req
-            })
-            .join()
-            .expect("producer");
-        } else {
-            floor_publish(&mut req, lap);
-        }
-        let t = Instant::now();
-        floor_echo(&req, &mut rep, lap);
-        let d = per_msg(t.elapsed());
-        std::hint::black_box(&rep);
-        if round >= WARM_UP {
-            if from_other_core {
-                floor_cross.push(d);
-            } else {
-                floor_local.push(d);
-            }
-        }
-    }
-    let (k_local, k_cross) = (median(local), median(cross));
-    let (f_local, f_cross) = (median(floor_local), median(floor_cross));
-    println!("kernel_local_ns {k_local:.1}");
-    println!("kernel_cross_ns {k_cross:.1}");
-    println!("floor_local_ns {f_local:.1}");
-    println!("floor_cross_ns {f_cross:.1}");
-    println!("kernel_local_over_floor {:.2}", k_local / f_local);
-    println!("kernel_cross_over_floor {:.2}", k_cross / f_cross);
+    local.print("local");
+    cross.print("cross");
     println!("publish_ns {:.1}", median(publish));
     println!("recv_ns {:.1}", median(recv));
 }
