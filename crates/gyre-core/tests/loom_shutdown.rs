@@ -175,15 +175,7 @@ fn drains_exactly_the_accepted(lazy: bool) {
             thread::spawn(move || r.try_produce(v).then_some(v))
         })
         .collect();
-    let rk = r.clone();
-    let kernel = thread::spawn(move || {
-        let (mut tail, mut out) = (0, Vec::new());
-        rk.kernel_polls(&mut tail, &mut out, 2);
-        (tail, out)
-    });
-    let accepted = r.shutdown();
-    let (mut tail, mut answered) = kernel.join().unwrap();
-    r.kernel_drain(&mut tail, &mut answered);
+    let (accepted, mut answered) = shutdown_beside_the_kernel(&r, 2);
     let mut sent: Vec<u64> = producers
         .into_iter()
         .filter_map(|p| p.join().unwrap())
@@ -213,18 +205,26 @@ fn waits_for_a_claim_being_written(lazy: bool) {
     let r = Arc::new(Ring::with_head(lazy));
     let r1 = r.clone();
     let p = thread::spawn(move || r1.try_produce(7));
+    let (accepted, answered) = shutdown_beside_the_kernel(&r, 1);
+    let ok = p.join().unwrap();
+    assert_eq!(accepted, u64::from(ok));
+    assert_eq!(answered, if ok { vec![7] } else { vec![] });
+}
+
+/// The host's shutdown while a kernel thread polls `polls` times, then the kernel's drain
+/// once the host has commanded it: returns what shutdown accepted and what the kernel
+/// answered, in order.
+fn shutdown_beside_the_kernel(r: &Arc<Ring>, polls: usize) -> (u64, Vec<u64>) {
     let rk = r.clone();
     let kernel = thread::spawn(move || {
         let (mut tail, mut out) = (0, Vec::new());
-        rk.kernel_polls(&mut tail, &mut out, 1);
+        rk.kernel_polls(&mut tail, &mut out, polls);
         (tail, out)
     });
     let accepted = r.shutdown();
     let (mut tail, mut answered) = kernel.join().unwrap();
     r.kernel_drain(&mut tail, &mut answered);
-    let ok = p.join().unwrap();
-    assert_eq!(accepted, u64::from(ok));
-    assert_eq!(answered, if ok { vec![7] } else { vec![] });
+    (accepted, answered)
 }
 
 /// As in `loom_ring.rs`: the lazy-head models run at 2 preemptions.
