@@ -38,8 +38,9 @@ pub trait Handler: Send + Sync + 'static {
     fn handle(&self, msg_type: u32, request: &[u8], reply: &mut [u8]) -> Result<usize, u32>;
 
     /// Handles the request of the slot whose [`slot_tag`](gyre_abi::loan::slot_tag) is
-    /// `tag` (the low 32 bits of its ring index). The kernel loop calls this one; the
-    /// default ignores the tag and calls [`Handler::handle`]. gyre's loan adapter needs it:
+    /// `tag` (the low 32 bits of its ring index). The kernel loop calls this one
+    /// (through [`answer_word`]'s wrapper); the default ignores the tag and calls
+    /// [`Handler::handle`]. gyre's loan adapter needs it:
     /// a loan handle resolves only in the slot it was sent in.
     ///
     /// # Examples
@@ -67,7 +68,9 @@ pub trait Handler: Send + Sync + 'static {
 
     /// [`Handler::handle_at`]'s answer as one word ([`answer_word`]): what the CPU
     /// backend's kernel loop calls through `dyn Handler`. Internal (hidden from the
-    /// docs): not meant to be called or overridden; the default is the only right body.
+    /// docs): not meant to be called or overridden; the default is the only right body
+    /// (an override would bypass `handle_at` on the CPU backend; K5 still checks what it
+    /// returns, so the protocol holds either way).
     ///
     /// Why a word: a `Result<usize, u32>` returned through a `dyn` call travels in memory,
     /// and the caller's load of it, wider than the callee's store of the discriminant,
@@ -105,6 +108,9 @@ where
 /// use gyre_core::handler::answer_word;
 /// assert_eq!(answer_word(Ok(64)), 64);
 /// assert_eq!(answer_word(Ok(usize::MAX)), u64::from(u32::MAX));
+/// // Clamped, not truncated: a length beyond u32 is never mistaken for a short one.
+/// # #[cfg(target_pointer_width = "64")]
+/// assert_eq!(answer_word(Ok((1 << 32) + 3)), u64::from(u32::MAX));
 /// assert_eq!(answer_word(Err(USER_BASE + 7)) >> 32, u64::from(USER_BASE + 7));
 /// assert_eq!(answer_word(Err(0)), u64::from(HANDLER_REJECTED) << 32);
 /// ```

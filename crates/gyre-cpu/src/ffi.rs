@@ -133,9 +133,10 @@ pub(crate) struct HandlerCtx<'a> {
 }
 
 /// The trampoline: calls the Rust handler on the request and reply slots (with the
-/// request's slot tag, [`gyre_core::Handler::handle_at`]), and turns its
-/// answer into the C contract (`*reply_len` and a status; `*panicked` for a panic, which
-/// is caught here).
+/// request's slot tag, [`gyre_core::Handler::handle_at`], through `handle_word`, which
+/// returns its answer as one word in a register: [`gyre_core::handler::answer_word`]),
+/// and turns the answer into the C contract (`*reply_len` and a status; `*panicked` for
+/// a panic, which is caught here).
 ///
 /// # Safety
 ///

@@ -116,17 +116,21 @@ fn handler_answers_keep_their_status_and_length_through_the_kernel_loop() {
             0 => Ok(3),
             1 => Ok(0),
             2 => Ok(usize::MAX), // beyond u32 as well as the slot
-            3 => Err(0),
-            4 => Err(error::HANDLER_PANIC),
-            5 => Err(error::UNKNOWN_TYPE),
-            _ => Err(error::USER_BASE + 9),
+            // Beyond u32, whose low 32 bits are a short length: clamped, not truncated.
+            3 => Ok(usize::try_from((1u64 << 32) + 3).unwrap_or(usize::MAX)),
+            4 => Err(0),
+            5 => Err(error::HANDLER_PANIC),
+            6 => Err(error::UNKNOWN_TYPE),
+            7 => Err(error::USER_BASE + 9),
+            _ => panic!("the handler panics"),
         }
     };
     let mut k = Stepper::new(&r, &h).unwrap();
     let ch = Channel::new(r.clone(), "t");
-    let want: [(u32, &[u8]); 7] = [
+    let want: [(u32, &[u8]); 8] = [
         (error::NONE, b"abc"),
         (error::NONE, b""),
+        (error::BAD_LENGTH, b""),
         (error::BAD_LENGTH, b""),
         (error::HANDLER_REJECTED, b""),
         (error::HANDLER_REJECTED, b""),
@@ -143,6 +147,13 @@ fn handler_answers_keep_their_status_and_length_through_the_kernel_loop() {
         );
     }
     assert_eq!(r.control().state.load(Acquire), state::ACTIVE);
+    // A panic is the one answer that faults the kernel: its request is answered
+    // HANDLER_PANIC and the kernel stops with that code.
+    let i = ch.try_publish(Kind::Call, 1, &[8]).unwrap();
+    assert_eq!(k.step(), None);
+    assert_eq!(status_of(&ch, i).0, error::HANDLER_PANIC);
+    assert_eq!(r.control().state.load(Acquire), state::FAULTED);
+    assert_eq!(r.control().error_code.load(Acquire), error::HANDLER_PANIC);
 }
 
 #[test]
