@@ -39,8 +39,8 @@ pub trait Handler: Send + Sync + 'static {
 
     /// Handles the request of the slot whose [`slot_tag`](gyre_abi::loan::slot_tag) is
     /// `tag` (the low 32 bits of its ring index). The kernel loop calls this one
-    /// (through [`answer_word`]'s wrapper); the default ignores the tag and calls
-    /// [`Handler::handle`]. gyre's loan adapter needs it:
+    /// (through the hidden `handle_word`, which packs its answer with [`answer_word`]);
+    /// the default ignores the tag and calls [`Handler::handle`]. gyre's loan adapter needs it:
     /// a loan handle resolves only in the slot it was sent in.
     ///
     /// # Examples
