@@ -17,6 +17,7 @@ use bytemuck::Pod;
 use gyre_core::channel::{Kind, PublishError};
 
 pub use call::CallFuture;
+use call::Keep;
 pub use recv::{RecvFuture, RepliesStream};
 pub use send::SendFuture;
 pub use shutdown::ShutdownFuture;
@@ -32,7 +33,9 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
     /// Sends `req` and resolves to its reply. Waits (without blocking the thread) for a
     /// free slot first when the ring is full.
     ///
-    /// The future holds the kernel like a clone of this handle.
+    /// The future borrows this handle, so the kernel lives while it is pending; a task
+    /// that owns its call moves a clone of the handle in (`let k = k.clone();
+    /// tokio::spawn(async move { k.call(x).await })`).
     ///
     /// # Errors
     ///
@@ -67,15 +70,21 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
     /// [`Error::KernelFaulted`]: crate::Error::KernelFaulted
     /// [`Error::KernelTerminated`]: crate::Error::KernelTerminated
     /// [`Error::Unresponsive`]: crate::Error::Unresponsive
-    pub fn call(&self, req: Req) -> CallFuture<Req, Resp> {
-        CallFuture::new(self.keep.clone(), req)
+    pub fn call(&self, req: Req) -> CallFuture<'_, Req, Resp> {
+        CallFuture::new(Keep::Borrowed(&self.keep), req)
+    }
+
+    /// [`Kernel::call`] whose future holds a reference to the kernel of its own instead
+    /// of borrowing this handle (a pool's member call).
+    pub(crate) fn call_owned(&self, req: Req) -> CallFuture<'static, Req, Resp> {
+        CallFuture::new(Keep::Owned(self.keep.clone()), req)
     }
 
     /// Sends `req` now if a slot is free, and returns the future of its reply; never
     /// waits for space. This is the call a service makes to shed load: a full ring is an
     /// answer (`503`, retry later), not a queue that grows.
     ///
-    /// The future holds the kernel like a clone of this handle.
+    /// The future borrows this handle, as [`Kernel::call`]'s does.
     ///
     /// # Errors
     ///
@@ -111,13 +120,13 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
     pub fn try_call(
         &self,
         req: Req,
-    ) -> core::result::Result<CallFuture<Req, Resp>, crate::TrySendError<Req>> {
+    ) -> core::result::Result<CallFuture<'_, Req, Resp>, crate::TrySendError<Req>> {
         let inner = self.inner();
         match inner
             .ch
             .try_publish(Kind::Call, inner.polling.msg_type, bytemuck::bytes_of(&req))
         {
-            Ok(index) => Ok(CallFuture::accepted(self.keep.clone(), req, index)),
+            Ok(index) => Ok(CallFuture::accepted(Keep::Borrowed(&self.keep), req, index)),
             // Full behind a kernel that stopped frees no more space: that is a refusal.
             Err(PublishError::Full) if inner.ch.check_stopped().is_none() => {
                 Err(crate::TrySendError::Full(req))

@@ -35,7 +35,7 @@ enum State<Req, Resp> {
         req: Req,
     },
     Calling {
-        call: CallFuture<Req, Resp>,
+        call: CallFuture<'static, Req, Resp>,
         held: Outstanding<Req, Resp>,
     },
     /// Completed (a poll after this is answered `Closed`).
@@ -64,7 +64,7 @@ impl<Req: Pod, Resp: Pod> Future for PoolCallFuture<Req, Resp> {
                 State::Unpicked { shared, key, req } => match shared.pick(key) {
                     Ok(m) => {
                         this.state = State::Calling {
-                            call: m.kernel.call(req),
+                            call: m.kernel.call_owned(req),
                             held: Outstanding::new(m),
                         }
                     }

@@ -108,7 +108,12 @@ pub fn async_shutdown_drains(b: Target) {
         for i in 0..200u64 {
             k.send(i).await.unwrap();
         }
-        let calls: Vec<_> = (0..20u64).map(|i| tokio::spawn(k.call(1000 + i))).collect();
+        let calls: Vec<_> = (0..20u64)
+            .map(|i| {
+                let k = k.clone();
+                tokio::spawn(async move { k.call(1000 + i).await })
+            })
+            .collect();
         tokio::task::yield_now().await;
         k.shutdown().await.unwrap();
         let mut results = HashMap::new();

@@ -63,7 +63,17 @@ pub fn handler_panic_mid_batch(b: Target) {
     claimed(14);
     // base+14..16: async calls.
     let trt = tokio_rt();
-    let asyncs: Vec<_> = (200..202u64).map(|v| (v, trt.spawn(k.call(v)))).collect();
+    let asyncs: Vec<_> = (200..202u64)
+        .map(|v| {
+            (
+                v,
+                trt.spawn({
+                    let k = k.clone();
+                    async move { k.call(v).await }
+                }),
+            )
+        })
+        .collect();
     claimed(16);
     // base+16: the poison, then base+17..27: sends 21..=30, then base+27..29: calls.
     k.try_send(POISON).unwrap();
@@ -190,7 +200,10 @@ pub fn stuck_handler_watchdog(b: Target) {
     };
     eventually("the blocked call accepted", || counters(&k).0 == 3);
     let trt = tokio_rt();
-    let async_call = trt.spawn(k.call(8));
+    let async_call = trt.spawn({
+        let k = k.clone();
+        async move { k.call(8).await }
+    });
     eventually("the async call accepted", || counters(&k).0 == 4);
     k.try_send(9).unwrap();
     k.resume();
@@ -241,7 +254,10 @@ pub fn kernel_fault_error_code(b: Target) {
     };
     eventually("blocking call accepted", || counters(&k).0 == 7);
     let trt = tokio_rt();
-    let async_call = trt.spawn(k.call(60));
+    let async_call = trt.spawn({
+        let k = k.clone();
+        async move { k.call(60).await }
+    });
     eventually("async call accepted", || counters(&k).0 == 8);
 
     // Corrupt the host line: the kernel must stop trusting it.

@@ -7,18 +7,23 @@
 //! ```text
 //! kernel (nothing to do, wants to park)      host (after publishing)
 //!   parked = true                              [publication: a slot's sequence, h2k_head,
-//!   fence(SeqCst)                               a command]
-//!   if work(): parked = false, return          fence(SeqCst)
+//!   barrier::heavy()                            a command]
+//!   if work(): parked = false, return          barrier::light()
 //!   park_timeout(t)                            if parked: unpark(kernel thread)
 //!   parked = false
 //! ```
 //!
-//! With both fences, either the kernel's re-check of `work()` sees the publication, or the
-//! host's load sees `parked` and unparks the kernel; an unpark that lands before the park
-//! leaves a token, so the park then returns at once. No wake-up is lost
+//! With the two barriers, either the kernel's re-check of `work()` sees the publication,
+//! or the host's load sees `parked` and unparks the kernel; an unpark that lands before
+//! the park leaves a token, so the park then returns at once. No wake-up is lost
 //! (`tests/loom_doorbell.rs` checks this very code under loom, with a park that has no
 //! timeout to rescue it). The timeout only bounds how stale the kernel's heartbeat and
 //! command handling get while nothing happens.
+//!
+//! The barriers are [`crate::barrier`]'s asymmetric pair: on Linux the host's is a
+//! compiler fence and the kernel's a `membarrier` system call, so a publication costs no
+//! fence and the cost moves to the park, which comes only after the kernel idled (both
+//! are `fence(SeqCst)` elsewhere and under loom).
 //!
 //! The CPU backend's kernel parks through [`Doorbell::park`]; the channel rings
 //! ([`Doorbell::ring`] after its producers' stamps with a lazy head; with an eager head
@@ -49,7 +54,7 @@
 //! kernel.join().unwrap();
 //! ```
 
-use core::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
+use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::time::Duration;
 
 #[cfg(gyre_loom)]
@@ -64,9 +69,9 @@ fn lock(m: &Mutex<Option<Thread>>) -> MutexGuard<'_, Option<Thread>> {
 }
 
 #[cfg(not(gyre_loom))]
-use core::sync::atomic::{fence, AtomicBool, AtomicU64};
+use core::sync::atomic::{AtomicBool, AtomicU64};
 #[cfg(gyre_loom)]
-use loom::sync::atomic::{fence, AtomicBool, AtomicU64};
+use loom::sync::atomic::{AtomicBool, AtomicU64};
 
 #[cfg(not(gyre_loom))]
 type Thread = std::thread::Thread;
@@ -109,7 +114,7 @@ impl Doorbell {
         // Release: a host that reads `parked` (acquire) also sees the registration.
         self.parked.store(true, Release);
         // Dekker with `ring`: the announcement before the re-check of the work.
-        fence(SeqCst);
+        crate::barrier::heavy();
         if work() {
             self.parked.store(false, Relaxed);
             return false;
@@ -135,11 +140,11 @@ impl Doorbell {
         }
     }
 
-    /// Host side, after any publication (a command, a bridge push): fences, then
-    /// [`ring_fenced`](Self::ring_fenced).
+    /// Host side, after any publication (a command, a bridge push): the light barrier
+    /// ([`crate::barrier::light`]), then [`ring_fenced`](Self::ring_fenced).
     #[inline]
     pub fn ring(&self) {
-        fence(SeqCst);
+        crate::barrier::light();
         self.ring_fenced();
     }
 
