@@ -20,7 +20,10 @@
 //!
 //! Elsewhere (another OS, an older kernel, a seccomp filter that refuses the call) and
 //! under loom, both are `fence(SeqCst)`. The choice is made once per process, at the
-//! first call of either function, and never changes, so the two sides always pair.
+//! first call of [`expedited`] (or of either barrier), and never changes, so the two
+//! sides always pair. Registering took 11 ms on the machine of docs/benchmarks.md (the
+//! kernel waits for an RCU grace period), so [`crate::doorbell::Doorbell::new`], at a
+//! kernel's launch, makes that first call: no publication waits for it.
 //!
 //! # Examples
 //!

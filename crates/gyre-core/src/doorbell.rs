@@ -79,7 +79,7 @@ type Thread = std::thread::Thread;
 type Thread = loom::thread::Thread;
 
 /// See the [module documentation](self).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Doorbell {
     /// The kernel announced a park (and may be parked).
     parked: AtomicBool,
@@ -92,8 +92,18 @@ pub struct Doorbell {
 
 impl Doorbell {
     /// A doorbell no thread has registered with yet (rings do nothing until one does).
+    ///
+    /// Decides the process's barrier ([`crate::barrier::expedited`]) if nothing has yet:
+    /// registering for `membarrier` took 11 ms (an RCU grace period) on the machine of
+    /// docs/benchmarks.md, which belongs to a kernel's launch, not to its first
+    /// publication.
     pub fn new() -> Self {
-        Self::default()
+        let _ = crate::barrier::expedited();
+        Self {
+            parked: AtomicBool::new(false),
+            thread: Mutex::new(None),
+            wakes: AtomicU64::new(0),
+        }
     }
 
     /// Registers the calling thread as the one that parks, replacing any earlier one (a
@@ -159,5 +169,11 @@ impl Doorbell {
     /// Times a ring found the kernel parked and woke it.
     pub fn wakes(&self) -> u64 {
         self.wakes.load(Relaxed)
+    }
+}
+
+impl Default for Doorbell {
+    fn default() -> Self {
+        Self::new()
     }
 }
