@@ -1,7 +1,7 @@
-//! [`KeepAlive`]: what keeps a kernel running. Every [`Kernel`](crate::Kernel) handle,
-//! every `send` and `shutdown` future and a pool's member call hold one (a `call` future
-//! borrows its handle's); `recv` futures and `replies` streams do not, so a consumer never
-//! keeps a kernel alive after its producers are gone.
+//! [`KeepAlive`]: what keeps a kernel running. Every [`Kernel`](crate::Kernel) handle and
+//! a pool's member call hold one (`call`, `send` and `shutdown` futures borrow their
+//! handle's); `recv` futures and `replies` streams do not, so a consumer never keeps a
+//! kernel alive after its producers are gone.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -47,9 +47,9 @@ use crate::state::KernelState;
 /// [`Kernel::shutdown`] (or [`Kernel::shutdown_blocking`]) stops it: no new requests,
 /// everything accepted is answered, the kernel is joined and its telemetry export file
 /// removed. Without a shutdown, the kernel ends when the last `Kernel` clone is dropped
-/// (together with the last [`SendFuture`](crate::future::SendFuture) and
-/// [`ShutdownFuture`](crate::future::ShutdownFuture), which hold the kernel like a clone;
-/// a [`CallFuture`](crate::future::CallFuture) borrows a handle, which outlives it). A pending [`RecvFuture`](crate::future::RecvFuture) or a
+/// (its [`CallFuture`](crate::future::CallFuture), [`SendFuture`](crate::future::SendFuture)
+/// and [`ShutdownFuture`](crate::future::ShutdownFuture) borrow a handle, which outlives
+/// them). A pending [`RecvFuture`](crate::future::RecvFuture) or a
 /// [`RepliesStream`](crate::future::RepliesStream) does **not** keep it alive: it yields the
 /// replies the kernel still produces for accepted `send`s, then ends. Dropping the last
 /// handle closes the ring at once and never waits for the kernel on the dropping thread:

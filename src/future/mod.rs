@@ -139,7 +139,7 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
     /// Sends `req`, waiting (without blocking the thread) for a free slot. Its reply is
     /// delivered by [`Kernel::recv`] / [`Kernel::replies`], in order.
     ///
-    /// The future holds the kernel like a clone of this handle.
+    /// The future borrows this handle, as [`Kernel::call`]'s does.
     ///
     /// # Errors
     ///
@@ -163,8 +163,8 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
     /// # Ok(()) }
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(example()).unwrap();
     /// ```
-    pub fn send(&self, req: Req) -> SendFuture<Req> {
-        SendFuture::new(self.keep.clone(), req)
+    pub fn send(&self, req: Req) -> SendFuture<'_, Req> {
+        SendFuture::new(&self.keep, req)
     }
 
     /// Resolves to the next `send` reply, in order.
@@ -273,7 +273,7 @@ impl<Req: Pod, Resp: Pod> Kernel<Req, Resp> {
     /// # Ok(()) }
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(example()).unwrap();
     /// ```
-    pub fn shutdown(&self) -> ShutdownFuture {
-        ShutdownFuture::new(self.keep.clone())
+    pub fn shutdown(&self) -> ShutdownFuture<'_> {
+        ShutdownFuture::new(&self.keep)
     }
 }

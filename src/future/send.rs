@@ -3,7 +3,6 @@
 use core::future::Future;
 use core::pin::Pin;
 use core::task::{Context, Poll};
-use std::sync::Arc;
 
 use bytemuck::Pod;
 use gyre_core::channel::Kind;
@@ -14,23 +13,24 @@ use crate::keep_alive::KeepAlive;
 
 /// Future of [`Kernel::send`](crate::Kernel::send): waits for a free slot and sends.
 ///
-/// It holds the kernel like a [`Kernel`](crate::Kernel) clone: the kernel does not end
-/// while it is pending.
+/// It borrows the [`Kernel`](crate::Kernel) it was made from, which therefore lives
+/// (and the kernel with it) while the future is pending; see
+/// [`CallFuture`](crate::future::CallFuture) for why, and for a task that must own it.
 ///
 /// # Cancel safety
 ///
 /// Cancel safe: the request is either sent when the future completes with `Ok`, or not
 /// at all (dropping it while it waits for space sends nothing).
 #[must_use = "futures do nothing unless polled"]
-pub struct SendFuture<Req> {
-    keep: Arc<KeepAlive>,
+pub struct SendFuture<'a, Req> {
+    keep: &'a KeepAlive,
     req: Req,
     id: u64,
     done: bool,
 }
 
-impl<Req: Pod> SendFuture<Req> {
-    pub(crate) fn new(keep: Arc<KeepAlive>, req: Req) -> Self {
+impl<'a, Req: Pod> SendFuture<'a, Req> {
+    pub(crate) fn new(keep: &'a KeepAlive, req: Req) -> Self {
         let id = keep.inner.next_id();
         Self {
             keep,
@@ -42,9 +42,9 @@ impl<Req: Pod> SendFuture<Req> {
 }
 
 // As for `CallFuture`: the request is never pinned.
-impl<Req> Unpin for SendFuture<Req> {}
+impl<Req> Unpin for SendFuture<'_, Req> {}
 
-impl<Req: Pod> Future for SendFuture<Req> {
+impl<Req: Pod> Future for SendFuture<'_, Req> {
     type Output = Result<()>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
@@ -62,7 +62,7 @@ impl<Req: Pod> Future for SendFuture<Req> {
     }
 }
 
-impl<Req> Drop for SendFuture<Req> {
+impl<Req> Drop for SendFuture<'_, Req> {
     fn drop(&mut self) {
         let ch = &self.keep.inner.ch;
         ch.space_waiters().remove(ch, self.id);

@@ -3,14 +3,14 @@
 use core::future::Future;
 use core::pin::Pin;
 use core::task::{Context, Poll};
-use std::sync::Arc;
 
 use gyre_abi::command;
 use gyre_core::Result;
 
 use crate::keep_alive::KeepAlive;
 
-/// Future of [`Kernel::shutdown`](crate::Kernel::shutdown).
+/// Future of [`Kernel::shutdown`](crate::Kernel::shutdown). It borrows the handle it was
+/// made from, as [`CallFuture`](crate::future::CallFuture) does.
 ///
 /// Closes the kernel to new requests, waits until requests being written are published,
 /// commands Terminate, waits for the kernel to answer everything published and stop,
@@ -23,20 +23,20 @@ use crate::keep_alive::KeepAlive;
 /// requests, and once Terminate was written the kernel still drains and stops. Awaiting
 /// a new `shutdown()` finishes the job.
 #[must_use = "futures do nothing unless polled"]
-pub struct ShutdownFuture {
-    keep: Arc<KeepAlive>,
+pub struct ShutdownFuture<'a> {
+    keep: &'a KeepAlive,
     id: u64,
     phase: u8,
 }
 
-impl ShutdownFuture {
-    pub(crate) fn new(keep: Arc<KeepAlive>) -> Self {
+impl<'a> ShutdownFuture<'a> {
+    pub(crate) fn new(keep: &'a KeepAlive) -> Self {
         let id = keep.inner.next_id();
         Self { keep, id, phase: 0 }
     }
 }
 
-impl Future for ShutdownFuture {
+impl Future for ShutdownFuture<'_> {
     type Output = Result<()>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
@@ -71,7 +71,7 @@ impl Future for ShutdownFuture {
     }
 }
 
-impl Drop for ShutdownFuture {
+impl Drop for ShutdownFuture<'_> {
     fn drop(&mut self) {
         let ch = &self.keep.inner.ch;
         ch.state_waiters().remove(ch, self.id);

@@ -40,23 +40,24 @@ impl Future for LoanFuture {
     }
 }
 
-/// What a call or send with a loan holds until it is published: the kernel (kept alive),
-/// its pool, the loan, and the future's waiter id. Dropping it drops its space-waiter
-/// registration (and an unsent loan, which returns to the pool).
-struct Outgoing {
-    keep: Arc<KeepAlive>,
-    arena: Arc<LoanArena>,
+/// What a call or send with a loan holds until it is published: the kernel (borrowed
+/// from its handle, which therefore lives), its pool, the loan, and the future's waiter
+/// id. Dropping it drops its space-waiter registration (and an unsent loan, which
+/// returns to the pool).
+struct Outgoing<'a> {
+    keep: &'a KeepAlive,
+    arena: &'a Arc<LoanArena>,
     loan: Option<Loan>,
     id: u64,
 }
 
-impl Outgoing {
-    fn new(k: &LoanKernel, loan: Loan) -> Self {
-        let keep = k.keep.clone();
+impl<'a> Outgoing<'a> {
+    fn new(k: &'a LoanKernel, loan: Loan) -> Self {
+        let keep: &'a KeepAlive = &k.keep;
         let id = keep.inner.next_id();
         Self {
             keep,
-            arena: k.pool().clone(),
+            arena: k.pool(),
             loan: Some(loan),
             id,
         }
@@ -69,7 +70,7 @@ impl Outgoing {
         match &self.loan {
             None => return Poll::Ready(Err(polled_after_completion())),
             Some(l) => {
-                if let Err(e) = check_pool(&self.arena, l) {
+                if let Err(e) = check_pool(self.arena, l) {
                     // Refused: the loan goes back to its own pool.
                     self.loan = None;
                     return Poll::Ready(Err(e));
@@ -89,7 +90,7 @@ impl Outgoing {
     }
 }
 
-impl Drop for Outgoing {
+impl Drop for Outgoing<'_> {
     fn drop(&mut self) {
         let ch = &self.keep.inner.ch;
         ch.space_waiters().remove(ch, self.id);
@@ -113,7 +114,8 @@ enum CallState {
 /// Future of [`LoanKernel::call`]: sends a loan, resolves to the reply loan (the
 /// same block).
 ///
-/// It keeps the kernel alive while pending, as a [`CallFuture`](crate::future::CallFuture) does.
+/// It borrows the handle it was made from, as a [`CallFuture`](crate::future::CallFuture)
+/// does.
 ///
 /// # Cancel safety
 ///
@@ -122,14 +124,14 @@ enum CallState {
 /// discarded and the block returns to the pool when its reply slot is released — never
 /// while the kernel may still use it.
 #[must_use = "futures do nothing unless polled"]
-pub struct LoanCallFuture {
-    out: Outgoing,
+pub struct LoanCallFuture<'a> {
+    out: Outgoing<'a>,
     state: CallState,
     registered: bool,
 }
 
-impl LoanCallFuture {
-    pub(crate) fn new(k: &LoanKernel, loan: Loan) -> Self {
+impl<'a> LoanCallFuture<'a> {
+    pub(crate) fn new(k: &'a LoanKernel, loan: Loan) -> Self {
         Self {
             out: Outgoing::new(k, loan),
             state: CallState::Start,
@@ -138,7 +140,7 @@ impl LoanCallFuture {
     }
 }
 
-impl Future for LoanCallFuture {
+impl Future for LoanCallFuture<'_> {
     type Output = Result<Loan>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Loan>> {
@@ -175,7 +177,7 @@ impl Future for LoanCallFuture {
     }
 }
 
-impl Drop for LoanCallFuture {
+impl Drop for LoanCallFuture<'_> {
     fn drop(&mut self) {
         // Waiting for a slot: `Outgoing` leaves the space waiters. Accepted: the release of
         // its reply slot frees the block (the channel's release hook).
@@ -192,13 +194,13 @@ impl Drop for LoanCallFuture {
 /// Cancel safe: the loan is sent when the future completes with `Ok`, or not at all
 /// (dropped while waiting for space, it returns to the pool).
 #[must_use = "futures do nothing unless polled"]
-pub struct LoanSendFuture {
-    out: Outgoing,
+pub struct LoanSendFuture<'a> {
+    out: Outgoing<'a>,
     done: bool,
 }
 
-impl LoanSendFuture {
-    pub(crate) fn new(k: &LoanKernel, loan: Loan) -> Self {
+impl<'a> LoanSendFuture<'a> {
+    pub(crate) fn new(k: &'a LoanKernel, loan: Loan) -> Self {
         Self {
             out: Outgoing::new(k, loan),
             done: false,
@@ -206,7 +208,7 @@ impl LoanSendFuture {
     }
 }
 
-impl Future for LoanSendFuture {
+impl Future for LoanSendFuture<'_> {
     type Output = Result<()>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {

@@ -513,7 +513,7 @@ impl Kernel<Loan, Loan> {
     /// # Errors
     ///
     /// As [`LoanKernel::call_blocking`].
-    pub fn call(&self, loan: Loan) -> LoanCallFuture {
+    pub fn call(&self, loan: Loan) -> LoanCallFuture<'_> {
         LoanCallFuture::new(self, loan)
     }
 
@@ -522,7 +522,7 @@ impl Kernel<Loan, Loan> {
     /// # Errors
     ///
     /// As [`LoanKernel::send_blocking`].
-    pub fn send(&self, loan: Loan) -> LoanSendFuture {
+    pub fn send(&self, loan: Loan) -> LoanSendFuture<'_> {
         LoanSendFuture::new(self, loan)
     }
 
