@@ -7,23 +7,18 @@
 //! ```text
 //! kernel (nothing to do, wants to park)      host (after publishing)
 //!   parked = true                              [publication: a slot's sequence, h2k_head,
-//!   barrier::heavy()                            a command]
-//!   if work(): parked = false, return          barrier::light()
+//!   fence(SeqCst)                               a command]
+//!   if work(): parked = false, return          fence(SeqCst)
 //!   park_timeout(t)                            if parked: unpark(kernel thread)
 //!   parked = false
 //! ```
 //!
-//! With the two barriers, either the kernel's re-check of `work()` sees the publication,
-//! or the host's load sees `parked` and unparks the kernel; an unpark that lands before
-//! the park leaves a token, so the park then returns at once. No wake-up is lost
+//! With both fences, either the kernel's re-check of `work()` sees the publication, or the
+//! host's load sees `parked` and unparks the kernel; an unpark that lands before the park
+//! leaves a token, so the park then returns at once. No wake-up is lost
 //! (`tests/loom_doorbell.rs` checks this very code under loom, with a park that has no
 //! timeout to rescue it). The timeout only bounds how stale the kernel's heartbeat and
 //! command handling get while nothing happens.
-//!
-//! The barriers are [`crate::barrier`]'s asymmetric pair: on Linux the host's is a
-//! compiler fence and the kernel's a `membarrier` system call, so a publication costs no
-//! fence and the cost moves to the park, which comes only after the kernel idled (both
-//! are `fence(SeqCst)` elsewhere and under loom).
 //!
 //! The CPU backend's kernel parks through [`Doorbell::park`]; the channel rings
 //! ([`Doorbell::ring`] after its producers' stamps with a lazy head; with an eager head
@@ -54,7 +49,7 @@
 //! kernel.join().unwrap();
 //! ```
 
-use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use core::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 use std::time::Duration;
 
 #[cfg(gyre_loom)]
@@ -69,9 +64,9 @@ fn lock(m: &Mutex<Option<Thread>>) -> MutexGuard<'_, Option<Thread>> {
 }
 
 #[cfg(not(gyre_loom))]
-use core::sync::atomic::{AtomicBool, AtomicU64};
+use core::sync::atomic::{fence, AtomicBool, AtomicU64};
 #[cfg(gyre_loom)]
-use loom::sync::atomic::{AtomicBool, AtomicU64};
+use loom::sync::atomic::{fence, AtomicBool, AtomicU64};
 
 #[cfg(not(gyre_loom))]
 type Thread = std::thread::Thread;
@@ -79,7 +74,7 @@ type Thread = std::thread::Thread;
 type Thread = loom::thread::Thread;
 
 /// See the [module documentation](self).
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Doorbell {
     /// The kernel announced a park (and may be parked).
     parked: AtomicBool,
@@ -92,18 +87,8 @@ pub struct Doorbell {
 
 impl Doorbell {
     /// A doorbell no thread has registered with yet (rings do nothing until one does).
-    ///
-    /// Decides the process's barrier ([`crate::barrier::expedited`]) if nothing has yet:
-    /// registering for `membarrier` took 11 ms (an RCU grace period) on the machine of
-    /// docs/benchmarks.md, which belongs to a kernel's launch, not to its first
-    /// publication.
     pub fn new() -> Self {
-        let _ = crate::barrier::expedited();
-        Self {
-            parked: AtomicBool::new(false),
-            thread: Mutex::new(None),
-            wakes: AtomicU64::new(0),
-        }
+        Self::default()
     }
 
     /// Registers the calling thread as the one that parks, replacing any earlier one (a
@@ -124,7 +109,7 @@ impl Doorbell {
         // Release: a host that reads `parked` (acquire) also sees the registration.
         self.parked.store(true, Release);
         // Dekker with `ring`: the announcement before the re-check of the work.
-        crate::barrier::heavy();
+        fence(SeqCst);
         if work() {
             self.parked.store(false, Relaxed);
             return false;
@@ -150,11 +135,11 @@ impl Doorbell {
         }
     }
 
-    /// Host side, after any publication (a command, a bridge push): the light barrier
-    /// ([`crate::barrier::light`]), then [`ring_fenced`](Self::ring_fenced).
+    /// Host side, after any publication (a command, a bridge push): fences, then
+    /// [`ring_fenced`](Self::ring_fenced).
     #[inline]
     pub fn ring(&self) {
-        crate::barrier::light();
+        fence(SeqCst);
         self.ring_fenced();
     }
 
@@ -169,11 +154,5 @@ impl Doorbell {
     /// Times a ring found the kernel parked and woke it.
     pub fn wakes(&self) -> u64 {
         self.wakes.load(Relaxed)
-    }
-}
-
-impl Default for Doorbell {
-    fn default() -> Self {
-        Self::new()
     }
 }

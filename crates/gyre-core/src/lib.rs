@@ -14,13 +14,11 @@
 //! * [`kernels`] — built-in kernels: layouts, CPU handlers, reference results.
 //! * [`backend`] — what a backend implements.
 //! * [`cost`] — what a kernel pays for over PCIe (checked rings), counted by the C11 port.
-//! * [`barrier`] — the asymmetric memory barrier of the doorbell's Dekker pair.
 
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod backend;
-pub mod barrier;
 pub mod bridge;
 mod cause;
 pub mod chain;
