@@ -25,7 +25,7 @@ enum CallState {
 /// It borrows the [`Kernel`](crate::Kernel) it was made from, which therefore lives (and
 /// the kernel with it) while the future is pending. Borrowing, not holding a clone of the
 /// handle, spares each call two read-modify-writes of the reference count that every
-/// caller of the kernel shares (7% of the samples of 64 tasks calling from two tokio
+/// caller of the kernel shares (6-7% of the samples of 64 tasks calling from two tokio
 /// workers, docs/benchmarks.md). A task that must own its call moves a clone of the
 /// handle in: `let k = k.clone(); tokio::spawn(async move { k.call(x).await })`.
 ///

@@ -187,7 +187,8 @@ impl Drop for LoanCallFuture<'_> {
     }
 }
 
-/// Future of [`LoanKernel::send`]: waits for a free slot and sends the loan.
+/// Future of [`LoanKernel::send`]: waits for a free slot and sends the loan. It borrows
+/// the handle it was made from, as a [`CallFuture`](crate::future::CallFuture) does.
 ///
 /// # Cancel safety
 ///
