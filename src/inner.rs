@@ -114,12 +114,6 @@ impl Inner {
         }
     }
 
-    /// An id for a future of this kernel that may wait in one of its channel's waiter
-    /// sets ([`next_waiter_id`]).
-    pub(crate) fn next_id(&self) -> u64 {
-        next_waiter_id()
-    }
-
     /// Starts publishing the telemetry export to `writer` every `interval`.
     pub(crate) fn publish_export(
         &self,
@@ -305,12 +299,13 @@ impl Drop for Inner {
     }
 }
 
-/// Ids of waiting futures, unique in the process: each thread takes a block of
-/// `BLOCK` ids from one counter and hands them out itself, so a call's future costs no
-/// read-modify-write of a line that every caller's core shares (one per call was 4% of
-/// the samples of `benches/waiters.rs`'s 64 tasks on two workers). A thread whose
-/// thread-locals are being destroyed takes its id from the counter.
-fn next_waiter_id() -> u64 {
+/// An id for a future that may wait in a channel's waiter sets, unique in the process:
+/// each thread takes a block of `BLOCK` ids from one counter and hands them out itself,
+/// so a call's future costs no read-modify-write of a line that every caller's core
+/// shares (one per call was 4% of the samples of `benches/waiters.rs`'s 64 tasks on two
+/// workers). A thread whose thread-locals are being destroyed takes its id from the
+/// counter.
+pub(crate) fn next_waiter_id() -> u64 {
     const BLOCK: u64 = 1 << 16;
     static NEXT_BLOCK: AtomicU64 = AtomicU64::new(0);
     thread_local! {

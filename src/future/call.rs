@@ -67,7 +67,7 @@ impl core::ops::Deref for Keep<'_> {
 
 impl<'a, Req: Pod, Resp: Pod> CallFuture<'a, Req, Resp> {
     pub(crate) fn new(keep: Keep<'a>, req: Req) -> Self {
-        let id = keep.inner.next_id();
+        let id = crate::inner::next_waiter_id();
         Self {
             keep,
             req,
@@ -81,7 +81,7 @@ impl<'a, Req: Pod, Resp: Pod> CallFuture<'a, Req, Resp> {
     /// A call whose request was already published at ring index `index`: the future
     /// only waits for the reply ([`Kernel::try_call`](crate::Kernel::try_call)).
     pub(crate) fn accepted(keep: Keep<'a>, req: Req, index: u64) -> Self {
-        let id = keep.inner.next_id();
+        let id = crate::inner::next_waiter_id();
         Self {
             keep,
             req,

@@ -32,7 +32,7 @@ pub struct RecvFuture<Resp> {
 
 impl<Resp: Pod> RecvFuture<Resp> {
     pub(crate) fn new(inner: Arc<Inner>) -> Self {
-        let id = inner.next_id();
+        let id = crate::inner::next_waiter_id();
         Self {
             inner,
             id,

@@ -31,7 +31,7 @@ pub struct SendFuture<'a, Req> {
 
 impl<'a, Req: Pod> SendFuture<'a, Req> {
     pub(crate) fn new(keep: &'a KeepAlive, req: Req) -> Self {
-        let id = keep.inner.next_id();
+        let id = crate::inner::next_waiter_id();
         Self {
             keep,
             req,

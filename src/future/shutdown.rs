@@ -31,7 +31,7 @@ pub struct ShutdownFuture<'a> {
 
 impl<'a> ShutdownFuture<'a> {
     pub(crate) fn new(keep: &'a KeepAlive) -> Self {
-        let id = keep.inner.next_id();
+        let id = crate::inner::next_waiter_id();
         Self { keep, id, phase: 0 }
     }
 }

@@ -54,7 +54,7 @@ struct Outgoing<'a> {
 impl<'a> Outgoing<'a> {
     fn new(k: &'a LoanKernel, loan: Loan) -> Self {
         let keep: &'a KeepAlive = &k.keep;
-        let id = keep.inner.next_id();
+        let id = crate::inner::next_waiter_id();
         Self {
             keep,
             arena: k.pool(),
@@ -244,7 +244,7 @@ pub struct LoanRecvFuture {
 impl LoanRecvFuture {
     pub(crate) fn new(k: &LoanKernel) -> Self {
         let inner = k.inner().clone();
-        let id = inner.next_id();
+        let id = crate::inner::next_waiter_id();
         Self {
             inner,
             arena: k.pool().clone(),
