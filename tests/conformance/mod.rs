@@ -100,6 +100,7 @@ macro_rules! conformance_suite {
             relaunch::hundred_reloads_under_load, relaunch::one_ms_epochs_under_load,
             relaunch::restarts_after_injected_panics, relaunch::reload_racing_shutdown,
             relaunch::reload_with_failing_build, relaunch::reload_keeps_pause_and_checks_rings,
+            relaunch::a_reload_into_a_parking_kernel_still_wakes,
             transfer::copies_wait_once_per_push_and_pull
         );
     };

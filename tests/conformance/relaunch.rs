@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use gyre::{Backend, Error, Kernel, KernelSpec, KernelState, RestartPolicy};
+use gyre::{Backend, Error, IdleStrategy, Kernel, KernelSpec, KernelState, RestartPolicy};
 
 use super::common::{eventually, rt, Target};
 
@@ -346,5 +346,43 @@ pub fn reload_keeps_pause_and_checks_rings(b: Target) {
         .expect("async reload");
     let want = if be == Backend::Cpu { 2 } else { 0 };
     assert_eq!(k.call_blocking(6).expect("call"), (6 << 8) | want);
+    k.shutdown_blocking().expect("shutdown");
+}
+
+/// A kernel that never parks (`BusySpin`: on the CPU backend its doorbell's rings stop
+/// fencing), reloaded into one that parks for up to 500 ms at a time: the idle successor
+/// is still woken by every publication (`gyre_core::doorbell`, `Doorbell::enter`), so a
+/// call after 30 ms of idling answers well within 250 ms, where a lost wake-up would wait
+/// out the park (about 470 ms). And back: a busy-spinning successor of a parking kernel.
+pub fn a_reload_into_a_parking_kernel_still_wakes(b: Target) {
+    let rt = rt(b);
+    let be = rt.backend_for(&version(rt.backend(), 0)).expect("backend");
+    let parking = IdleStrategy::Backoff {
+        spins: 16,
+        yields: 16,
+        max_park: Duration::from_millis(500),
+    };
+    let k = rt
+        .launch(version(be, 0).idle(IdleStrategy::BusySpin))
+        .expect("launch");
+    assert_eq!(k.call_blocking(1).expect("busy-spinning"), 1 << 8);
+    for v in 1..=4u64 {
+        let idle = if v % 2 == 1 {
+            parking
+        } else {
+            IdleStrategy::BusySpin
+        };
+        k.reload_blocking(version(be, v).idle(idle))
+            .expect("reload");
+        for x in 0..3u64 {
+            std::thread::sleep(Duration::from_millis(30));
+            let want = if be == Backend::Cpu { v } else { v % 2 };
+            assert_eq!(
+                k.call_timeout(x, Duration::from_millis(250))
+                    .unwrap_or_else(|e| panic!("version {v}, call {x} after idling: {e}")),
+                (x << 8) | want
+            );
+        }
+    }
     k.shutdown_blocking().expect("shutdown");
 }

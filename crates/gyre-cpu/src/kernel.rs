@@ -217,8 +217,10 @@ pub fn kernel_loop(
 /// [`kernel_loop`] with any [`CpuHandler`], whose idle back-off parks on `doorbell` in its
 /// last phase: the calling thread registers with it, and the host rings it when it
 /// publishes a request or a command (see `gyre_core::doorbell`), so an idle kernel parks
-/// long and still answers at once. A built-in that does not validate faults the kernel
-/// with [`error::HANDLER_REJECTED`] at once.
+/// long and still answers at once. A kernel whose idle strategy never parks (`BusySpin`,
+/// `Sleep`) tells the doorbell so, and the host's rings then cost no fence
+/// (`Doorbell::enter`). A built-in that does not validate faults the kernel with
+/// [`error::HANDLER_REJECTED`] at once.
 pub fn kernel_loop_with_doorbell(
     region: &SharedRegion,
     handler: CpuHandler<'_>,
@@ -243,9 +245,10 @@ pub fn kernel_loop_linked(
     link: Option<&StageLink>,
     cost: Option<&CostCounters>,
 ) {
-    if let Some(d) = doorbell {
-        d.register_current_thread();
-    }
+    // A kernel that never parks tells its doorbell so (rings stop fencing); one that
+    // parks parks on it only where the doorbell allows (see `Doorbell::enter`), and
+    // otherwise backs off by sleeping.
+    let doorbell = doorbell.filter(|d| d.enter(matches!(idle, IdleStrategy::Backoff { .. })));
     let Some(k) = CKernel::start(region, handler, idle, telemetry, doorbell, link, cost) else {
         return;
     };
