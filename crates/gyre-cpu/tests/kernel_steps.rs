@@ -206,6 +206,35 @@ fn live_host_heartbeat_keeps_the_kernel_running() {
     assert_eq!(r.control().state.load(Acquire), state::ACTIVE);
 }
 
+/// K3 of a plain kernel (not a pipeline stage): a published request's reply slot is free
+/// by the host's claim rule, so the kernel does not read `k2h_tail` for it. A claim made
+/// under a released lap is answered even when `k2h_tail` reads a lap behind afterwards
+/// (here: rewritten, as a corruption would), where a kernel bounding its run by
+/// `k2h_tail` would wait on it for good.
+#[test]
+fn a_plain_kernel_takes_reply_space_from_the_claim_rule() {
+    let r = region(0);
+    let h = gyre_core::kernels::echo;
+    let mut k = Stepper::new(&r, &h).unwrap();
+    let ch = Channel::new(r.clone(), "t");
+    for _ in 0..4 {
+        let i = ch.try_publish(Kind::Call, 1, b"lap").unwrap();
+        assert_eq!(k.step(), Some(1));
+        assert_eq!(status_of(&ch, i).0, error::NONE);
+    }
+    assert_eq!(
+        r.control().k2h_tail.load(Acquire),
+        4,
+        "the first lap released"
+    );
+    let i = ch.try_publish(Kind::Call, 1, b"next").unwrap();
+    assert_eq!(i, 4);
+    r.control().k2h_tail.store(0, Release);
+    assert_eq!(k.step(), Some(1), "the claimed request was not answered");
+    r.control().k2h_tail.store(4, Release);
+    assert_eq!(status_of(&ch, i), (error::NONE, b"next".to_vec()));
+}
+
 /// A corrupt slot arriving when the kernel's cached release index is a full lap behind
 /// must still be answered (the kernel re-reads `k2h_tail`), not left unanswered forever.
 #[test]

@@ -59,8 +59,9 @@
 /* ---- K2 poll / K3 take batch ------------------------------------------------------ */
 
 /** K2 + K3: the contiguous run of published requests from r->tail (each slot's sequence
- *  == index + 1, acquire), at most `batch`, bounded by the reply slots the host has
- *  released (k2h_tail, re-read only when the ring looks full). Returns its length.
+ *  == index + 1, acquire), at most `batch`; a pipeline stage's also bounded by the reply
+ *  slots released (k2h_tail, re-read only when the ring looks full), a plain kernel's
+ *  free by the host's claim rule (below). Returns its length.
  *
  *  When it is empty and `check_head` (the slow path): K4's protocol-error check. A head
  *  published beyond r->tail over a slot whose sequence is wrong (re-read after the head,
@@ -70,10 +71,17 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k2_k3_take(gyre_ring *r, uint32_t che
                                                      uint32_t *bad_seq) {
     GYRE_GLOBAL gyre_control_block *cb = gyre_control(r->region);
     const uint64_t cap = r->mask + 1u;
-    /* Reply space (K3): a direct reply needs its reply slot released (checked per
-     * request below); a reply written by id has its slot free by the host's claim rule
-     * (gyre/link.h); a fan-out needs room in every branch. */
+    /* Reply space (K3): a direct reply needs its reply slot released. A kernel that is
+     * not a pipeline stage has it by the host's claim rule (P1): a producer claims index
+     * i only while i - k2h_tail < capacity, and that release of reply i - capacity
+     * happens before the stamp of request i this poll acquires, so reply slot i is free
+     * without a read of k2h_tail here (a line the host writes at every release: reading
+     * it took 12% of the CPU backend's batch throughput, docs/benchmarks.md). A stage's
+     * reply ring is the next stage's request ring, freed by that stage's consumption:
+     * checked per request below. A reply written by id has its slot free by the host's
+     * claim rule (gyre/link.h); a fan-out needs room in every branch. */
     const uint32_t direct = r->out == GYRE_OUT_DIRECT;
+    const uint32_t check_room = direct && r->link_next != 0;
     const uint32_t limit = r->out == GYRE_OUT_FAN_OUT ? gyre_route_room(r) : r->batch;
     uint32_t n = 0u;
     *bad_seq = 0u;
@@ -91,7 +99,7 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k2_k3_take(gyre_ring *r, uint32_t che
         if (idx >= r->head) {
             break; /* doorbell mode: not yet covered by the published head */
         }
-        if (direct && idx - r->k2h_tail >= cap) {
+        if (check_room && idx - r->k2h_tail >= cap) {
             r->k2h_tail = GYRE_LOAD_ACQUIRE_U64(r->reply_release);
             if (idx - r->k2h_tail >= cap) {
                 break;
@@ -108,9 +116,10 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k2_k3_take(gyre_ring *r, uint32_t che
         if (head <= r->tail) {
             return 0u;
         }
-        /* The error reply needs a free reply slot too (K3's rule: re-read k2h_tail when
-         * the ring looks full; without the re-read a stale copy could hide the error
-         * forever, since the fast path above re-reads only over ready slots). */
+        /* The error reply needs a free reply slot, checked here on every ring: the head
+         * that names this slot may be corrupt, so no claim is proven (re-read k2h_tail
+         * when the ring looks full; without the re-read a stale copy could hide the
+         * error forever). */
         if (direct && r->tail - r->k2h_tail >= cap) {
             r->k2h_tail = GYRE_LOAD_ACQUIRE_U64(r->reply_release);
             if (r->tail - r->k2h_tail >= cap) {
