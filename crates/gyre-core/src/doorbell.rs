@@ -39,11 +39,12 @@
 //! The system call makes every running thread of the process pass a full barrier: a host
 //! that read `parks == false` read it before that barrier, so its publication, stored
 //! before the read, is visible to the kernel's re-check after the call; a host that reads
-//! it after the barrier sees `true` and fences. Where the call is refused (another OS, a
-//! sandbox, loom), the change does not happen: [`Doorbell::enter`] returns false and that
-//! kernel backs off by sleeping instead of parking. The other way (parks to never parks)
-//! needs nothing: a host that still fences does no harm, and the kernel that parked has
-//! ended before its successor enters.
+//! it after the barrier sees `true` and fences. The process registers for the call when a
+//! kernel that never parks enters; where that is refused (another OS, a sandbox, loom),
+//! such a kernel leaves `parks` true and rings keep fencing, so a successor that parks
+//! never needs the call. The other way (parks to never parks) needs nothing: a host that
+//! still fences does no harm, and the kernel that parked has ended before its successor
+//! enters.
 //!
 //! The CPU backend's kernel parks through [`Doorbell::park`]; the channel rings
 //! ([`Doorbell::ring`] after its producers' stamps with a lazy head; with an eager head
@@ -135,12 +136,14 @@ impl Doorbell {
 
     /// Kernel side, on the kernel's thread before its loop: registers the thread
     /// ([`register_current_thread`](Self::register_current_thread)) and says whether its
-    /// idle strategy parks (`parks`). Returns whether the thread may park on this
-    /// doorbell: true for a kernel that parks, unless the doorbell's last kernel did not
-    /// and the process-wide barrier that makes the change sound is refused (see the
-    /// [module documentation](self)); then the kernel must back off without parking on
-    /// it (sleeping), and every ring stays a load. Never call it while another thread
-    /// parks on this doorbell.
+    /// idle strategy parks (`parks`). A kernel that never parks turns the rings into a
+    /// load only where the process-wide barrier that turns them back is available
+    /// (Linux's `membarrier(2)`, registered then; see the [module documentation](self));
+    /// elsewhere rings keep fencing. Returns whether the thread may park on this
+    /// doorbell: true for a kernel that parks (false only if that barrier fails after its
+    /// registration, which `membarrier(2)` rules out; the kernel must then back off
+    /// without parking on it). Never call it while another thread parks on this
+    /// doorbell.
     ///
     /// # Examples
     ///
@@ -148,30 +151,34 @@ impl Doorbell {
     /// use gyre_core::doorbell::Doorbell;
     ///
     /// let bell = Doorbell::new();
-    /// // A busy-spinning kernel: rings become a load.
+    /// // A busy-spinning kernel: rings become a load (where membarrier(2) is available).
     /// assert!(!bell.enter(false));
-    /// assert!(!bell.parks());
-    /// // Its successor parks (Linux, unless a sandbox refuses membarrier(2)).
-    /// let parks = bell.enter(true);
-    /// assert_eq!(bell.parks(), parks);
+    /// // Its successor parks, and rings fence again.
+    /// assert!(bell.enter(true));
+    /// assert!(bell.parks());
     /// ```
     pub fn enter(&self, parks: bool) -> bool {
         self.register_current_thread();
         if !parks {
-            self.parks.store(false, SeqCst);
+            // Rings stop fencing only where a successor that parks can turn them back
+            // on (the barrier is registered here, off that successor's start).
+            if membarrier::ready() {
+                self.parks.store(false, SeqCst);
+            }
             return false;
         }
         if self.parks.load(SeqCst) {
             return true;
         }
         self.parks.store(true, SeqCst);
-        if heavy_barrier() {
+        if membarrier::heavy() {
             tracing::debug!("doorbell: the kernel parks again (process-wide barrier)");
             return true;
         }
-        // Refused: no host is bound to fence, so this kernel must not park on it.
+        // Failed after a registration (membarrier(2) says it does not): no host is bound
+        // to fence, so this kernel must not park on it.
         self.parks.store(false, SeqCst);
-        tracing::debug!("doorbell: membarrier refused; the kernel backs off by sleeping");
+        tracing::warn!("doorbell: membarrier failed; the kernel backs off by sleeping");
         false
     }
 
@@ -195,7 +202,13 @@ impl Doorbell {
     /// Kernel side, on the registered thread: parks for at most `timeout` unless
     /// `work()` (checked after announcing the park) says there is something to do.
     /// Returns whether it parked. A ring (or a spurious wake-up) ends the park early.
+    /// Only for a kernel that may park: not after [`enter`](Self::enter)`(false)` or an
+    /// `enter(true)` that returned false, whose rings do not wake it.
     pub fn park(&self, timeout: Duration, work: impl FnOnce() -> bool) -> bool {
+        debug_assert!(
+            self.parks.load(Relaxed),
+            "a park on a doorbell whose kernel entered as never parking: no ring wakes it"
+        );
         // Release: a host that reads `parked` (acquire) also sees the registration.
         self.parked.store(true, Release);
         // Dekker with `ring`: the announcement before the re-check of the work.
@@ -254,17 +267,20 @@ impl Doorbell {
     }
 }
 
-/// The process-wide barrier of [`Doorbell::enter`]: every running thread of the process
-/// executes a full memory barrier before it returns
-/// (`membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`, registered first: microseconds,
-/// the registration up to about 11 ms once per process). False where it is refused.
+/// The process-wide barrier of [`Doorbell::enter`]: `membarrier(2)`'s private expedited
+/// command, which makes every running thread of the process execute a full memory
+/// barrier before it returns (microseconds). [`barrier_ready`] registers the process for
+/// it once (up to about 11 ms, an RCU grace period); false where that was refused.
 #[cfg(all(target_os = "linux", not(gyre_loom)))]
-fn heavy_barrier() -> bool {
+mod membarrier {
+    use std::sync::OnceLock;
+
     // membarrier(2)'s commands (linux/membarrier.h).
     const CMD_QUERY: libc::c_long = 0;
     const CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
     const CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
-    fn membarrier(cmd: libc::c_long) -> libc::c_long {
+
+    fn call(cmd: libc::c_long) -> libc::c_long {
         // SAFETY: membarrier(cmd, flags, cpu_id) takes integers only and touches no
         // memory of this process's.
         unsafe {
@@ -276,16 +292,56 @@ fn heavy_barrier() -> bool {
             )
         }
     }
-    let both = CMD_PRIVATE_EXPEDITED | CMD_REGISTER_PRIVATE_EXPEDITED;
-    let supported = membarrier(CMD_QUERY);
-    supported >= 0
-        && supported & both == both
-        && membarrier(CMD_REGISTER_PRIVATE_EXPEDITED) == 0
-        && membarrier(CMD_PRIVATE_EXPEDITED) == 0
+
+    /// Whether the process is registered for the barrier (registering at the first call).
+    pub(super) fn ready() -> bool {
+        static READY: OnceLock<bool> = OnceLock::new();
+        *READY.get_or_init(|| {
+            let both = CMD_PRIVATE_EXPEDITED | CMD_REGISTER_PRIVATE_EXPEDITED;
+            let supported = call(CMD_QUERY);
+            let ok = supported >= 0
+                && supported & both == both
+                && call(CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
+            tracing::debug!(ok, "doorbell: membarrier(PRIVATE_EXPEDITED) registration");
+            ok
+        })
+    }
+
+    /// The barrier; false where it failed (never after a registration, by membarrier(2)).
+    pub(super) fn heavy() -> bool {
+        ready() && call(CMD_PRIVATE_EXPEDITED) == 0
+    }
 }
 
-/// Elsewhere (and under loom, which cannot model it) there is none.
+/// Elsewhere (and under loom, which cannot model it) there is none: a kernel that never
+/// parks leaves its doorbell's rings fencing.
 #[cfg(not(all(target_os = "linux", not(gyre_loom))))]
-fn heavy_barrier() -> bool {
-    false
+mod membarrier {
+    pub(super) fn ready() -> bool {
+        false
+    }
+
+    pub(super) fn heavy() -> bool {
+        false
+    }
+}
+
+#[cfg(all(test, not(gyre_loom)))]
+mod tests {
+    use super::*;
+
+    /// A kernel that never parks quiets the rings exactly where the barrier back is
+    /// registered; its successor that parks always may, and the rings fence again.
+    #[test]
+    fn enter_quiets_rings_only_where_the_way_back_exists() {
+        let bell = Doorbell::new();
+        assert!(bell.parks(), "a new doorbell's rings fence");
+        assert!(!bell.enter(false));
+        assert_eq!(bell.parks(), !membarrier::ready());
+        assert!(bell.enter(true));
+        assert!(bell.parks());
+        // A second parking kernel needs no barrier.
+        assert!(bell.enter(true));
+        assert!(bell.parks());
+    }
 }

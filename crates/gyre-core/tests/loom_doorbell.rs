@@ -48,7 +48,8 @@ fn a_publication_after_the_kernel_decides_to_park_wakes_it() {
         };
         // A producer's publication with an eager head: the store, the SeqCst fence of
         // advance_prefix, then the ring that relies on it (with a lazy head the producer
-        // calls `ring`, which is this fence and `ring_fenced`).
+        // calls `ring`, which for a kernel that may park is this fence and `ring_fenced`;
+        // a new doorbell's kernel may park).
         head.store(1, Release);
         fence(SeqCst);
         bell.ring_fenced();

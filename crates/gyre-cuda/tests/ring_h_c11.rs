@@ -197,14 +197,22 @@ int main(void) {
           tel->messages_out == 6u && tel->busy_polls == 2u && tel->errors == 0u &&
           tel->state == GYRE_STATE_ACTIVE && tel->handler_ns_total > 0u);
 
-    /* K3 flow control: replies 0..5 are unreleased (k2h_tail 0): only 2 more fit. */
+    /* K3 flow control. Replies 0..5 are unreleased (k2h_tail 0). A pipeline stage
+     * (link_next set: its reply ring is the next stage's request ring) bounds its run by
+     * the released slots: only 2 more fit, then 4 once 0..3 are released. A plain kernel
+     * reads no k2h_tail: the host's claim rule (P1) made the host release 0..5 before it
+     * could publish 6..9, and the kernel takes all four. */
     for (i = 6; i < 10u; i++) {
         publish(i, 1u, "x", 1u);
     }
-    CHECK(step(&r) == 2);
-    CHECK(gyre_k2_k3_take(&r, 1u, &bad) == 0u && bad == 0u);
+    r.link_next = region; /* as a stage, for gyre_k2_k3_take alone */
+    CHECK(gyre_k2_k3_take(&r, 0u, &bad) == 2u && bad == 0u);
     cb->k2h_tail = 4u; /* the host released replies 0..3 */
-    CHECK(step(&r) == 2 && cb->k2h_head == 10u);
+    CHECK(gyre_k2_k3_take(&r, 0u, &bad) == 4u && bad == 0u && r.k2h_tail == 4u);
+    r.link_next = 0;
+    cb->k2h_tail = 6u; /* P1: 0..5 released before 6..9 were claimed */
+    CHECK(step(&r) == 4 && cb->k2h_head == 10u);
+    CHECK(r.k2h_tail == 4u); /* the fast path did not read it */
     cb->k2h_tail = 10u;
 
     /* K4 and K5 errors: each answered with a status, the kernel keeps serving. */
@@ -220,8 +228,9 @@ int main(void) {
     CHECK(tel->errors == 3u);
     cb->k2h_tail = 14u;
 
-    /* Four more, released at once: the kernel's copy of k2h_tail (10, read when the ring
-     * last looked full) goes stale by a whole ring. */
+    /* Four more, released at once: the kernel's copy of k2h_tail (4, read by the stage
+     * case above; a plain kernel's fast path never reads it) is stale by more than a
+     * ring. */
     publish(14, 97u, "y", 1u); /* a handler status below USER_BASE */
     for (i = 15; i < 18u; i++) {
         publish(i, 1u, "y", 1u);
@@ -229,10 +238,10 @@ int main(void) {
     CHECK(step(&r) == 4);
     CHECK(reply_ok(14, GYRE_ERR_HANDLER_REJECTED, 0u));
     cb->k2h_tail = 18u;
-    CHECK(r.k2h_tail == 10u && r.tail == 18u);
+    CHECK(r.k2h_tail == 4u && r.tail == 18u);
 
     /* K4 slow path: a published head over a wrong sequence -> BAD_SEQUENCE, corr = idx.
-     * With the stale copy (18 - 10 >= capacity) the slow path must re-read k2h_tail
+     * With the stale copy (18 - 4 >= capacity) the slow path must re-read k2h_tail
      * rather than wait forever. */
     publish(18, 1u, "s", 1u);
     req_slot(18)->sequence = 99u;

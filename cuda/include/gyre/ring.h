@@ -76,7 +76,7 @@ static inline GYRE_DEVICE_FN uint32_t gyre_k2_k3_take(gyre_ring *r, uint32_t che
      * i only while i - k2h_tail < capacity, and that release of reply i - capacity
      * happens before the stamp of request i this poll acquires, so reply slot i is free
      * without a read of k2h_tail here (a line the host writes at every release: reading
-     * it took 12% of the CPU backend's batch throughput, docs/benchmarks.md). A stage's
+     * it cost the CPU backend's batch throughput 6-12%, docs/benchmarks.md). A stage's
      * reply ring is the next stage's request ring, freed by that stage's consumption:
      * checked per request below. A reply written by id has its slot free by the host's
      * claim rule (gyre/link.h); a fan-out needs room in every branch. */
@@ -215,7 +215,7 @@ static inline GYRE_DEVICE_FN void gyre_k5_result(const gyre_ring *r, gyre_slot_m
 /* ---- K6 stamp reply --------------------------------------------------------------- */
 
 /** K6: write reply `idx`'s header (plain stores: the slot is ours, idx - k2h_tail <
- *  capacity), a system fence (the reply payload, written by any thread of the block before
+ *  capacity by P1, checked by K3 on a stage's ring), a system fence (the reply payload, written by any thread of the block before
  *  the barrier that precedes this call, and the header), then sequence = idx + 1 last,
  *  with release. */
 /** K6's header of a reply (every field but the sequence, plain stores: the slot is the
