@@ -353,8 +353,8 @@ pub fn reload_keeps_pause_and_checks_rings(b: Target) {
 /// fencing), reloaded into one that parks for up to 1 s at a time: the idle successor is
 /// still woken by every publication (`gyre_core::doorbell`, `Doorbell::enter`), so a call
 /// after 30 ms of idling answers well within 600 ms (microseconds, unloaded), where a lost
-/// wake-up would wait out the park (about 970 ms). And back: a busy-spinning successor of a parking kernel.
-/// The device backends' loops do not park on the host (their idle strategy is the
+/// wake-up would wait out the park (about 970 ms). And back: a busy-spinning successor of
+/// a parking kernel. The device backends' loops do not park on the host (their idle strategy is the
 /// device's spin): there the case checks the reloads and calls only, with a bound that
 /// leaves room for a device relaunch (PoCL's first call after a reload under the copy
 /// strategies took over 250 ms in CI).

@@ -24,9 +24,9 @@
 //! thread says so once, when it starts ([`Doorbell::enter`]), and [`Doorbell::ring`] then
 //! costs a load instead of a SeqCst fence (a locked instruction on x86, which waits for
 //! the publication's stores to drain: single-message throughput +8% and batch64 +5% on
-//! the CPU backend without it, docs/benchmarks.md). The flag, `parks`, is the asymmetric half of a
-//! second Dekker pair, whose rare side is the change from "never parks" to "parks" (a
-//! reload onto a doorbell whose earlier kernel did not park):
+//! the CPU backend without it, docs/benchmarks.md). The flag, `parks`, is the asymmetric
+//! half of a second Dekker pair, whose rare side is the change from "never parks" to
+//! "parks" (a reload onto a doorbell whose earlier kernel did not park):
 //!
 //! ```text
 //! kernel thread, before its loop             host ring
@@ -269,8 +269,8 @@ impl Doorbell {
 
 /// The process-wide barrier of [`Doorbell::enter`]: `membarrier(2)`'s private expedited
 /// command, which makes every running thread of the process execute a full memory
-/// barrier before it returns (microseconds). [`barrier_ready`] registers the process for
-/// it once (up to about 11 ms, an RCU grace period); false where that was refused.
+/// barrier before it returns (microseconds). `ready` registers the process for it once
+/// (up to about 11 ms, an RCU grace period); false where that was refused.
 #[cfg(all(target_os = "linux", not(gyre_loom)))]
 mod membarrier {
     use std::sync::OnceLock;

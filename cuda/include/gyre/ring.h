@@ -215,9 +215,9 @@ static inline GYRE_DEVICE_FN void gyre_k5_result(const gyre_ring *r, gyre_slot_m
 /* ---- K6 stamp reply --------------------------------------------------------------- */
 
 /** K6: write reply `idx`'s header (plain stores: the slot is ours, idx - k2h_tail <
- *  capacity by P1, checked by K3 on a stage's ring), a system fence (the reply payload, written by any thread of the block before
- *  the barrier that precedes this call, and the header), then sequence = idx + 1 last,
- *  with release. */
+ *  capacity by P1, checked by K3 on a stage's ring), a system fence (the reply payload,
+ *  written by any thread of the block before the barrier that precedes this call, and
+ *  the header), then sequence = idx + 1 last, with release. */
 /** K6's header of a reply (every field but the sequence, plain stores: the slot is the
  *  writer's), with message type `msg_type`. */
 static inline GYRE_DEVICE_FN void gyre_k6_header(GYRE_GLOBAL gyre_slot_header *h,
