@@ -23,6 +23,15 @@ fn status_of(ch: &Channel, idx: u64) -> (u32, Vec<u8>) {
     .unwrap()
 }
 
+/// `n` echo calls of `msg`, each published, answered by one step and taken (released).
+fn answer_one_by_one(ch: &Channel, k: &mut Stepper<'_>, n: usize, msg: &[u8]) {
+    for _ in 0..n {
+        let i = ch.try_publish(Kind::Call, 1, msg).unwrap();
+        assert_eq!(k.step(), Some(1));
+        assert_eq!(status_of(ch, i).0, error::NONE);
+    }
+}
+
 #[test]
 fn bad_magic_and_abi_version_fault_at_start() {
     let r = region(0);
@@ -217,11 +226,7 @@ fn a_plain_kernel_takes_reply_space_from_the_claim_rule() {
     let h = gyre_core::kernels::echo;
     let mut k = Stepper::new(&r, &h).unwrap();
     let ch = Channel::new(r.clone(), "t");
-    for _ in 0..4 {
-        let i = ch.try_publish(Kind::Call, 1, b"lap").unwrap();
-        assert_eq!(k.step(), Some(1));
-        assert_eq!(status_of(&ch, i).0, error::NONE);
-    }
+    answer_one_by_one(&ch, &mut k, 4, b"lap");
     assert_eq!(
         r.control().k2h_tail.load(Acquire),
         4,
@@ -243,11 +248,7 @@ fn bad_sequence_after_a_full_lap_is_still_answered() {
     let h = gyre_core::kernels::echo;
     let mut k = Stepper::new(&r, &h).unwrap();
     let ch = Channel::new(r.clone(), "t");
-    for _ in 0..4 {
-        let i = ch.try_publish(Kind::Call, 1, b"x").unwrap();
-        assert_eq!(k.step(), Some(1));
-        assert_eq!(status_of(&ch, i).0, error::NONE);
-    }
+    answer_one_by_one(&ch, &mut k, 4, b"x");
     let i = ch.try_publish(Kind::Call, 1, b"bad").unwrap();
     r.slot(RingId::Request, i).sequence().store(999, Release);
     assert_eq!(
