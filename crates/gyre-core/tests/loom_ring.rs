@@ -1,5 +1,6 @@
 //! loom models of the host-side ring protocol: producer claim / publish of the written
-//! prefix, consumer read / release, wrap-around, out-of-order release, and a claim a
+//! prefix, consumer read / release (at the tail, without a fence, and behind it),
+//! wrap-around, out-of-order release, and a claim a
 //! producer abandoned mid-batch (the claim guard's tombstones).
 //!
 //! Run with (CI does):
@@ -159,6 +160,38 @@ fn two_producers_publish_prefix() {
     });
 }
 
+/// Three producers claim one index each and publish at once (no consumer: the ring has
+/// room for all three). The head must cover all three in every interleaving. With only
+/// two, of any pair one sees the other; with three, a producer whose compare-and-swap
+/// fails because another moved the head past its own index must still carry on over the
+/// markers it sees beyond (an early return there left the head short: this model failed
+/// until `advance_prefix` stopped returning as soon as the head had passed `owned`).
+#[test]
+fn three_producers_publish_prefix() {
+    const N: u64 = 3;
+    three_thread_model(|| {
+        let claim = Arc::new(AtomicU64::new(0));
+        let (head, tail) = (Arc::new(AtomicU64::new(0)), AtomicU64::new(0));
+        let seq = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
+        let ps: Vec<_> = (0..N)
+            .map(|_| {
+                let (claim, head, seq) = (claim.clone(), head.clone(), seq.clone());
+                let first = try_claim(&*claim, &tail, Some(&*head), N, 1).unwrap();
+                thread::spawn(move || {
+                    seq[first as usize].store(first + 1, Release);
+                    advance_prefix(&*head, Some(&*claim), first..first + 1, N, |i| {
+                        &seq[(i % N) as usize]
+                    });
+                })
+            })
+            .collect();
+        for p in ps {
+            p.join().unwrap();
+        }
+        assert_eq!(head.load(Acquire), N);
+    });
+}
+
 /// Wrap-around under the publication race: after one message went through, two
 /// producers claim indices 1 and 2 — index 2 reuses slot 0, whose marker still holds the
 /// previous lap's value — and publish concurrently. The consumer must read both, in
@@ -248,6 +281,32 @@ fn out_of_order_release_advances_tail() {
             t.join().unwrap();
         }
         assert_eq!(tail.load(Acquire), 2);
+    });
+}
+
+/// Three consumers release indices 0, 1 and 2, each from its own thread: whichever
+/// finds its run at the tail moves it with one compare-and-swap and no fence
+/// (`advance_prefix`'s fast path), the others fence and scan. The tail must reach the
+/// end in every interleaving, with the fast path on either side of each pair.
+#[test]
+fn releases_at_the_tail_and_behind_it_advance_it() {
+    const N: u64 = 3;
+    three_thread_model(|| {
+        let tail = Arc::new(AtomicU64::new(0));
+        let freed = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
+        let ts: Vec<_> = (0..N)
+            .map(|i| {
+                let (tail, freed) = (tail.clone(), freed.clone());
+                thread::spawn(move || {
+                    freed[i as usize].store(i + 1, Release);
+                    advance_prefix(&*tail, None, i..i + 1, N, |j| &freed[(j % N) as usize]);
+                })
+            })
+            .collect();
+        for t in ts {
+            t.join().unwrap();
+        }
+        assert_eq!(tail.load(Acquire), N);
     });
 }
 
@@ -396,6 +455,15 @@ fn lazy_head_sync_behind_a_reused_ring() {
 /// each takes minutes of CPU (their first versions passed there, 2026-11-29), and at 2
 /// they already fail when the sync counts a slot holding the previous lap's sequence as
 /// written, loads it or CASes the head relaxed, or stores the head instead of CASing it.
+/// Three racing threads with at most two preemptions: both three-thread models fail
+/// within it when the early return they guard against is put back, and take seconds
+/// instead of minutes (`LOOM_MAX_PREEMPTIONS=3` explored 88 s for the producers).
+fn three_thread_model<F: Fn() + Sync + Send + 'static>(f: F) {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(2);
+    b.check(f);
+}
+
 fn lazy_model<F: Fn() + Sync + Send + 'static>(f: F) {
     let mut b = loom::model::Builder::new();
     b.preemption_bound = Some(2);
