@@ -169,8 +169,9 @@ pub fn advance_prefix<'a, A, F>(
             .compare_exchange(owned.start, until, SeqCst, Relaxed)
             .is_ok()
         {
-            // loom regards SeqCst accesses as AcqRel (its README, "Limitations"), so its
-            // model gets the fence that C++20's order S provides here for free.
+            // loom does not model SeqCst loads and read-modify-writes as SeqCst, only
+            // SeqCst fences (tokio-rs/loom#180), so its build gets the fence that C++20's
+            // order S provides here for free (`advance_from`).
             #[cfg(gyre_loom)]
             A::fence(SeqCst);
             advance_from(head, until, limit, marker);
