@@ -129,7 +129,8 @@ pub fn claimed<A: IndexAtomic>(claim: &A) -> u64 {
 /// never make it run away.
 ///
 /// A run that starts at the head and has no claim word (a consumer's release) takes a
-/// fast path: one SeqCst compare-and-swap and no fence ([`advance_from`] has the proof).
+/// fast path: one SeqCst compare-and-swap and no fence (the proof is on `advance_from`,
+/// below in this file).
 ///
 /// The scan does not load the markers of `owned`: this thread stored them before the
 /// fence. A scan from a stale head value may count an owned index that was published
