@@ -287,7 +287,11 @@ fn out_of_order_release_advances_tail() {
 /// Three consumers release indices 0, 1 and 2, each from its own thread: whichever
 /// finds its run at the tail moves it with one compare-and-swap and no fence
 /// (`advance_prefix`'s fast path), the others fence and scan. The tail must reach the
-/// end in every interleaving, with the fast path on either side of each pair.
+/// end in every interleaving, with the fast path on either side of each pair. loom does
+/// not model SeqCst loads and read-modify-writes as SeqCst (tokio-rs/loom#180), so in
+/// this build a fence follows the fast path's compare-and-swap: the model checks that
+/// stronger program, and the fence-free one rests on the argument on
+/// `prefix::advance_from`. It fails when `advance_from` is dropped or the fence is.
 #[test]
 fn releases_at_the_tail_and_behind_it_advance_it() {
     const N: u64 = 3;
@@ -451,10 +455,6 @@ fn lazy_head_sync_behind_a_reused_ring() {
     });
 }
 
-/// The lazy-head models run at 2 preemptions whatever `LOOM_MAX_PREEMPTIONS` says: at 3
-/// each takes minutes of CPU (their first versions passed there, 2026-11-29), and at 2
-/// they already fail when the sync counts a slot holding the previous lap's sequence as
-/// written, loads it or CASes the head relaxed, or stores the head instead of CASing it.
 /// Three racing threads with at most two preemptions: both three-thread models fail
 /// within it when the early return they guard against is put back, and take seconds
 /// instead of minutes (`LOOM_MAX_PREEMPTIONS=3` explored 88 s for the producers).
@@ -464,6 +464,10 @@ fn three_thread_model<F: Fn() + Sync + Send + 'static>(f: F) {
     b.check(f);
 }
 
+/// The lazy-head models run at 2 preemptions whatever `LOOM_MAX_PREEMPTIONS` says: at 3
+/// each takes minutes of CPU (their first versions passed there, 2026-11-29), and at 2
+/// they already fail when the sync counts a slot holding the previous lap's sequence as
+/// written, loads it or CASes the head relaxed, or stores the head instead of CASing it.
 fn lazy_model<F: Fn() + Sync + Send + 'static>(f: F) {
     let mut b = loom::model::Builder::new();
     b.preemption_bound = Some(2);

@@ -123,9 +123,9 @@ pub fn claimed<A: IndexAtomic>(claim: &A) -> u64 {
 ///
 /// Call after storing (with release) the markers of every index in `owned`, the indices
 /// this thread finished (a producer's claim, a consumer's released run). Returns once
-/// the head is past `owned` and past every marker this thread sees beyond it, or once
-/// the prefix stops at an index some other thread has not finished — that thread will
-/// then publish ours. `limit` bounds one scan (the ring capacity): a corrupt marker can
+/// a compare-and-swap of this thread moved the head over every marker its scan saw
+/// (from wherever the head was, past `owned` or not), or once the prefix stops at an
+/// index some other thread has not finished — that thread will then publish ours. `limit` bounds one scan (the ring capacity): a corrupt marker can
 /// never make it run away.
 ///
 /// A run that starts at the head and has no claim word (a consumer's release) takes a
@@ -171,8 +171,9 @@ pub fn advance_prefix<'a, A, F>(
             .is_ok()
         {
             // loom does not model SeqCst loads and read-modify-writes as SeqCst, only
-            // SeqCst fences (tokio-rs/loom#180), so its build gets the fence that C++20's
-            // order S provides here for free (`advance_from`).
+            // SeqCst fences (tokio-rs/loom#180): its build adds a fence here, so loom
+            // checks this stronger program, and the fence-free one rests on the
+            // argument on `advance_from`.
             #[cfg(gyre_loom)]
             A::fence(SeqCst);
             advance_from(head, until, limit, marker);
@@ -203,6 +204,11 @@ pub fn advance_prefix<'a, A, F>(
         // above, or this thread's own stores) happens before a consumer's acquire load of
         // the head.
         match head.compare_exchange(h, n, AcqRel, Acquire) {
+            // Everything this scan saw is published. The index it stopped at belongs to
+            // a thread whose fence comes later (a claim loaded after our fence, or a
+            // stamp our scan missed), which sees ours and carries on. A scan cut short
+            // at `limit` goes on.
+            Ok(_) if n - h < limit => return,
             Ok(_) => h = n,
             Err(actual) => h = actual,
         }
@@ -214,16 +220,21 @@ pub fn advance_prefix<'a, A, F>(
 ///
 /// This is the other half of the Dekker pair of [`advance_prefix`] without a fence on
 /// this side. A finisher `C` beyond `h` stored its marker `mC`, then fenced (SeqCst,
-/// `F`), then loaded the head, and returned if the head had not reached it, leaving its
-/// run to whoever moves the head there. Take this thread's CAS of the head (`X`) and
-/// its SeqCst load of `mC` (`L`), with `X` before `L` in C++20's single order S of SeqCst
-/// operations and fences ([atomics.order]/4). If `C`'s load of the head read a value
+/// `F`), then loaded the head, and returned when its scan stopped at an index not yet
+/// released, leaving its run to whoever moves the head there. Take this thread's CAS of
+/// the head (`X`) and its SeqCst load of `mC` (`L`): `X` is sequenced before `L`, so it
+/// precedes `L` in C++20's single order S of SeqCst operations and fences
+/// ([atomics.order]/4, its first rule). If `C`'s load of the head read a value
 /// older than `X`'s, then `F` precedes `X` in S (4.3: a fence that happens before a read
 /// coherence-ordered before a SeqCst write precedes it), so `F` precedes `L`; and `L`
 /// cannot read a value older than `mC`, since then `L` would precede `F` in S (4.2: a
 /// SeqCst read coherence-ordered before a write that happens before a fence precedes the
 /// fence). So either `C` read `X`'s head or a later one (and scans on from there
-/// itself), or `L` sees `mC` (and this scan moves the head over it). On x86 the CAS is the `lock cmpxchg` the
+/// itself), or `L` sees `mC` (and this scan moves the head over it). With more threads
+/// the pair argument runs along a chain: a released index the head never passed has an
+/// owner that stopped at an unreleased one, whose owner's fence or fast CAS comes later
+/// in S (rules 4.1-4.4 for the four pairings of fast and fenced releasers); the chain
+/// cannot go on forever. On x86 the CAS is the `lock cmpxchg` the
 /// head needs anyway and the loads are plain: the fence it saves took 10% of a
 /// single-message consumer's time (docs/benchmarks.md).
 fn advance_from<'a, A, F>(head: &A, mut h: u64, limit: u64, marker: F)
@@ -240,6 +251,9 @@ where
             return;
         }
         match head.compare_exchange(h, n, SeqCst, Acquire) {
+            // As in `advance_prefix`: the owner of the index this scan stopped at comes
+            // later in S and finds the head at least here.
+            Ok(_) if n - h < limit => return,
             Ok(_) => h = n,
             Err(actual) => h = actual,
         }
