@@ -314,6 +314,32 @@ fn releases_at_the_tail_and_behind_it_advance_it() {
     });
 }
 
+/// A run of two released at the tail (the fast path: one compare-and-swap over both)
+/// races a release of the index after it, which fences and scans.
+#[test]
+fn a_run_at_the_tail_and_the_index_after_it() {
+    loom::model(|| {
+        let tail = Arc::new(AtomicU64::new(0));
+        let freed = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
+        let ts: Vec<_> = [0..2u64, 2..3]
+            .into_iter()
+            .map(|run| {
+                let (tail, freed) = (tail.clone(), freed.clone());
+                thread::spawn(move || {
+                    for i in run.clone() {
+                        freed[i as usize].store(i + 1, Release);
+                    }
+                    advance_prefix(&*tail, None, run, 3, |j| &freed[(j % 3) as usize]);
+                })
+            })
+            .collect();
+        for t in ts {
+            t.join().unwrap();
+        }
+        assert_eq!(tail.load(Acquire), 3);
+    });
+}
+
 /// A claim is refused while the ring is full and succeeds after a release.
 #[test]
 fn claim_sees_release() {
