@@ -125,8 +125,9 @@ pub fn claimed<A: IndexAtomic>(claim: &A) -> u64 {
 /// this thread finished (a producer's claim, a consumer's released run). Returns once
 /// a compare-and-swap of this thread moved the head over every marker its scan saw
 /// (from wherever the head was, past `owned` or not), or once the prefix stops at an
-/// index some other thread has not finished — that thread will then publish ours. `limit` bounds one scan (the ring capacity): a corrupt marker can
-/// never make it run away.
+/// index some other thread has not finished — that thread will then publish ours.
+/// `limit` bounds one scan (the ring capacity): a corrupt marker can never make it run
+/// away.
 ///
 /// A run that starts at the head and has no claim word (a consumer's release) takes a
 /// fast path: one SeqCst compare-and-swap and no fence (the proof is on `advance_from`,
@@ -234,9 +235,9 @@ pub fn advance_prefix<'a, A, F>(
 /// the pair argument runs along a chain: a released index the head never passed has an
 /// owner that stopped at an unreleased one, whose owner's fence or fast CAS comes later
 /// in S (rules 4.1-4.4 for the four pairings of fast and fenced releasers); the chain
-/// cannot go on forever. On x86 the CAS is the `lock cmpxchg` the
-/// head needs anyway and the loads are plain: the fence it saves took 10% of a
-/// single-message consumer's time (docs/benchmarks.md).
+/// cannot go on forever. On x86 the CAS is the `lock cmpxchg` the head needs anyway and
+/// the loads are plain: the fence it saves took 10% of a single-message consumer's time
+/// (docs/benchmarks.md).
 fn advance_from<'a, A, F>(head: &A, mut h: u64, limit: u64, marker: F)
 where
     A: IndexAtomic + 'a,
