@@ -261,27 +261,37 @@ fn reuse_waits_for_publication_of_previous_lap() {
     });
 }
 
+/// Releases each of `runs` (consecutive, from 0, ending at 3 at most) from a thread of
+/// its own, as consumers do (H3: the freed markers, then `advance_prefix` with no claim
+/// word), and returns the tail once every thread is done.
+fn release_runs(runs: &[core::ops::Range<u64>]) -> u64 {
+    let end = runs.iter().map(|r| r.end).max().unwrap_or(1);
+    let tail = Arc::new(AtomicU64::new(0));
+    let freed = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
+    let ts: Vec<_> = runs
+        .iter()
+        .cloned()
+        .map(|run| {
+            let (tail, freed) = (tail.clone(), freed.clone());
+            thread::spawn(move || {
+                for i in run.clone() {
+                    freed[i as usize].store(i + 1, Release);
+                }
+                advance_prefix(&*tail, None, run, end, |j| &freed[(j % end) as usize]);
+            })
+        })
+        .collect();
+    for t in ts {
+        t.join().unwrap();
+    }
+    tail.load(Acquire)
+}
+
 /// Reply slots released out of order by two consumers: `k2h_tail` must reach the end
 /// whichever finishes first.
 #[test]
 fn out_of_order_release_advances_tail() {
-    loom::model(|| {
-        let tail = Arc::new(AtomicU64::new(0));
-        let freed = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
-        let ts: Vec<_> = (0..2u64)
-            .map(|i| {
-                let (tail, freed) = (tail.clone(), freed.clone());
-                thread::spawn(move || {
-                    freed[i as usize].store(i + 1, Release);
-                    advance_prefix(&*tail, None, i..i + 1, CAP, |j| &freed[(j % CAP) as usize]);
-                })
-            })
-            .collect();
-        for t in ts {
-            t.join().unwrap();
-        }
-        assert_eq!(tail.load(Acquire), 2);
-    });
+    loom::model(|| assert_eq!(release_runs(&[0..1, 1..2]), 2));
 }
 
 /// Three consumers release indices 0, 1 and 2, each from its own thread: whichever
@@ -294,50 +304,14 @@ fn out_of_order_release_advances_tail() {
 /// `prefix::advance_from`. It fails when `advance_from` is dropped or the fence is.
 #[test]
 fn releases_at_the_tail_and_behind_it_advance_it() {
-    const N: u64 = 3;
-    three_thread_model(|| {
-        let tail = Arc::new(AtomicU64::new(0));
-        let freed = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
-        let ts: Vec<_> = (0..N)
-            .map(|i| {
-                let (tail, freed) = (tail.clone(), freed.clone());
-                thread::spawn(move || {
-                    freed[i as usize].store(i + 1, Release);
-                    advance_prefix(&*tail, None, i..i + 1, N, |j| &freed[(j % N) as usize]);
-                })
-            })
-            .collect();
-        for t in ts {
-            t.join().unwrap();
-        }
-        assert_eq!(tail.load(Acquire), N);
-    });
+    three_thread_model(|| assert_eq!(release_runs(&[0..1, 1..2, 2..3]), 3));
 }
 
 /// A run of two released at the tail (the fast path: one compare-and-swap over both)
 /// races a release of the index after it, which fences and scans.
 #[test]
 fn a_run_at_the_tail_and_the_index_after_it() {
-    loom::model(|| {
-        let tail = Arc::new(AtomicU64::new(0));
-        let freed = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
-        let ts: Vec<_> = [0..2u64, 2..3]
-            .into_iter()
-            .map(|run| {
-                let (tail, freed) = (tail.clone(), freed.clone());
-                thread::spawn(move || {
-                    for i in run.clone() {
-                        freed[i as usize].store(i + 1, Release);
-                    }
-                    advance_prefix(&*tail, None, run, 3, |j| &freed[(j % 3) as usize]);
-                })
-            })
-            .collect();
-        for t in ts {
-            t.join().unwrap();
-        }
-        assert_eq!(tail.load(Acquire), 3);
-    });
+    loom::model(|| assert_eq!(release_runs(&[0..2, 2..3]), 3));
 }
 
 /// A claim is refused while the ring is full and succeeds after a release.
